@@ -1,0 +1,69 @@
+"""Bastion's wire: every message on the bus as a msgspec struct, and the subjects they travel on.
+
+This package holds types and names only: no I/O and no service logic.
+
+Schema evolution (every message is msgpack on the bus, JSON at the edges):
+- a new field goes last and has a default; a field's type never changes;
+- a field is never renamed or reused for another meaning; remove it only after every
+  service that reads it is gone;
+- internal messages (`Message`) skip unknown fields, so an older service tolerates a newer
+  sender; messages an agent or outside client fills (`Ingress`) refuse unknown fields and
+  bound every size;
+- every message is tagged (`kind`), so unions decode without guessing; a tag never changes.
+"""
+
+from __future__ import annotations
+
+from bastion.proto._base import Ingress, Message
+from bastion.proto.errors import ErrorReply
+from bastion.proto.events import CallDecided, CallFinished, Event, SessionClosed, SessionOpened
+from bastion.proto.policy import AUTONOMY_LEVELS, Autonomy, Effect, PolicyDecision, PolicyRequest
+from bastion.proto.sandbox import (
+    ExecRequest,
+    ExecResult,
+    FileRequest,
+    FileResult,
+    Limits,
+    ReadFile,
+    SandboxCheck,
+    SandboxReady,
+    WriteFile,
+)
+from bastion.proto.session import OpenSession, SessionInfo, SessionRef, ToolSpec
+from bastion.proto.stubs import FetchRequest, LeaseRequest, McpCallRequest
+from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+
+__all__ = [
+    "AUTONOMY_LEVELS",
+    "Autonomy",
+    "CallDecided",
+    "CallFinished",
+    "CallResult",
+    "Effect",
+    "ErrorReply",
+    "Event",
+    "ExecRequest",
+    "ExecResult",
+    "FetchRequest",
+    "FileRequest",
+    "FileResult",
+    "Ingress",
+    "LeaseRequest",
+    "Limits",
+    "McpCallRequest",
+    "Message",
+    "OpenSession",
+    "PolicyDecision",
+    "PolicyRequest",
+    "ReadFile",
+    "SandboxCheck",
+    "SandboxReady",
+    "SessionClosed",
+    "SessionInfo",
+    "SessionOpened",
+    "SessionRef",
+    "ToolCall",
+    "ToolOutput",
+    "ToolSpec",
+    "WriteFile",
+]

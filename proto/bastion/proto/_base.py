@@ -1,0 +1,45 @@
+"""Base classes and bounded field types shared by every message on the bus."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+__all__ = [
+    "MAX_PATH",
+    "MAX_TEXT",
+    "Identifier",
+    "Ingress",
+    "Message",
+    "PathText",
+    "SessionId",
+    "Text",
+]
+
+MAX_TEXT = 4 * 1024 * 1024
+"""Upper bound, in characters, of any free text field (NATS itself caps a message at 1 MiB
+by default; the bound is here so a larger server limit never means unbounded input)."""
+
+MAX_PATH = 4096
+"""Upper bound of a filesystem path, as Linux's PATH_MAX."""
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """An internal message: unknown fields are skipped so that mixed versions interoperate."""
+
+
+class Ingress(Message, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A message whose fields an agent or an outside client fills: unknown fields are refused."""
+
+
+Identifier = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+]
+"""A tenant or agent name: letters, digits, `_`, `.` and `-`, at most 64 characters."""
+
+SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
+"""A session id: 16 lowercase hex digits, also a NATS subject token and a KV key."""
+
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+PathText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PATH)]

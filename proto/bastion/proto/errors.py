@@ -1,0 +1,64 @@
+"""The typed error every request may be answered with, and the codes it carries."""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+
+from bastion.proto._base import Message
+
+__all__ = [
+    "BAD_REQUEST",
+    "CONFLICT",
+    "DENIED",
+    "INTERNAL",
+    "INVALID_INPUT",
+    "NEEDS_APPROVAL",
+    "NOT_FOUND",
+    "NOT_IMPLEMENTED",
+    "SANDBOX_FAILED",
+    "SESSION_CLOSED",
+    "TIMEOUT",
+    "UNAVAILABLE",
+    "UNKNOWN_TOOL",
+    "ErrorCode",
+    "ErrorReply",
+]
+
+ErrorCode = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z_]*$", max_length=64)]
+"""A stable, machine-readable error code. New codes may be added; a code never changes meaning."""
+
+BAD_REQUEST: Final = "bad_request"
+"""The request did not decode into the message the endpoint takes."""
+INVALID_INPUT: Final = "invalid_input"
+"""The request decoded but a value in it is not acceptable (a path outside the workspace...)."""
+NOT_FOUND: Final = "not_found"
+"""The thing named (a session, a file) does not exist."""
+NOT_IMPLEMENTED: Final = "not_implemented"
+"""The endpoint exists but its capability has not been built yet."""
+UNKNOWN_TOOL: Final = "unknown_tool"
+"""The session's catalogue has no tool of that name."""
+SESSION_CLOSED: Final = "session_closed"
+"""The session was closed; open a new one."""
+DENIED: Final = "denied"
+"""The policy refused the call."""
+NEEDS_APPROVAL: Final = "needs_approval"
+"""The policy wants a person to approve the call and nobody can be asked."""
+CONFLICT: Final = "conflict"
+"""The state changed under the request (another writer won); retry."""
+TIMEOUT: Final = "timeout"
+"""A service did not answer within the deadline."""
+UNAVAILABLE: Final = "unavailable"
+"""No instance of a service is running, or the bus is unreachable."""
+SANDBOX_FAILED: Final = "sandbox_failed"
+"""The sandbox could not be started (not the command inside it failing)."""
+INTERNAL: Final = "internal"
+"""An unexpected fault inside a service; its log has the detail, the wire never does."""
+
+
+class ErrorReply(Message, frozen=True, kw_only=True, tag="error"):
+    """A request that failed: a stable code and a sentence a person can act on."""
+
+    code: ErrorCode
+    message: Annotated[str, msgspec.Meta(max_length=4096)]

@@ -1,0 +1,39 @@
+"""The catalogue of wire messages and their JSON Schema, for clients in other languages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from bastion.proto import events, policy, sandbox, session, stubs, tools
+from bastion.proto.errors import ErrorReply
+
+__all__ = ["MESSAGES", "json_schema"]
+
+MESSAGES: dict[str, Any] = {
+    "OpenSession": session.OpenSession,
+    "SessionRef": session.SessionRef,
+    "SessionInfo": session.SessionInfo,
+    "ToolCall": tools.ToolCall,
+    "CallResult": tools.CallResult,
+    "PolicyRequest": policy.PolicyRequest,
+    "PolicyDecision": policy.PolicyDecision,
+    "ExecRequest": sandbox.ExecRequest,
+    "ExecResult": sandbox.ExecResult,
+    "FileRequest": sandbox.FileRequest,
+    "FileResult": sandbox.FileResult,
+    "SandboxCheck": sandbox.SandboxCheck,
+    "SandboxReady": sandbox.SandboxReady,
+    "FetchRequest": stubs.FetchRequest,
+    "McpCallRequest": stubs.McpCallRequest,
+    "LeaseRequest": stubs.LeaseRequest,
+    "Event": events.Event,
+    "ErrorReply": ErrorReply,
+}
+"""Every message (or union of messages) a subject carries, by the name its schema file takes."""
+
+
+def json_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema (2020-12) of one entry of `MESSAGES`."""
+    return msgspec.json.schema(MESSAGES[name])

@@ -1,0 +1,83 @@
+"""Opening, getting and closing a session, and what a session is."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from bastion.proto._base import Identifier, Ingress, Message, PathText, SessionId
+from bastion.proto.policy import Autonomy, Effect
+
+__all__ = [
+    "NetworkMode",
+    "OpenSession",
+    "SandboxBackend",
+    "SessionInfo",
+    "SessionRef",
+    "ToolSpec",
+]
+
+SandboxBackend = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=512,
+        pattern=r"^(bwrap|docker:.+)$",
+        description="`bwrap`, or `docker:<image>@sha256:<64 hex digits>`.",
+    ),
+]
+
+NetworkMode = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+        description="`none`, `declared`, `host`, or the name of a Docker network.",
+    ),
+]
+
+
+class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
+    """Ask for a new session: who runs it, how much it may do, and where its tools run."""
+
+    agent: Identifier
+    tenant: Identifier = "default"
+    autonomy: Autonomy = "L2"
+    workspace: PathText | None = None
+    shell: bool = False
+    sandbox: SandboxBackend = "bwrap"
+    network: NetworkMode = "none"
+
+
+class SessionRef(Ingress, frozen=True, kw_only=True, tag="session.ref"):
+    """Name a session, to get it or to close it."""
+
+    session_id: SessionId
+
+
+class ToolSpec(Message, frozen=True, kw_only=True, tag="tool.spec"):
+    """One tool of a session's catalogue and the most a call of it can do."""
+
+    name: str
+    effect: Effect
+    description: str
+
+
+class SessionInfo(Message, frozen=True, kw_only=True, tag="session.info"):
+    """A session as the orchestrator keeps it."""
+
+    session_id: SessionId
+    tenant: str
+    agent: str
+    autonomy: Autonomy
+    workspace: str | None
+    shell: bool
+    sandbox: str
+    network: str
+    state: Literal["open", "closed"]
+    opened_at: datetime
+    closed_at: datetime | None = None
+    calls: int = 0
+    tools: tuple[ToolSpec, ...] = ()

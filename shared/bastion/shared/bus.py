@@ -1,0 +1,111 @@
+"""Connecting to NATS, and the typed request helper every caller on the bus uses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from opentelemetry.trace import SpanKind
+
+from bastion.proto.errors import ErrorReply
+from bastion.shared.codec import decode, encode
+from bastion.shared.errors import RemoteError, Timeout, Unavailable
+from bastion.shared.settings import BusSettings
+from bastion.shared.telemetry import headers_with_context, tracer
+
+__all__ = ["Client", "connect", "request"]
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+
+async def _log_error(error: Exception) -> None:
+    logger.warning("nats connection error", extra={"error_type": type(error).__name__})
+
+
+@asynccontextmanager
+async def connect(settings: BusSettings, name: str) -> AsyncIterator[Client]:
+    """A NATS connection named `name`, drained (pending replies flushed) on exit.
+
+    Raises:
+        Unavailable: NATS cannot be reached at `settings.nats_url`.
+    """
+    options: dict[str, Any] = {
+        "servers": [settings.nats_url],
+        "name": name,
+        "inbox_prefix": settings.nats_inbox_prefix,
+        "connect_timeout": 2,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "drain_timeout": settings.drain_timeout_s,
+        "error_cb": _log_error,
+    }
+    if settings.nats_creds:
+        options["user_credentials"] = settings.nats_creds
+    if settings.nats_user:
+        options["user"] = settings.nats_user
+        options["password"] = settings.nats_password or ""
+    try:
+        client = await nats.connect(allow_reconnect=False, **options)
+    except (OSError, nats.errors.Error, TimeoutError) as error:
+        raise Unavailable(
+            f"cannot reach NATS at {settings.nats_url} ({type(error).__name__}): "
+            "start Bastion with `bastion up`, or point --nats / BASTION_NATS_URL at a running one"
+        ) from None
+    # Reconnection is wanted once connected (a NATS restart must not kill a service), but a
+    # first connect that fails should fail fast with the sentence above, hence two steps.
+    client.options["allow_reconnect"] = True
+    try:
+        yield client
+    finally:
+        if not client.is_closed:
+            try:
+                await client.drain()
+            except (nats.errors.Error, TimeoutError):
+                await client.close()
+
+
+async def request(
+    client: Client,
+    subject: str,
+    message: object,
+    reply_type: Any,
+    *,
+    timeout_s: float,
+    span_name: str | None = None,
+) -> Any:
+    """Send `message` to `subject` and return its reply decoded as `reply_type`.
+
+    The current trace context travels in the `traceparent` header.
+
+    Raises:
+        Unavailable: nothing is subscribed to `subject`.
+        Timeout: no reply within `timeout_s`.
+        RemoteError: the service answered with a typed error.
+        BadRequest: the reply is not a `reply_type` (a service of another version).
+    """
+    with tracer().start_as_current_span(
+        span_name or f"send {subject}",
+        kind=SpanKind.CLIENT,
+        attributes={"messaging.system": "nats", "messaging.destination.name": subject},
+    ):
+        try:
+            reply = await client.request(
+                subject, encode(message), timeout=timeout_s, headers=headers_with_context()
+            )
+        except nats.errors.NoRespondersError:
+            raise Unavailable(f"no service answers on {subject}: is it running?") from None
+        except nats.errors.TimeoutError:
+            raise Timeout(f"no answer on {subject} within {timeout_s:g} s") from None
+        except nats.errors.ConnectionClosedError:
+            raise Unavailable("the connection to NATS is closed") from None
+        answer = decode(reply.data, reply_type | ErrorReply)
+        if isinstance(answer, ErrorReply):
+            raise RemoteError(answer.code, answer.message)
+        return answer

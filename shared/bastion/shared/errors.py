@@ -1,0 +1,84 @@
+"""The one error hierarchy of Bastion: each error carries a wire code and a sentence.
+
+    BastionError                  code: internal
+    ├── BadRequest                code: bad_request     (the bytes are not the message)
+    ├── InvalidInput              code: invalid_input   (the message is, a value is not)
+    ├── NotFound                  code: not_found
+    ├── NotImplementedYet         code: not_implemented
+    ├── Unavailable               code: unavailable     (no responder, bus down)
+    │   └── Timeout               code: timeout
+    └── RemoteError               any code              (a service answered with an error)
+
+Every error's `message` is safe to show to the caller: it never holds exception text,
+secrets or the input that caused it. `to_reply()` is the only way an error reaches the wire.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from bastion.proto import errors as codes
+from bastion.proto.errors import ErrorReply
+
+__all__ = [
+    "BadRequest",
+    "BastionError",
+    "InvalidInput",
+    "NotFound",
+    "NotImplementedYet",
+    "RemoteError",
+    "Timeout",
+    "Unavailable",
+]
+
+
+class BastionError(Exception):
+    """Base of every error Bastion raises on purpose; `code` is stable, `message` is for people."""
+
+    code: ClassVar[str] = codes.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_reply(self) -> ErrorReply:
+        """The error as it travels on the bus."""
+        return ErrorReply(code=self.code, message=self.message)
+
+
+class BadRequest(BastionError):
+    code = codes.BAD_REQUEST
+
+
+class InvalidInput(BastionError):
+    code = codes.INVALID_INPUT
+
+
+class NotFound(BastionError):
+    code = codes.NOT_FOUND
+
+
+class NotImplementedYet(BastionError):
+    code = codes.NOT_IMPLEMENTED
+
+
+class Unavailable(BastionError):
+    code = codes.UNAVAILABLE
+
+
+class Timeout(Unavailable):
+    code = codes.TIMEOUT
+
+
+class RemoteError(BastionError):
+    """A service answered a request with a typed error; `code` is the one it sent."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.remote_code = code
+
+    def to_reply(self) -> ErrorReply:
+        return ErrorReply(code=self.remote_code, message=self.message)
+
+    def __str__(self) -> str:
+        return f"{self.remote_code}: {self.message}"

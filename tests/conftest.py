@@ -1,0 +1,58 @@
+"""Fixtures: a real NATS server per test, a client on it, and services run in-process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bastion.shared.bus import Client, connect
+from bastion.shared.service import Service
+from bastion.shared.settings import BusSettings
+from tests.natsserver import running_nats_server
+
+ServiceRunner = Callable[..., AbstractAsyncContextManager[Service]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # nats-py runs on asyncio only
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    with running_nats_server(tmp_path / "nats") as url:
+        yield url
+
+
+@pytest.fixture
+def bus_settings(nats_url: str) -> BusSettings:
+    return BusSettings(nats_url=nats_url, request_timeout_s=10.0)
+
+
+@pytest.fixture
+async def client(bus_settings: BusSettings) -> AsyncIterator[Client]:
+    async with connect(bus_settings, "test-client") as nc:
+        yield nc
+
+
+@pytest.fixture
+def run_service(bus_settings: BusSettings) -> ServiceRunner:
+    """`async with run_service(setup, settings)`: serve a service in this process until exit."""
+
+    @asynccontextmanager
+    async def runner(setup: Any, settings: Any = None) -> AsyncIterator[Service]:
+        settings = settings if settings is not None else bus_settings
+        async with (
+            connect(settings, "test-service") as nc,
+            setup(nc, settings) as service,
+            anyio.create_task_group(),
+            service.running(nc, drain_timeout_s=5.0),
+        ):
+            yield service
+
+    return runner
