@@ -1,0 +1,48 @@
+"""What every subcommand shares: finding the running system, connecting, reporting errors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from bastion.shared.bus import Client, connect
+from bastion.shared.settings import BusSettings
+from bastion.shared.statedir import default_state_dir, find_nats_url
+
+__all__ = ["add_location_options", "bus", "fail", "state_dir_of"]
+
+
+def add_location_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="Bastion's state directory (BASTION_STATE_DIR; default ~/.local/state/bastion)",
+    )
+    parser.add_argument(
+        "--nats",
+        metavar="URL",
+        default=None,
+        help="the NATS URL of a running Bastion (BASTION_NATS_URL; default: the state dir's)",
+    )
+
+
+def state_dir_of(args: argparse.Namespace) -> Path:
+    given: Path | None = args.state_dir
+    return given.expanduser().resolve() if given else default_state_dir()
+
+
+@asynccontextmanager
+async def bus(args: argparse.Namespace, name: str) -> AsyncIterator[Client]:
+    """A connection to the Bastion that `--nats` / `--state-dir` point at."""
+    url = find_nats_url(args.nats, state_dir_of(args))
+    async with connect(BusSettings(nats_url=url), name) as client:
+        yield client
+
+
+def fail(message: str, status: int = 1) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    return status

@@ -1,0 +1,93 @@
+"""`bastion status`: every running service instance, and whether all six are there."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import anyio
+
+from bastion.cli.common import add_location_options, bus
+from bastion.shared.discovery import Instance, list_instances
+
+__all__ = ["SERVICES", "add_parser"]
+
+SERVICES = ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault")
+
+
+def _missing(instances: list[Instance]) -> list[str]:
+    running = {i.name for i in instances}
+    return [name for name in SERVICES if name not in running]
+
+
+def _uptime(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _table(instances: list[Instance]) -> str:
+    rows = [("SERVICE", "ID", "VERSION", "UPTIME", "REQUESTS", "ERRORS")]
+    rows += [
+        (i.name, i.id, i.version, _uptime(i.uptime_s()), str(i.requests), str(i.errors))
+        for i in instances
+    ]
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+
+
+async def _status(args: argparse.Namespace) -> int:
+    deadline = time.monotonic() + args.wait
+    async with bus(args, "bastion-status") as client:
+        while True:
+            instances = await list_instances(client)
+            missing = _missing(instances)
+            if not missing or time.monotonic() >= deadline:
+                break
+            await anyio.sleep(0.3)
+    if args.output == "json":
+        payload = [
+            {
+                "name": i.name,
+                "id": i.id,
+                "version": i.version,
+                "uptime_s": round(i.uptime_s(), 1),
+                "requests": i.requests,
+                "errors": i.errors,
+            }
+            for i in instances
+        ]
+        sys.stdout.write(json.dumps({"instances": payload, "missing": missing}, indent=2) + "\n")
+    else:
+        sys.stdout.write(_table(instances) + "\n")
+        if missing:
+            sys.stdout.write(f"missing: {', '.join(missing)}\n")
+    return 1 if missing else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return anyio.run(_status, args)
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = commands.add_parser(
+        "status",
+        help="list every service instance; exit 1 if one of the six services is missing",
+    )
+    add_location_options(status)
+    status.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to this long for all six services to answer",
+    )
+    status.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    status.set_defaults(handler=run)

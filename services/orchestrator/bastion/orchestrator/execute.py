@@ -1,0 +1,105 @@
+"""Running an allowed call on the service that owns it, and the text the model is shown."""
+
+from __future__ import annotations
+
+import msgspec
+
+from bastion.proto import subjects
+from bastion.proto.sandbox import (
+    ExecRequest,
+    ExecResult,
+    FileResult,
+    Limits,
+    ReadFile,
+    WriteFile,
+)
+from bastion.proto.session import SessionInfo
+from bastion.proto.toolinput import ReadFileInput, ShellInput, WriteFileInput
+from bastion.shared.bus import Client, request
+
+__all__ = ["format_exec_result", "run_tool"]
+
+_SIGNAL_NAMES = {
+    9: "SIGKILL",
+    15: "SIGTERM",
+    6: "SIGABRT",
+    11: "SIGSEGV",
+    24: "SIGXCPU",
+    25: "SIGXFSZ",
+}
+
+
+def format_exec_result(result: ExecResult) -> str:
+    """The exit status first, then each stream that printed something, as the model sees it."""
+    if result.ended == "timeout":
+        head = "timed out: the wall-clock limit ran out and every process of the command was killed"
+    elif result.ended == "signal":
+        name = _SIGNAL_NAMES.get(result.signal or 0, f"signal {result.signal}")
+        head = f"killed by {name} (exit status {result.exit_status})"
+    else:
+        head = f"exit status {result.exit_status}"
+    parts = [head]
+    if result.stdout:
+        parts.append("--- stdout\n" + result.stdout.rstrip("\n"))
+    if result.stderr:
+        parts.append("--- stderr\n" + result.stderr.rstrip("\n"))
+    return "\n".join(parts)
+
+
+async def run_tool(
+    client: Client,
+    session: SessionInfo,
+    tool: str,
+    tool_input: msgspec.Struct,
+    timeout_s: float,
+) -> str:
+    """Run `tool` for `session` and return its text; errors are raised typed."""
+    assert session.workspace is not None  # only workspace sessions have these tools
+    match tool_input:
+        case ShellInput(command=command, timeout_s=wall_s):
+            limits = Limits() if wall_s is None else Limits(wall_s=wall_s)
+            result: ExecResult = await request(
+                client,
+                subjects.SANDBOX_EXEC,
+                ExecRequest(
+                    session_id=session.session_id,
+                    workspace=session.workspace,
+                    command=command,
+                    backend=session.sandbox,
+                    network=session.network,
+                    limits=limits,
+                ),
+                ExecResult,
+                timeout_s=limits.wall_s + timeout_s,
+            )
+            return format_exec_result(result)
+        case ReadFileInput(path=path, offset=offset, limit=limit):
+            answer: FileResult = await request(
+                client,
+                subjects.SANDBOX_FILES,
+                ReadFile(
+                    session_id=session.session_id,
+                    workspace=session.workspace,
+                    path=path,
+                    offset=offset,
+                    limit=limit,
+                ),
+                FileResult,
+                timeout_s=timeout_s,
+            )
+            return answer.text
+        case WriteFileInput(path=path, content=content):
+            answer = await request(
+                client,
+                subjects.SANDBOX_FILES,
+                WriteFile(
+                    session_id=session.session_id,
+                    workspace=session.workspace,
+                    path=path,
+                    content=content,
+                ),
+                FileResult,
+                timeout_s=timeout_s,
+            )
+            return answer.text
+    raise AssertionError(f"no route for tool {tool}")

@@ -1,0 +1,232 @@
+"""Session actors: open, get, close, and call — a session's calls are handled one at a time."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import msgspec
+
+from bastion.orchestrator.catalogue import catalogue_for, definition, find_tool
+from bastion.orchestrator.execute import run_tool
+from bastion.orchestrator.store import SessionStore
+from bastion.proto import errors as codes
+from bastion.proto import subjects
+from bastion.proto.errors import ErrorReply
+from bastion.proto.events import CallDecided, CallFinished, SessionClosed, SessionOpened
+from bastion.proto.policy import PolicyDecision, PolicyRequest
+from bastion.proto.sandbox import SandboxCheck, SandboxReady
+from bastion.proto.session import OpenSession, SessionInfo
+from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.shared.bus import Client, request
+from bastion.shared.codec import describe_decode_error, encode
+from bastion.shared.errors import BastionError, InvalidInput, RemoteError
+
+__all__ = ["Sessions"]
+
+logger = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _summary(tool_input: dict[str, Any]) -> str:
+    """A short, bounded description of a call's input for the policy (never logged whole)."""
+    text = msgspec.json.encode(tool_input).decode()
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+class Sessions:
+    """The actors of every session this orchestrator is asked about, backed by the store."""
+
+    def __init__(self, client: Client, store: SessionStore, timeout_s: float) -> None:
+        self._client = client
+        self._store = store
+        self._timeout_s = timeout_s
+        self._locks: dict[str, anyio.Lock] = {}
+        self._waiting: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def _turn(self, session_id: str) -> AsyncIterator[None]:
+        """Hold the session's turn: its calls run in the order they arrived."""
+        lock = self._locks.setdefault(session_id, anyio.Lock())
+        self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._waiting[session_id] -= 1
+            if not self._waiting[session_id]:
+                del self._waiting[session_id]
+                del self._locks[session_id]
+
+    async def open(self, ask: OpenSession) -> SessionInfo:
+        if ask.workspace is not None:
+            if not ask.workspace.startswith("/"):
+                raise InvalidInput(
+                    f"the workspace {ask.workspace} is not an absolute path: give its full path"
+                )
+            await request(
+                self._client,
+                subjects.SANDBOX_CHECK,
+                SandboxCheck(workspace=ask.workspace, backend=ask.sandbox, network=ask.network),
+                SandboxReady,
+                timeout_s=self._timeout_s,
+            )
+        elif ask.shell:
+            raise InvalidInput("a shell needs a workspace: give one with --workspace DIR")
+        session = SessionInfo(
+            session_id=secrets.token_hex(8),
+            tenant=ask.tenant,
+            agent=ask.agent,
+            autonomy=ask.autonomy,
+            workspace=ask.workspace,
+            shell=ask.shell,
+            sandbox=ask.sandbox,
+            network=ask.network,
+            state="open",
+            opened_at=_now(),
+            tools=catalogue_for(workspace=ask.workspace, shell=ask.shell, network=ask.network),
+        )
+        await self._store.create(session)
+        await self._publish(
+            "session_opened",
+            session.tenant,
+            SessionOpened(
+                session_id=session.session_id,
+                tenant=session.tenant,
+                agent=session.agent,
+                autonomy=session.autonomy,
+                at=session.opened_at,
+            ),
+        )
+        logger.info("session opened", extra={"session": session.session_id})
+        return session
+
+    async def get(self, session_id: str) -> SessionInfo:
+        session, _ = await self._store.get(session_id)
+        return session
+
+    async def close(self, session_id: str) -> SessionInfo:
+        async with self._turn(session_id):
+            session = await self.get(session_id)
+            if session.state == "closed":
+                return session
+            closed = await self._store.update(
+                session_id,
+                lambda s: msgspec.structs.replace(s, state="closed", closed_at=_now()),
+            )
+        await self._publish(
+            "session_closed",
+            closed.tenant,
+            SessionClosed(
+                session_id=session_id, tenant=closed.tenant, calls=closed.calls, at=_now()
+            ),
+        )
+        return closed
+
+    async def call(self, session_id: str, call: ToolCall) -> CallResult:
+        """Run one call of the session, in its turn; a refusal is answered, not raised."""
+        call_id = call.call_id or secrets.token_hex(8)
+        started = time.perf_counter()
+        async with self._turn(session_id):
+            session = await self.get(session_id)
+            try:
+                result: CallResult = await self._call(session, call, call_id, started)
+            except BastionError as error:
+                result = error.to_reply()
+            await self._store.update(
+                session_id, lambda s: msgspec.structs.replace(s, calls=s.calls + 1)
+            )
+        await self._publish(
+            "call_finished",
+            session.tenant,
+            CallFinished(
+                session_id=session_id,
+                tenant=session.tenant,
+                call_id=call_id,
+                tool=call.tool,
+                error_code=result.code if isinstance(result, ErrorReply) else "",
+                duration_s=time.perf_counter() - started,
+                at=_now(),
+            ),
+        )
+        return result
+
+    async def _call(
+        self, session: SessionInfo, call: ToolCall, call_id: str, started: float
+    ) -> ToolOutput:
+        if session.state == "closed":
+            raise RemoteError(
+                codes.SESSION_CLOSED,
+                f"session {session.session_id} is closed: open a new session to make calls",
+            )
+        tool = find_tool(session, call.tool)
+        if tool is None:
+            offered = ", ".join(t.name for t in session.tools) or "none"
+            raise RemoteError(
+                codes.UNKNOWN_TOOL,
+                f"session {session.session_id} has no tool {call.tool!r}; its tools: {offered}",
+            )
+        try:
+            tool_input = msgspec.convert(call.input, definition(tool.name).input_type)
+        except msgspec.ValidationError as error:
+            raise InvalidInput(
+                f"the input of {tool.name} is not valid: "
+                + describe_decode_error(error, definition(tool.name).input_type).split(": ", 1)[1]
+            ) from None
+        decision: PolicyDecision = await request(
+            self._client,
+            subjects.POLICY_DECIDE,
+            PolicyRequest(
+                session_id=session.session_id,
+                tenant=session.tenant,
+                agent=session.agent,
+                autonomy=session.autonomy,
+                tool=tool.name,
+                effect=tool.effect,
+                input_summary=_summary(call.input),
+            ),
+            PolicyDecision,
+            timeout_s=self._timeout_s,
+        )
+        await self._publish(
+            "call_decided",
+            session.tenant,
+            CallDecided(
+                session_id=session.session_id,
+                tenant=session.tenant,
+                call_id=call_id,
+                tool=tool.name,
+                outcome=decision.outcome,
+                rule=decision.rule,
+                at=_now(),
+            ),
+        )
+        if decision.outcome == "deny":
+            raise RemoteError(codes.DENIED, f"refused: {decision.reason}")
+        if decision.outcome == "ask":
+            raise RemoteError(
+                codes.NEEDS_APPROVAL,
+                f"needs a person's approval: {decision.reason}; this session has nobody to "
+                "ask, so it did not run (raise --autonomy to let it run)",
+            )
+        text = await run_tool(self._client, session, tool.name, tool_input, self._timeout_s)
+        return ToolOutput(
+            call_id=call_id,
+            tool=tool.name,
+            effect=tool.effect,
+            text=text,
+            decision=decision,
+            duration_s=time.perf_counter() - started,
+        )
+
+    async def _publish(self, kind: str, tenant: str, event: object) -> None:
+        await self._client.publish(subjects.event(kind, tenant), encode(event))
