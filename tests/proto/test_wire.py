@@ -1,0 +1,310 @@
+"""Every wire message round-trips, exports a JSON Schema, and keeps its tag; ingress is strict."""
+
+from __future__ import annotations
+
+import inspect
+import types
+from datetime import UTC, datetime
+from typing import Any, Union, get_args, get_origin
+
+import msgspec
+import pytest
+
+import bastion.proto
+from bastion.proto import events, policy, sandbox, session, stubs, tools
+from bastion.proto._base import Ingress, Message
+from bastion.proto.errors import ErrorReply
+from bastion.proto.schema import MESSAGES, json_schema
+
+AT = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+SID = "0123456789abcdef"
+
+DECISION = policy.PolicyDecision(outcome="ask", reason="writes ask at L2", rule="level.L2.write")
+
+SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
+    session.OpenSession: session.OpenSession(
+        agent="tester",
+        tenant="acme",
+        autonomy="L4",
+        workspace="/tmp/ws",
+        shell=True,
+        sandbox="docker:alpine@sha256:" + "a" * 64,
+        network="declared",
+    ),
+    session.SessionRef: session.SessionRef(session_id=SID),
+    session.ToolSpec: session.ToolSpec(name="shell", effect="write", description="Run a command"),
+    session.SessionInfo: session.SessionInfo(
+        session_id=SID,
+        tenant="acme",
+        agent="tester",
+        autonomy="L2",
+        workspace="/tmp/ws",
+        shell=True,
+        sandbox="bwrap",
+        network="none",
+        state="closed",
+        opened_at=AT,
+        closed_at=AT,
+        calls=3,
+        tools=(session.ToolSpec(name="read_file", effect="read", description="Read a file"),),
+    ),
+    tools.ToolCall: tools.ToolCall(
+        tool="shell", input={"command": "ls -la", "nested": {"n": [1, 2.5, None]}}, call_id="c1"
+    ),
+    tools.ToolOutput: tools.ToolOutput(
+        call_id="c1", tool="shell", effect="write", text="ok", decision=DECISION, duration_s=0.25
+    ),
+    ErrorReply: ErrorReply(code="denied", message="the policy refused the call"),
+    policy.PolicyRequest: policy.PolicyRequest(
+        session_id=SID,
+        tenant="acme",
+        agent="tester",
+        autonomy="L3",
+        tool="shell",
+        effect="external",
+        tainted=True,
+        input_summary="curl example.com",
+    ),
+    policy.PolicyDecision: DECISION,
+    sandbox.Limits: sandbox.Limits(wall_s=1.5, cpu_s=2, output_bytes=2048),
+    sandbox.ExecRequest: sandbox.ExecRequest(
+        session_id=SID,
+        workspace="/tmp/ws",
+        command="echo hi",
+        network="declared",
+        limits=sandbox.Limits(wall_s=3.0),
+    ),
+    sandbox.ExecResult: sandbox.ExecResult(
+        exit_status=-9,
+        ended="signal",
+        signal=9,
+        stdout="out",
+        stderr="err",
+        stdout_cut=10,
+        stderr_cut=0,
+        duration_s=1.0,
+    ),
+    sandbox.ReadFile: sandbox.ReadFile(
+        session_id=SID, workspace="/tmp/ws", path="a.txt", offset=3, limit=10
+    ),
+    sandbox.WriteFile: sandbox.WriteFile(
+        session_id=SID, workspace="/tmp/ws", path="d/a.txt", content="héllo\n"
+    ),
+    sandbox.FileResult: sandbox.FileResult(text="1\thello"),
+    sandbox.SandboxCheck: sandbox.SandboxCheck(workspace="/tmp/ws", backend="bwrap"),
+    sandbox.SandboxReady: sandbox.SandboxReady(backend="bwrap", detail="bubblewrap 0.11"),
+    stubs.FetchRequest: stubs.FetchRequest(session_id=SID, url="https://docs.rs", format="text"),
+    stubs.McpCallRequest: stubs.McpCallRequest(
+        session_id=SID, server="github", tool="search", arguments={"q": "x", "n": 3}
+    ),
+    stubs.LeaseRequest: stubs.LeaseRequest(
+        session_id=SID, tenant="acme", call_id="c1", names=("API_TOKEN",)
+    ),
+    events.SessionOpened: events.SessionOpened(
+        session_id=SID, tenant="acme", agent="tester", autonomy="L2", at=AT
+    ),
+    events.CallDecided: events.CallDecided(
+        session_id=SID, tenant="acme", call_id="c1", tool="shell", outcome="deny", rule="r", at=AT
+    ),
+    events.CallFinished: events.CallFinished(
+        session_id=SID,
+        tenant="acme",
+        call_id="c1",
+        tool="shell",
+        error_code="",
+        duration_s=0.5,
+        at=AT,
+    ),
+    events.SessionClosed: events.SessionClosed(session_id=SID, tenant="acme", calls=2, at=AT),
+}
+"""One representative instance of every struct, with every optional field set off default."""
+
+TAGS: dict[type[msgspec.Struct], str] = {
+    session.OpenSession: "session.open",
+    session.SessionRef: "session.ref",
+    session.ToolSpec: "tool.spec",
+    session.SessionInfo: "session.info",
+    tools.ToolCall: "tool.call",
+    tools.ToolOutput: "tool.output",
+    ErrorReply: "error",
+    policy.PolicyRequest: "policy.request",
+    policy.PolicyDecision: "policy.decision",
+    sandbox.Limits: "Limits",
+    sandbox.ExecRequest: "sandbox.exec",
+    sandbox.ExecResult: "sandbox.exec_result",
+    sandbox.ReadFile: "file.read",
+    sandbox.WriteFile: "file.write",
+    sandbox.FileResult: "file.result",
+    sandbox.SandboxCheck: "sandbox.check",
+    sandbox.SandboxReady: "sandbox.ready",
+    stubs.FetchRequest: "egress.fetch",
+    stubs.McpCallRequest: "mcp.call",
+    stubs.LeaseRequest: "vault.lease",
+    events.SessionOpened: "event.session_opened",
+    events.CallDecided: "event.call_decided",
+    events.CallFinished: "event.call_finished",
+    events.SessionClosed: "event.session_closed",
+}
+"""The tag each struct travels with. A tag never changes: renaming a class must not move it."""
+
+
+def wire_structs() -> set[type[msgspec.Struct]]:
+    """Every struct the proto package defines."""
+    found: set[type[msgspec.Struct]] = set()
+    for module in (events, policy, sandbox, session, stubs, tools, bastion.proto.errors):
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if issubclass(value, Message) and value not in (Message, Ingress):
+                found.add(value)
+    return found
+
+
+def members(message_type: Any) -> tuple[type[msgspec.Struct], ...]:
+    """The structs a catalogue entry may carry: itself, or each member of a union."""
+    if get_origin(message_type) in (Union, types.UnionType):
+        return get_args(message_type)
+    return (message_type,)
+
+
+CATALOGUE = [(name, struct) for name, entry in MESSAGES.items() for struct in members(entry)]
+
+
+def test_every_struct_of_the_wire_has_a_sample_and_a_pinned_tag() -> None:
+    assert wire_structs() == set(SAMPLES) == set(TAGS)
+
+
+def test_every_struct_of_the_wire_is_in_the_schema_catalogue_or_nested_in_one() -> None:
+    listed = {struct for _, struct in CATALOGUE}
+    nested_only = wire_structs() - listed
+    assert nested_only == {session.ToolSpec, sandbox.Limits}
+
+
+@pytest.mark.parametrize("struct", sorted(TAGS, key=lambda s: s.__name__), ids=lambda s: s.__name__)
+def test_a_struct_keeps_its_tag_and_tag_field(struct: type[msgspec.Struct]) -> None:
+    config = struct.__struct_config__
+    assert (config.tag_field, config.tag) == ("kind", TAGS[struct])
+    assert config.frozen
+    assert msgspec.to_builtins(SAMPLES[struct])["kind"] == TAGS[struct]
+
+
+@pytest.mark.parametrize(("name", "struct"), CATALOGUE, ids=lambda v: getattr(v, "__name__", v))
+def test_a_message_round_trips_through_msgpack_and_json_as_its_catalogue_entry(
+    name: str, struct: type[msgspec.Struct]
+) -> None:
+    sample = SAMPLES[struct]
+    entry = MESSAGES[name]
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(sample), type=entry) == sample
+    assert msgspec.json.decode(msgspec.json.encode(sample), type=entry) == sample
+
+
+@pytest.mark.parametrize(
+    "struct", sorted(SAMPLES, key=lambda s: s.__name__), ids=lambda s: s.__name__
+)
+def test_a_message_built_with_defaults_round_trips(struct: type[msgspec.Struct]) -> None:
+    required = {
+        field.name: getattr(SAMPLES[struct], field.name)
+        for field in msgspec.structs.fields(struct)
+        if field.required
+    }
+    minimal = struct(**required)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(minimal), type=struct) == minimal
+
+
+@pytest.mark.parametrize("name", sorted(MESSAGES))
+def test_the_json_schema_of_a_catalogue_entry_is_a_schema_its_json_instances_satisfy(
+    name: str,
+) -> None:
+    schema = json_schema(name)
+    definitions = schema.get("$defs", {})
+    assert definitions, "every message is a struct, so its schema has $defs"
+    assert "$ref" in schema or "anyOf" in schema
+    refs = [schema["$ref"]] if "$ref" in schema else [s["$ref"] for s in schema["anyOf"]]
+    for ref, struct in zip(refs, members(MESSAGES[name]), strict=True):
+        definition = definitions[ref.removeprefix("#/$defs/")]
+        instance = msgspec.to_builtins(SAMPLES[struct])
+        assert definition["type"] == "object"
+        assert definition["properties"]["kind"] == {"enum": [TAGS[struct]]}
+        assert set(definition["required"]) <= set(instance)
+        assert set(instance) <= set(definition["properties"])
+        assert "kind" in definition["required"]
+    if "anyOf" in schema:
+        assert schema["discriminator"]["propertyName"] == "kind"
+    msgspec.json.encode(schema)  # exportable as a file
+
+
+@pytest.mark.parametrize("name", sorted(MESSAGES))
+def test_a_json_instance_validates_against_its_own_schema_and_a_broken_one_does_not(
+    name: str,
+) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json_schema(name)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for struct in members(MESSAGES[name]):
+        instance = msgspec.json.decode(msgspec.json.encode(SAMPLES[struct]))
+        validator.validate(instance)
+        assert not validator.is_valid({**instance, "kind": "no.such.kind"})
+
+
+def with_extra(struct: type[msgspec.Struct], **extra: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = msgspec.to_builtins(SAMPLES[struct])
+    return {**fields, **extra}
+
+
+INTERNAL = sorted((s for s in SAMPLES if not issubclass(s, Ingress)), key=lambda s: s.__name__)
+INGRESS = [session.OpenSession, session.SessionRef, tools.ToolCall]
+
+
+def test_exactly_the_messages_an_agent_fills_are_ingress() -> None:
+    assert {s for s in SAMPLES if issubclass(s, Ingress)} == set(INGRESS)
+
+
+@pytest.mark.parametrize("struct", INTERNAL, ids=lambda s: s.__name__)
+def test_an_internal_message_from_a_newer_sender_decodes_skipping_the_unknown_field(
+    struct: type[msgspec.Struct],
+) -> None:
+    newer = msgspec.msgpack.encode(with_extra(struct, added_in_v2={"any": ["shape", 1]}))
+    assert msgspec.msgpack.decode(newer, type=struct) == SAMPLES[struct]
+
+
+@pytest.mark.parametrize("struct", INGRESS, ids=lambda s: s.__name__)
+@pytest.mark.parametrize("codec", [msgspec.msgpack, msgspec.json], ids=["msgpack", "json"])
+def test_an_ingress_message_refuses_an_unknown_field(
+    struct: type[msgspec.Struct], codec: Any
+) -> None:
+    data = codec.encode(with_extra(struct, sneaky="x"))
+    with pytest.raises(msgspec.ValidationError, match="unknown field"):
+        codec.decode(data, type=struct)
+
+
+OVERSIZED: list[tuple[type[msgspec.Struct], dict[str, Any], str]] = [
+    (session.OpenSession, {"agent": "a" * 65}, "$.agent"),
+    (session.OpenSession, {"tenant": "t" * 65}, "$.tenant"),
+    (session.OpenSession, {"workspace": "/" + "w" * 4096}, "$.workspace"),
+    (session.OpenSession, {"sandbox": "docker:" + "x" * 600}, "$.sandbox"),
+    (session.OpenSession, {"network": "n" * 129}, "$.network"),
+    (session.OpenSession, {"agent": "../etc"}, "$.agent"),
+    (session.SessionRef, {"session_id": "0123456789abcdef0"}, "$.session_id"),
+    (session.SessionRef, {"session_id": "*"}, "$.session_id"),
+    (tools.ToolCall, {"tool": "t" * 129}, "$.tool"),
+    (tools.ToolCall, {"input": {f"k{i}": i for i in range(65)}}, "$.input"),
+    (tools.ToolCall, {"call_id": "c" * 65}, "$.call_id"),
+]
+
+
+@pytest.mark.parametrize(
+    ("struct", "change", "where"), OVERSIZED, ids=[f"{s.__name__}-{w}" for s, _, w in OVERSIZED]
+)
+def test_an_ingress_message_refuses_an_oversized_or_malformed_value(
+    struct: type[msgspec.Struct], change: dict[str, Any], where: str
+) -> None:
+    data = msgspec.json.encode(with_extra(struct, **change))
+    with pytest.raises(msgspec.ValidationError, match=f"at `\\{where}`"):
+        msgspec.json.decode(data, type=struct)
+
+
+def test_a_union_decodes_each_member_by_its_tag_alone() -> None:
+    for name in ("Event", "FileRequest", "CallResult"):
+        entry = MESSAGES[name]
+        for struct in members(entry):
+            decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(SAMPLES[struct]), type=entry)
+            assert type(decoded) is struct
