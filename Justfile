@@ -1,0 +1,26 @@
+# Bastion's recipes. `just` alone lists them.
+
+default:
+    @just --list
+
+# Bring Bastion up on this machine: embedded NATS and the six services
+up *ARGS:
+    bastion up {{ARGS}}
+
+# Run the whole test suite
+test *ARGS:
+    pytest {{ARGS}}
+
+# Lint, format check, and strict typing
+lint:
+    ruff check .
+    ruff format --check .
+    mypy proto/bastion/proto shared/bastion/shared cli services
+
+# Benchmarks: medians and ratios against baselines measured in the same run
+bench:
+    python bench/bench_calls.py
+
+# Write the JSON Schema of every wire message to schema/
+schema:
+    bastion proto schema --out schema

@@ -1,0 +1,218 @@
+"""`bastion up` as a user runs it: six services, the example scripts, a crash, and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+
+from bastion.proto import subjects
+from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.shared.bus import connect, request
+from bastion.shared.errors import BastionError
+from bastion.shared.settings import BusSettings
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+BASTION = [sys.executable, "-m", "bastion.cli"]
+
+
+@dataclass
+class Up:
+    process: subprocess.Popen[str]
+    state_dir: Path
+    output: list[str]
+
+    def pids(self) -> dict[str, int]:
+        """The pid of each child as `bastion up` printed it."""
+        found: dict[str, int] = {}
+        for line in self.output:
+            match = re.match(r"\s+(\w+)\s+(?:nats://\S+\s+)?pid (\d+)", line)
+            if match:
+                found[match.group(1)] = int(match.group(2))
+        return found
+
+    def nats_url(self) -> str:
+        record = json.loads((self.state_dir / "run" / "up.json").read_text())
+        return str(record["nats_url"])
+
+
+def bastion(
+    *args: str, state_dir: Path, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BASTION, *args, "--state-dir", str(state_dir)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is not alive; `bastion up` reaps its children, so none should remain
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Up]:
+    state_dir = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
+    process = subprocess.Popen(
+        [*BASTION, "up", "--state-dir", str(state_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    output: list[str] = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        output.append(line.rstrip("\n"))
+        if line.startswith(("ready:", "error:")):
+            break
+    assert output and output[-1].startswith("ready:"), "\n".join(output)
+    running = Up(process, state_dir, output)
+    try:
+        yield running
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=60)
+
+
+def test_up_brings_six_services_that_status_lists_and_a_second_up_is_refused(up: Up) -> None:
+    status = bastion("status", "--wait", "30", state_dir=up.state_dir)
+    assert status.returncode == 0, status.stdout + status.stderr
+    for name in ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault"):
+        assert re.search(rf"^{name}\s", status.stdout, re.MULTILINE), status.stdout
+    as_json = json.loads(bastion("status", "-o", "json", state_dir=up.state_dir).stdout)
+    assert len(as_json["instances"]) == 6 and as_json["missing"] == []
+
+    second = bastion("up", state_dir=up.state_dir)
+    assert second.returncode == 1
+    assert "already runs on state dir" in second.stderr and "Traceback" not in second.stderr
+
+
+def test_the_primes_example_prints_seventeen_primes(up: Up, tmp_path: Path) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    run = bastion(
+        "agent", "run", "--script", str(REPO / "examples" / "primes.json"),
+        "--workspace", str(workspace), "--shell", "--autonomy", "L3",
+        state_dir=up.state_dir,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert re.fullmatch(r"session [0-9a-f]{16} for agent scripted", lines[0])
+    assert "← wrote 117 bytes to primes.py" in lines
+    assert (
+        "17 primes below 60: [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59]"
+        in lines
+    )
+    assert lines[-2].startswith("agent: There are 17 primes")
+    assert re.fullmatch(r"session [0-9a-f]{16}: done", lines[-1])
+
+
+def test_the_sandbox_example_shows_uid_10001_no_root_a_read_only_system_and_no_network(
+    up: Up, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    script = (REPO / "examples" / "sandbox.json").read_text()
+    run = bastion(
+        "agent", "run", "--script", "-", "--workspace", str(workspace), "--shell",
+        "--autonomy", "L3", state_dir=up.state_dir, stdin=script,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "uid=10001(sandbox) gid=10001(sandbox)" in out
+    assert "home=/workspace" in out
+    assert "/root" in out and "No such file or directory" in out
+    assert "Read-only file system" in out
+    assert re.search(r"URLError|Errno|unreachable|resolution", out), out
+    assert (workspace / "made.txt").read_text() == "hello\n"
+
+
+def test_killing_the_orchestrator_keeps_an_open_session_usable(up: Up, tmp_path: Path) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+
+    async def scenario() -> tuple[SessionInfo, CallResult]:
+        async with connect(BusSettings(nats_url=up.nats_url()), "e2e") as client:
+            session: SessionInfo = await request(
+                client,
+                subjects.SESSION_OPEN,
+                OpenSession(agent="e2e", workspace=str(workspace), shell=True, autonomy="L3"),
+                SessionInfo,
+                timeout_s=30,
+            )
+            os.kill(up.pids()["orchestrator"], signal.SIGKILL)
+            # `bastion up` restarts it; the session is read back from JetStream.
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        again: SessionInfo = await request(
+                            client,
+                            subjects.SESSION_GET,
+                            SessionRef(session_id=session.session_id),
+                            SessionInfo,
+                            timeout_s=2,
+                        )
+                        break
+                    except BastionError:
+                        await anyio.sleep(0.2)
+            result: CallResult = await request(
+                client,
+                subjects.session_call(session.session_id),
+                ToolCall(tool="shell", input={"command": "echo still here"}),
+                CallResult,
+                timeout_s=60,
+            )
+            assert again.session_id == session.session_id and again.state == "open"
+            return session, result
+
+    _, result = anyio.run(scenario)
+    assert isinstance(result, ToolOutput) and "still here" in result.text
+    assert any("orchestrator exited" in line for line in _stop_and_read_output(up))
+
+
+def _stop_and_read_output(up: Up) -> list[str]:
+    """What `bastion up` printed so far (its supervisor notes a restart)."""
+    up.process.send_signal(signal.SIGINT)
+    rest, _ = up.process.communicate(timeout=60)
+    return up.output + rest.splitlines()
+
+
+def test_ctrl_c_stops_every_process_it_started(up: Up) -> None:
+    children = up.pids()
+    assert set(children) == {"nats", "orchestrator", "policy", "sandbox", "egress", "mcp", "vault"}
+    up.process.send_signal(signal.SIGINT)
+    rest, _ = up.process.communicate(timeout=60)
+    assert up.process.returncode == 0
+    assert rest.strip().endswith("stopped")
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in children.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [name for name, pid in children.items() if alive(pid)]
+    assert not (up.state_dir / "run" / "up.json").exists()

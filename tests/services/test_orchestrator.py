@@ -1,0 +1,285 @@
+"""The orchestrator: sessions kept in JetStream, calls routed policy → sandbox → result."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+from nats.aio.msg import Msg
+
+from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.policy.service import policy_service
+from bastion.proto import subjects
+from bastion.proto.errors import ErrorReply
+from bastion.proto.events import CallDecided, CallFinished, Event, SessionOpened
+from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.shared.bus import Client, request
+from bastion.shared.codec import decode
+from bastion.shared.errors import RemoteError
+from bastion.shared.service import Service
+from bastion.shared.settings import BusSettings
+from tests.conftest import ServiceRunner
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+async def plane(
+    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> AsyncIterator[None]:
+    """Policy and sandbox running; each test starts (and restarts) orchestrators itself."""
+    sandbox_settings = SandboxSettings(
+        nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state")
+    )
+    async with run_service(policy_service), run_service(sandbox_service, sandbox_settings):
+        yield
+
+
+def orchestrator(
+    run_service: ServiceRunner, bus_settings: BusSettings
+) -> AbstractAsyncContextManager[Service]:
+    return run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url))
+
+
+async def open_session(client: Client, **fields: object) -> SessionInfo:
+    ask = msgspec.convert({"agent": "tester", **fields}, OpenSession)
+    info: SessionInfo = await request(client, subjects.SESSION_OPEN, ask, SessionInfo, timeout_s=10)
+    return info
+
+
+async def call(client: Client, session_id: str, tool: str, **tool_input: object) -> CallResult:
+    result: CallResult = await request(
+        client,
+        subjects.session_call(session_id),
+        ToolCall(tool=tool, input=dict(tool_input)),
+        CallResult,
+        timeout_s=30,
+    )
+    return result
+
+
+async def test_a_call_runs_through_policy_and_sandbox_and_comes_back_as_output(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    async with orchestrator(run_service, bus_settings):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        assert [t.name for t in session.tools] == ["read_file", "write_file", "shell"]
+        wrote = await call(client, session.session_id, "write_file", path="a.txt", content="hi\n")
+        assert isinstance(wrote, ToolOutput) and "a.txt" in wrote.text
+        ran = await call(client, session.session_id, "shell", command="cat a.txt; exit 3")
+    assert isinstance(ran, ToolOutput)
+    assert ran.text.startswith("exit status 3\n--- stdout\nhi")
+    assert ran.decision.outcome == "allow" and ran.decision.rule == "level.L3.write"
+    assert (workspace / "a.txt").read_text() == "hi\n"
+
+
+async def test_a_restarted_orchestrator_still_knows_and_serves_an_open_session(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    async with orchestrator(run_service, bus_settings):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        await call(client, session.session_id, "write_file", path="kept.txt", content="kept")
+    # The first orchestrator is gone: nothing answers until another one starts.
+    with pytest.raises(RemoteError) as no_one:
+        await request(
+            client,
+            subjects.SESSION_GET,
+            SessionRef(session_id=session.session_id),
+            SessionInfo,
+            timeout_s=2,
+        )
+    assert no_one.value.code == "unavailable"
+    async with orchestrator(run_service, bus_settings):
+        again: SessionInfo = await request(
+            client,
+            subjects.SESSION_GET,
+            SessionRef(session_id=session.session_id),
+            SessionInfo,
+            timeout_s=10,
+        )
+        result = await call(client, session.session_id, "shell", command="cat kept.txt")
+    assert again.state == "open" and again.calls == 1 and again.workspace == str(workspace)
+    assert isinstance(result, ToolOutput) and "kept" in result.text
+
+
+@pytest.mark.parametrize(
+    ("autonomy", "tool", "code", "words"),
+    [
+        ("L1", "write_file", "denied", "runs from L3"),
+        ("L2", "write_file", "needs_approval", "raise --autonomy"),
+        ("L0", "read_file", "needs_approval", "runs without asking from L1"),
+    ],
+)
+async def test_a_call_the_level_does_not_run_is_refused_with_the_reason_and_not_run(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+    autonomy: str,
+    tool: str,
+    code: str,
+    words: str,
+) -> None:
+    async with orchestrator(run_service, bus_settings):
+        session = await open_session(client, workspace=str(workspace), autonomy=autonomy)
+        result = await call(client, session.session_id, tool, path="x.txt", content="no")
+    assert isinstance(result, ErrorReply)
+    assert result.code == code and words in result.message
+    assert not (workspace / "x.txt").exists()
+
+
+async def test_unknown_tools_bad_input_and_closed_sessions_get_typed_errors(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    async with orchestrator(run_service, bus_settings):
+        session = await open_session(client, workspace=str(workspace), autonomy="L3")
+        unknown = await call(client, session.session_id, "shell", command="true")
+        bad = await call(client, session.session_id, "write_file", path="a.txt")
+        extra = await call(client, session.session_id, "read_file", path="a.txt", sneaky=1)
+        closed: SessionInfo = await request(
+            client,
+            subjects.SESSION_CLOSE,
+            SessionRef(session_id=session.session_id),
+            SessionInfo,
+            timeout_s=10,
+        )
+        after = await call(client, session.session_id, "read_file", path="a.txt")
+    assert isinstance(unknown, ErrorReply) and unknown.code == "unknown_tool"
+    assert "read_file, write_file" in unknown.message  # no shell was asked for
+    assert isinstance(bad, ErrorReply) and bad.code == "invalid_input" and "content" in bad.message
+    assert (
+        isinstance(extra, ErrorReply)
+        and extra.code == "invalid_input"
+        and "sneaky" in extra.message
+    )
+    assert closed.state == "closed" and closed.closed_at is not None
+    assert isinstance(after, ErrorReply) and after.code == "session_closed"
+
+
+async def test_a_session_that_does_not_exist_is_not_found(
+    client: Client, plane: None, run_service: ServiceRunner, bus_settings: BusSettings
+) -> None:
+    async with orchestrator(run_service, bus_settings):
+        with pytest.raises(RemoteError) as missing:
+            await request(
+                client,
+                subjects.SESSION_GET,
+                SessionRef(session_id="0" * 16),
+                SessionInfo,
+                timeout_s=5,
+            )
+        result = await call(client, "f" * 16, "read_file", path="a")
+    assert missing.value.code == "not_found"
+    assert isinstance(result, ErrorReply) and result.code == "not_found"
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        subjects.SESSION_OPEN,
+        subjects.SESSION_GET,
+        subjects.SESSION_CLOSE,
+        subjects.session_call("0" * 16),
+    ],
+)
+async def test_a_message_of_the_wrong_shape_gets_a_bad_request_reply(
+    client: Client, plane: None, run_service: ServiceRunner, bus_settings: BusSettings, subject: str
+) -> None:
+    async with orchestrator(run_service, bus_settings):
+        reply = await client.request(subject, b"\x93not a message", timeout=5)
+    error = decode(reply.data, ErrorReply)
+    assert error.code == "bad_request"
+
+
+async def test_an_open_session_refuses_a_shell_without_a_workspace_and_a_relative_one(
+    client: Client, plane: None, run_service: ServiceRunner, bus_settings: BusSettings
+) -> None:
+    async with orchestrator(run_service, bus_settings):
+        with pytest.raises(RemoteError) as no_workspace:
+            await open_session(client, shell=True)
+        with pytest.raises(RemoteError) as relative:
+            await open_session(client, workspace="work")
+    assert (
+        no_workspace.value.code == "invalid_input" and "--workspace" in no_workspace.value.message
+    )
+    assert relative.value.code == "invalid_input" and "absolute" in relative.value.message
+
+
+async def test_every_call_is_published_as_events_on_the_tenants_subjects(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    seen: list[Event] = []
+    received = anyio.Event()
+
+    async def collect(msg: Msg) -> None:
+        seen.append(decode(msg.data, Event))
+        if isinstance(seen[-1], CallFinished):
+            received.set()
+
+    subscription = await client.subscribe(subjects.EVENTS_ALL, cb=collect)
+    async with orchestrator(run_service, bus_settings):
+        session = await open_session(client, workspace=str(workspace), tenant="acme", autonomy="L3")
+        await call(client, session.session_id, "write_file", path="e.txt", content="e")
+        with anyio.fail_after(5):
+            await received.wait()
+    await subscription.unsubscribe()
+    kinds = [type(e) for e in seen]
+    assert kinds == [SessionOpened, CallDecided, CallFinished]
+    assert all(e.tenant == "acme" for e in seen)
+
+
+async def test_calls_of_one_session_run_one_at_a_time_in_order(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    async with orchestrator(run_service, bus_settings):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        results: dict[int, CallResult] = {}
+
+        async def append(n: int) -> None:
+            results[n] = await call(
+                client,
+                session.session_id,
+                "shell",
+                command=f"echo start {n} >> log; echo end {n} >> log",
+            )
+
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(append, n)
+    lines = (workspace / "log").read_text().splitlines()
+    assert len(lines) == 10
+    for start, end in zip(lines[::2], lines[1::2], strict=True):
+        assert start.split()[1] == end.split()[1]  # no call interleaved with another
+    assert all(isinstance(r, ToolOutput) for r in results.values())
