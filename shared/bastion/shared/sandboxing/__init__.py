@@ -1,0 +1,37 @@
+"""Sandboxes for commands and stdio servers, shared by the sandbox and mcp services.
+
+Modules:
+- `spec`: what one run is given (workspace, network mode, limits, hidden paths) and the
+  parsing of backend and network names.
+- `backend`: the `SandboxBackend` protocol every backend implements.
+- `bwrap`: the bubblewrap backend and what its exit statuses mean.
+- `argv`: the `prlimit` + `bwrap` command line.
+- `etc`: the sandbox's minimal `/etc`.
+- `process`: a process in its own session, under a wall clock, its output capped.
+- `output`: one stream kept within a byte budget, head and tail.
+- `errors`: `SandboxFailed`, for a sandbox that did not start.
+"""
+
+from __future__ import annotations
+
+from bastion.shared.sandboxing.backend import SandboxBackend
+from bastion.shared.sandboxing.bwrap import BwrapBackend
+from bastion.shared.sandboxing.errors import SandboxFailed
+from bastion.shared.sandboxing.spec import (
+    SANDBOX_UID,
+    WORKSPACE,
+    Network,
+    SandboxSpec,
+    parse_backend,
+)
+
+__all__ = [
+    "SANDBOX_UID",
+    "WORKSPACE",
+    "BwrapBackend",
+    "Network",
+    "SandboxBackend",
+    "SandboxFailed",
+    "SandboxSpec",
+    "parse_backend",
+]

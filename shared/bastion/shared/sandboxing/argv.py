@@ -1,0 +1,131 @@
+"""The command line that starts a sandbox: `prlimit` for the limits, then `bwrap`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from bastion.proto.sandbox import Limits
+from bastion.shared.sandboxing.etc import host_etc_entries
+from bastion.shared.sandboxing.spec import SANDBOX_GID, SANDBOX_UID, WORKSPACE, SandboxSpec
+
+__all__ = ["ENVIRONMENT", "PROGRAM_DIRS", "bwrap_argv", "prlimit_argv", "shell_argv"]
+
+PROGRAM_DIRS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""Top-level program directories: symlinks into `/usr` on a merged-usr system, else bound."""
+
+ENVIRONMENT: Final = (
+    ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
+    ("HOME", WORKSPACE),
+    ("LANG", "C.UTF-8"),
+    ("TERM", "dumb"),
+    ("TMPDIR", "/tmp"),
+)
+"""The whole environment a command starts with: nothing of the service's passes."""
+
+
+def shell_argv(command: str) -> list[str]:
+    """How a command runs inside: one `/bin/sh -c`."""
+    return ["/bin/sh", "-c", command]
+
+
+def prlimit_argv(prlimit: str, limits: Limits) -> list[str]:
+    """`prlimit` setting the per-process limits, inherited by bwrap and all it starts.
+
+    The CPU hard limit is one second past the soft one, so a process that runs out is
+    first sent SIGXCPU (which says why) rather than a bare SIGKILL.
+    """
+    return [
+        prlimit,
+        f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
+        f"--as={limits.address_space_bytes}",
+        f"--fsize={limits.file_size_bytes}",
+        "--",
+    ]
+
+
+def _program_dirs() -> list[str]:
+    args: list[str] = []
+    for directory in PROGRAM_DIRS:
+        if os.path.islink(directory):
+            args += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            args += ["--ro-bind", directory, directory]
+    return args
+
+
+def _masks(hidden: Sequence[Path], bound: Sequence[Path]) -> list[str]:
+    """An empty read-only tmpfs over each hidden path that a bound tree would show."""
+    args: list[str] = []
+    for path in hidden:
+        for source in bound:
+            if path == source or path.is_relative_to(source):
+                args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+                break
+    return args
+
+
+def bwrap_argv(
+    bwrap: str,
+    spec: SandboxSpec,
+    command: Sequence[str],
+    *,
+    status_fd: int,
+    data_fds: Sequence[tuple[int, str]],
+) -> list[str]:
+    """bwrap's arguments for `spec`, running `command` as uid 10001 in `/workspace`.
+
+    `status_fd` receives bwrap's JSON status (its `child-pid` line proves the sandbox
+    started); each `(fd, path)` of `data_fds` is a pipe whose content bwrap writes,
+    read-only, at `path`.
+    """
+    args = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
+    ]
+    if spec.network == "host":
+        args.append("--share-net")
+    args += [
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--json-status-fd",
+        str(status_fd),
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    args += _program_dirs()
+    args += ["--perms", "0755", "--dir", "/etc"]
+    etc_entries = host_etc_entries(spec.network)
+    for name in etc_entries:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for fd, path in data_fds:
+        args += ["--perms", "0644", "--ro-bind-data", str(fd), path]
+    args += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--bind",
+        str(spec.workspace),
+        WORKSPACE,
+    ]
+    bound = [Path("/usr"), *(Path("/etc") / name for name in etc_entries)]
+    args += _masks(spec.hidden, bound)
+    args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
+    for name, value in ENVIRONMENT:
+        args += ["--setenv", name, value]
+    return [*args, "--", *command]

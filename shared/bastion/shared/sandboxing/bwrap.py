@@ -1,0 +1,190 @@
+"""The bubblewrap backend: a fresh sandbox per command, and what its exit status means.
+
+The host user running the service is mapped to uid 10001 inside, so what a command writes
+in the workspace belongs, on the host, to the service's user. bubblewrap reports a command
+killed by a signal as status 128+N, as a shell does; a status from 129 to 192 is therefore
+read as signal N (a command that itself exits with such a status reads the same).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final
+
+import anyio
+
+from bastion.proto._base import MAX_TEXT
+from bastion.proto.sandbox import ExecResult, Limits
+from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, shell_argv
+from bastion.shared.sandboxing.errors import SandboxFailed
+from bastion.shared.sandboxing.etc import generated_etc
+from bastion.shared.sandboxing.process import Finished, run_limited
+from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
+
+__all__ = ["BwrapBackend"]
+
+_LAUNCHER_ENV: Final = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+"""bwrap's own environment: the service's (NATS credentials, settings) never reaches it."""
+
+_CHECK_LIMITS: Final = Limits(wall_s=30.0, cpu_s=10)
+_SIGNAL_STATUSES: Final = range(129, 129 + 64)
+_USERNS_HINT: Final = (
+    "check that bubblewrap runs for the service's user and that unprivileged user "
+    "namespaces are enabled (sysctl user.max_user_namespaces above 0, "
+    "kernel.unprivileged_userns_clone=1 where it exists, or an AppArmor profile that lets "
+    "bwrap create them)"
+)
+
+
+@contextmanager
+def _pipes(contents: list[bytes]) -> Iterator[list[tuple[int, int]]]:
+    """Pipes already filled with `contents` and closed for writing, and one empty pipe
+    last (read end, write end); every end still open is closed on exit."""
+    opened: list[int] = []
+    pairs: list[tuple[int, int]] = []
+    try:
+        for content in contents:
+            read_end, write_end = os.pipe()
+            opened.append(read_end)
+            with os.fdopen(write_end, "wb") as writer:
+                writer.write(content)  # a few hundred bytes: far below a pipe's buffer
+            pairs.append((read_end, -1))
+        read_end, write_end = os.pipe()
+        opened += [read_end, write_end]
+        pairs.append((read_end, write_end))
+        yield pairs
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _read_available(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _reason(finished: Finished) -> str:
+    """bwrap's (or prlimit's) own first line of complaint, for the operator."""
+    for line in finished.stderr.text().splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return f"it exited with status {finished.returncode} and said nothing"
+
+
+def _result(finished: Finished) -> ExecResult:
+    status = finished.returncode
+    ended: str = "exited"
+    signum: int | None = None
+    if finished.timed_out:
+        ended, signum, status = "timeout", int(signal.SIGKILL), 128 + int(signal.SIGKILL)
+    elif status < 0:
+        ended, signum, status = "signal", -status, 128 - status
+    elif status in _SIGNAL_STATUSES:
+        ended, signum = "signal", status - 128
+    return ExecResult(
+        exit_status=status,
+        ended=ended,  # type: ignore[arg-type]
+        signal=signum,
+        stdout=finished.stdout.text(),
+        stderr=finished.stderr.text(),
+        stdout_cut=finished.stdout.cut,
+        stderr_cut=finished.stderr.cut,
+        duration_s=round(finished.duration_s, 3),
+    )
+
+
+class BwrapBackend:
+    """Runs each command in a new bubblewrap sandbox, with `prlimit` setting its limits."""
+
+    name = "bwrap"
+
+    def __init__(self, bwrap: str = "bwrap", prlimit: str = "prlimit") -> None:
+        self._bwrap = bwrap
+        self._prlimit = prlimit
+        self._version: str | None = None
+
+    def _programs(self) -> tuple[str, str]:
+        bwrap = shutil.which(self._bwrap)
+        if bwrap is None:
+            raise SandboxFailed(
+                f"bubblewrap is not installed here (no `{self._bwrap}` found): install the "
+                "bubblewrap package, or set the service's bwrap path to where it is"
+            )
+        prlimit = shutil.which(self._prlimit)
+        if prlimit is None:
+            raise SandboxFailed(
+                f"`{self._prlimit}`, which sets a sandbox's limits, is not installed here: "
+                "install util-linux"
+            )
+        return bwrap, prlimit
+
+    async def _launch(self, spec: SandboxSpec, command: str) -> Finished:
+        bwrap, prlimit = self._programs()
+        data = generated_etc(spec.network)
+        with _pipes([file.content for file in data]) as pipes:
+            *data_pipes, (status_read, status_write) = pipes
+            argv = prlimit_argv(prlimit, spec.limits) + bwrap_argv(
+                bwrap,
+                spec,
+                shell_argv(command),
+                status_fd=status_write,
+                data_fds=[
+                    (read, file.path) for (read, _), file in zip(data_pipes, data, strict=True)
+                ],
+            )
+            finished = await run_limited(
+                argv,
+                wall_s=spec.limits.wall_s,
+                output_bytes=min(spec.limits.output_bytes, MAX_TEXT - 64),
+                env=_LAUNCHER_ENV,
+                pass_fds=[read for read, _ in data_pipes] + [status_write],
+            )
+            status = _read_available(status_read)
+        if b'"child-pid"' not in status:
+            raise SandboxFailed(
+                f"the bubblewrap sandbox did not start ({_reason(finished)}): {_USERNS_HINT}"
+            )
+        return finished
+
+    async def run(self, spec: SandboxSpec, command: str) -> ExecResult:
+        """Run `command` with `/bin/sh -c` in `/workspace`, within `spec.limits`."""
+        return _result(await self._launch(spec, command))
+
+    async def check(self, spec: SandboxSpec) -> str:
+        """Run `true` in a sandbox like `spec`'s; say what ran, or raise `SandboxFailed`."""
+        quick = SandboxSpec(
+            workspace=spec.workspace, network=spec.network, limits=_CHECK_LIMITS, hidden=spec.hidden
+        )
+        result = _result(await self._launch(quick, "true"))
+        if result.ended != "exited" or result.exit_status != 0:
+            raise SandboxFailed(
+                f"the bubblewrap sandbox started but `true` did not succeed in it "
+                f"(ended {result.ended}, status {result.exit_status}): {_USERNS_HINT}"
+            )
+        return (
+            f"{await self._describe()}: `true` ran as uid {SANDBOX_UID} in {WORKSPACE}, "
+            f"network {spec.network}"
+        )
+
+    async def _describe(self) -> str:
+        if self._version is None:
+            bwrap, _ = self._programs()
+            with anyio.move_on_after(10):
+                done = await anyio.run_process([bwrap, "--version"], check=False)
+                self._version = done.stdout.decode(errors="replace").strip() or bwrap
+            if self._version is None:
+                return bwrap
+        return self._version

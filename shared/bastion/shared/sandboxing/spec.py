@@ -1,0 +1,68 @@
+"""What one sandboxed run is given: workspace, network mode, limits, paths to hide."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+from bastion.proto.sandbox import Limits
+from bastion.shared.errors import InvalidInput, NotImplementedYet
+
+__all__ = [
+    "SANDBOX_GID",
+    "SANDBOX_UID",
+    "SANDBOX_USER",
+    "WORKSPACE",
+    "Network",
+    "SandboxSpec",
+    "parse_backend",
+]
+
+SANDBOX_UID: Final = 10001
+SANDBOX_GID: Final = 10001
+SANDBOX_USER: Final = "sandbox"
+WORKSPACE: Final = "/workspace"
+"""Where the workspace appears inside every sandbox."""
+
+Network = Literal["none", "host"]
+"""The network modes bubblewrap runs today: loopback only, or the machine's own."""
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """One run's sandbox: `workspace` is a checked, resolved host directory."""
+
+    workspace: Path
+    network: Network = "none"
+    limits: Limits = field(default_factory=Limits)
+    hidden: tuple[Path, ...] = ()
+    """Host paths masked with an empty read-only directory should a bound tree hold them."""
+
+
+def parse_backend(backend: str, network: str) -> Network:
+    """The network mode for a `bwrap` run, or an error saying why the pair is not run.
+
+    Raises:
+        NotImplementedYet: a Docker backend (issue 3) or the `declared` network (issue 5).
+        InvalidInput: an unknown backend or network name.
+    """
+    if backend.startswith("docker:"):
+        raise NotImplementedYet(
+            "the Docker sandbox backend is not built yet (issue 3): use the bwrap backend"
+        )
+    if backend != "bwrap":
+        raise InvalidInput(
+            "the sandbox backend is `bwrap` or `docker:<image>@sha256:<digest>`: give one of those"
+        )
+    if network == "declared":
+        raise NotImplementedYet(
+            "the `declared` network (only a skill's declared hosts, through the egress proxy) "
+            "is not built yet (issue 5): use `none`, or `host` to share the machine's network"
+        )
+    if network in ("none", "host"):
+        return "none" if network == "none" else "host"
+    raise InvalidInput(
+        "bubblewrap takes the network mode none, declared or host, and no other: give one "
+        "of those (a named network needs the Docker backend)"
+    )
