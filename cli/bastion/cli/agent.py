@@ -156,10 +156,7 @@ def run(args: argparse.Namespace) -> int:
         if not Path(args.workspace).is_dir():
             return fail(f"the workspace {args.workspace} is not a directory: create it first", 2)
         workspace = str(Path(args.workspace).expanduser().resolve())
-    try:
-        return anyio.run(_run, args, steps, workspace)
-    except BastionError as error:
-        return fail(error.message if not hasattr(error, "remote_code") else str(error))
+    return anyio.run(_run, args, steps, workspace)
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

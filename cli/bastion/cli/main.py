@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from bastion.cli import agent, schema, status, up
+from bastion.cli.common import fail
+from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.version import VERSION
 
 __all__ = ["main"]
@@ -26,9 +29,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # The command speaks in sentences on stderr; library warnings (a NATS reconnect) are
+    # noise to a person at a terminal, so only errors of libraries are shown.
+    logging.basicConfig(level=logging.ERROR, format="bastion: %(message)s")
     args = parser().parse_args(argv)
     try:
         status_code: int = args.handler(args)
+    except BastionError as error:
+        status_code = fail(str(error) if isinstance(error, RemoteError) else error.message)
     except KeyboardInterrupt:
         status_code = 130
     sys.exit(status_code)

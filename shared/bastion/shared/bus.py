@@ -41,7 +41,7 @@ async def connect(settings: BusSettings, name: str) -> AsyncIterator[Client]:
         "name": name,
         "inbox_prefix": settings.nats_inbox_prefix,
         "connect_timeout": 2,
-        "max_reconnect_attempts": -1,
+        "max_reconnect_attempts": 1,
         "reconnect_time_wait": 0.5,
         "drain_timeout": settings.drain_timeout_s,
         "error_cb": _log_error,
@@ -58,9 +58,11 @@ async def connect(settings: BusSettings, name: str) -> AsyncIterator[Client]:
             f"cannot reach NATS at {settings.nats_url} ({type(error).__name__}): "
             "start Bastion with `bastion up`, or point --nats / BASTION_NATS_URL at a running one"
         ) from None
-    # Reconnection is wanted once connected (a NATS restart must not kill a service), but a
-    # first connect that fails should fail fast with the sentence above, hence two steps.
+    # Reconnection, forever, is wanted once connected (a NATS restart must not kill a
+    # service); but nats-py retries even the first connect up to max_reconnect_attempts, and
+    # a first connect that fails should fail fast with the sentence above: hence two steps.
     client.options["allow_reconnect"] = True
+    client.options["max_reconnect_attempts"] = -1
     try:
         yield client
     finally:

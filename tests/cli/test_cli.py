@@ -1,0 +1,83 @@
+"""The `bastion` command facing bad input or no running system: a sentence, no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BASTION = [sys.executable, "-m", "bastion.cli"]
+
+
+def bastion(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BASTION, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("script", "words"),
+    [
+        ("not json", "is not JSON"),
+        ('{"tool": "shell"}', "must be a JSON array of steps"),
+        ("[]", "has no steps"),
+        ('[{"tool": "shell", "say": "hi"}]', 'exactly one of "tool" and "say"'),
+        ('[{"say": "hi"}, {"tool": "shell"}]', 'only the last step may be a "say"'),
+        ('[{"tool": "shell", "inputs": {}}]', "step 1"),
+    ],
+)
+def test_a_bad_script_is_refused_before_anything_runs_naming_what_is_wrong(
+    tmp_path: Path, script: str, words: str
+) -> None:
+    result = bastion("agent", "run", "--script", "-", "--state-dir", str(tmp_path), stdin=script)
+    assert result.returncode == 2
+    assert words in result.stderr
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+
+
+def test_a_script_file_that_does_not_exist_is_named(tmp_path: Path) -> None:
+    result = bastion("agent", "run", "--script", str(tmp_path / "nope.json"))
+    assert result.returncode == 2
+    assert "cannot read the script" in result.stderr and "nope.json" in result.stderr
+
+
+def test_commands_with_no_running_bastion_say_how_to_start_one(tmp_path: Path) -> None:
+    status = bastion("status", "--state-dir", str(tmp_path))
+    run = bastion(
+        "agent", "run", "--script", "-", "--state-dir", str(tmp_path),
+        stdin='[{"say": "hi"}]',
+    )  # fmt: skip
+    for result in (status, run):
+        assert result.returncode == 1
+        assert "no running Bastion found" in result.stderr and "bastion up" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_a_nats_url_where_nothing_listens_is_reported_not_raised(tmp_path: Path) -> None:
+    result = bastion("status", "--nats", "nats://127.0.0.1:9")
+    assert result.returncode == 1
+    assert "cannot reach NATS at nats://127.0.0.1:9" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_proto_schema_writes_one_json_schema_per_message(tmp_path: Path) -> None:
+    result = bastion("proto", "schema", "--out", str(tmp_path / "schema"))
+    assert result.returncode == 0, result.stderr
+    files = sorted(p.name for p in (tmp_path / "schema").iterdir())
+    assert "ToolCall.json" in files and "ExecResult.json" in files and "ErrorReply.json" in files
+    tool_call = json.loads((tmp_path / "schema" / "ToolCall.json").read_text())
+    assert "ToolCall" in tool_call["$defs"]
+    whole = json.loads(bastion("proto", "schema").stdout)
+    assert set(whole) == {name.removesuffix(".json") for name in files}
+
+
+def test_a_workspace_that_is_not_a_directory_is_refused(tmp_path: Path) -> None:
+    result = bastion(
+        "agent", "run", "--script", "-", "--workspace", str(tmp_path / "missing"),
+        stdin='[{"say": "hi"}]',
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "is not a directory" in result.stderr
