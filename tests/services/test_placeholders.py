@@ -1,0 +1,80 @@
+"""egress, mcp and vault register and answer with a typed `not_implemented` until their issues."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bastion.egress.service import setup as egress_setup
+from bastion.mcp.service import setup as mcp_setup
+from bastion.policy.service import policy_service
+from bastion.proto import subjects
+from bastion.proto.errors import ErrorReply
+from bastion.proto.stubs import FetchRequest, LeaseRequest, McpCallRequest
+from bastion.shared.bus import Client, request
+from bastion.shared.codec import decode
+from bastion.shared.discovery import list_instances
+from bastion.shared.errors import RemoteError
+from bastion.vault.service import setup as vault_setup
+from tests.conftest import ServiceRunner
+
+SESSION = "0123456789abcdef"
+
+PLACEHOLDERS: list[tuple[str, Any, str, object, int]] = [
+    (
+        "egress",
+        egress_setup,
+        subjects.EGRESS_FETCH,
+        FetchRequest(session_id=SESSION, url="https://example.org"),
+        5,
+    ),
+    (
+        "mcp",
+        mcp_setup,
+        subjects.MCP_CALL,
+        McpCallRequest(session_id=SESSION, server="notes", tool="list"),
+        6,
+    ),
+    (
+        "vault",
+        vault_setup,
+        subjects.VAULT_LEASE,
+        LeaseRequest(session_id=SESSION, tenant="t", call_id="c"),
+        5,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "setup", "subject", "message", "issue"), PLACEHOLDERS)
+async def test_a_placeholder_registers_and_answers_not_implemented_naming_its_issue(
+    client: Client,
+    run_service: ServiceRunner,
+    name: str,
+    setup: Any,
+    subject: str,
+    message: object,
+    issue: int,
+) -> None:
+    async with run_service(setup):
+        instances = await list_instances(client)
+        with pytest.raises(RemoteError) as refused:
+            await request(client, subject, message, ErrorReply, timeout_s=5)
+    assert [i.name for i in instances] == [name]
+    assert refused.value.remote_code == "not_implemented"
+    assert f"issue {issue}" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("setup", "subject"),
+    [(p[1], p[2]) for p in PLACEHOLDERS] + [(policy_service, subjects.POLICY_DECIDE)],
+)
+async def test_a_message_of_the_wrong_shape_gets_bad_request_not_silence(
+    client: Client, run_service: ServiceRunner, setup: Any, subject: str
+) -> None:
+    async with run_service(setup):
+        for payload in (b"", b"\xc1", b"\x81\xa4kind\xa4nope"):
+            reply = await client.request(subject, payload, timeout=5)
+            error = decode(reply.data, ErrorReply)
+            assert error.code == "bad_request"
+            assert reply.headers is not None and reply.headers["Nats-Service-Error-Code"] == "400"
