@@ -1,0 +1,277 @@
+"""`read_file` and `write_file`, confined to the workspace whatever its links say.
+
+A path is walked one component at a time from a descriptor of the workspace, each
+directory opened with `O_NOFOLLOW`: `..` may not climb above the workspace, and a symbolic
+link is followed only while it stays inside (an absolute target counts as inside when it
+names `/workspace/...`, the sandbox's view). A write never goes through a hard link: a
+file with more than one link is refused, and the new content lands by rename.
+
+Files and directories are created by this service's user. The sandbox maps that same host
+user to its uid 10001, so what `write_file` creates and what the shell creates have one
+owner on the host (as root, root; as the service's own user, that user).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from bastion.proto.sandbox import ReadFile, WriteFile
+from bastion.sandbox.workspace import shown
+from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.sandboxing import WORKSPACE
+
+__all__ = ["MAX_LINE_CHARS", "MAX_READ_CHARS", "read_file", "write_file"]
+
+MAX_LINE_CHARS: Final = 2000
+"""A longer line is shown cut, with a note."""
+MAX_READ_CHARS: Final = 256 * 1024
+"""A read answers at most this much text (NATS carries 1 MiB a message by default)."""
+_MAX_LINKS: Final = 40
+_PROBE_BYTES: Final = 8192
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _parts(path: str) -> list[str]:
+    """The components of a path given relative to the workspace or under `/workspace`."""
+    if "\0" in path:
+        raise InvalidInput("a path may not hold a NUL character: give a plain file path")
+    if path.startswith("/"):
+        if path != WORKSPACE and not path.startswith(WORKSPACE + "/"):
+            raise InvalidInput(
+                f"{shown(path)} is outside the workspace: give a path relative to the "
+                f"workspace, or one under {WORKSPACE}"
+            )
+        path = path[len(WORKSPACE) :]
+    return [part for part in path.split("/") if part not in ("", ".")]
+
+
+def _escape(path: str, how: str) -> InvalidInput:
+    return InvalidInput(
+        f"{shown(path)} {how}, outside the workspace: give a path inside the workspace"
+    )
+
+
+def _resolve(root: int, path: str, *, make_dirs: bool) -> tuple[int, str]:
+    """The directory (a new descriptor, the caller's to close) holding `path`'s last
+    component, and that component's name; every link on the way stays inside `root`."""
+    stack = [os.dup(root)]
+    pending = _parts(path)
+    links = 0
+    try:
+        while pending:
+            name = pending.pop(0)
+            if name == "..":
+                if len(stack) == 1:
+                    raise _escape(path, "climbs above the workspace with `..`")
+                os.close(stack.pop())
+                continue
+            try:
+                info = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
+            except FileNotFoundError:
+                if not pending:
+                    return os.dup(stack[-1]), name
+                if not make_dirs:
+                    raise NotFound(
+                        f"there is no {shown(path)} in the workspace: its directory "
+                        f"{shown(name)} does not exist; check the path"
+                    ) from None
+                os.mkdir(name, 0o755, dir_fd=stack[-1])
+                info = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                links += 1
+                if links > _MAX_LINKS:
+                    raise InvalidInput(
+                        f"{shown(path)} goes through too many symbolic links: give the "
+                        "file's own path"
+                    )
+                target = os.readlink(name, dir_fd=stack[-1])
+                if target.startswith("/"):
+                    if target != WORKSPACE and not target.startswith(WORKSPACE + "/"):
+                        raise _escape(path, "passes through a symbolic link that points")
+                    while len(stack) > 1:
+                        os.close(stack.pop())
+                pending = _parts(target) + pending
+                continue
+            if not pending:
+                return os.dup(stack[-1]), name
+            if not stat.S_ISDIR(info.st_mode):
+                raise InvalidInput(
+                    f"{shown(path)} cannot be reached: {shown(name)} on the way is not a directory"
+                )
+            try:
+                stack.append(os.open(name, _DIR_FLAGS, dir_fd=stack[-1]))
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise InvalidInput(
+                        f"{shown(path)} changed while it was being opened: try again"
+                    ) from None
+                raise
+        raise InvalidInput(f"{shown(path)} is a directory, not a file: give a file's path")
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
+def _locate(workspace: Path, path: str, *, make_dirs: bool) -> tuple[int, str]:
+    """`_resolve` from the workspace; a system refusal (permissions...) is a sentence."""
+    try:
+        root = os.open(workspace, _DIR_FLAGS)
+        try:
+            return _resolve(root, path, make_dirs=make_dirs)
+        finally:
+            os.close(root)
+    except OSError as error:
+        raise InvalidInput(f"{shown(path)} cannot be reached: {error.strerror}") from None
+
+
+def _lines(stream: BinaryIO) -> Iterator[tuple[bytes, bool]]:
+    """Each line's start (at most what can be shown) and whether it went on past that."""
+    room = MAX_LINE_CHARS * 4
+    while chunk := stream.readline(room):
+        longer = False
+        tail = chunk
+        while not tail.endswith(b"\n"):
+            tail = stream.readline(room)
+            if not tail:
+                break
+            longer = True
+        yield chunk, longer
+
+
+def _looks_binary(probe: bytes) -> bool:
+    if b"\0" in probe:
+        return True
+    try:
+        probe.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return error.start < len(probe) - 3  # a character cut by the probe's end is fine
+    return False
+
+
+def _numbered(stream: BinaryIO, path: str, offset: int, limit: int) -> str:
+    if _looks_binary(stream.read(_PROBE_BYTES)):
+        raise InvalidInput(
+            f"{shown(path)} holds binary data, not text: look at it with a command instead "
+            "(e.g. `xxd`, `file`)"
+        )
+    stream.seek(0)
+    out: list[str] = []
+    size = 0
+    total = 0
+    next_line = 0
+    for number, (raw, longer) in enumerate(_lines(stream), 1):
+        total = number
+        if number < offset or next_line:
+            continue
+        if len(out) >= limit or size >= MAX_READ_CHARS:
+            next_line = number
+            continue
+        text = raw.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8", errors="replace")
+        if longer or len(text) > MAX_LINE_CHARS:
+            text = f"{text[:MAX_LINE_CHARS]} [... line cut at {MAX_LINE_CHARS} characters]"
+        line = f"{number:6d}\t{text}"
+        out.append(line)
+        size += len(line) + 1
+    if total == 0:
+        return f"{shown(path)} is empty"
+    if offset > total:
+        raise InvalidInput(
+            f"{shown(path)} has {total} lines, so offset {offset} is past its end: give an "
+            f"offset from 1 to {total}"
+        )
+    if next_line:
+        out.append(f"... {total - next_line + 1} more lines: read on with offset={next_line}")
+    return "\n".join(out)
+
+
+def read_file(workspace: Path, request: ReadFile) -> str:
+    """Lines `offset`.. of a workspace file, numbered, at most `limit` of them."""
+    parent, name = _locate(workspace, request.path, make_dirs=False)
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=parent
+        )
+    except FileNotFoundError:
+        raise NotFound(
+            f"there is no file {shown(request.path)} in the workspace: check the path"
+        ) from None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _escape(request.path, "became a symbolic link while it was opened") from None
+        raise InvalidInput(f"{shown(request.path)} cannot be read: {error.strerror}") from None
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "rb") as stream:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InvalidInput(
+                f"{shown(request.path)} is a directory, not a file: give a file's path"
+            )
+        if not stat.S_ISREG(mode):
+            raise InvalidInput(
+                f"{shown(request.path)} is not a regular file (a device, pipe or socket): "
+                "give a file's path"
+            )
+        return _numbered(stream, request.path, request.offset, request.limit)
+
+
+def _replace(parent: int, name: str, data: bytes, mode: int) -> None:
+    """`data` written beside `name` and renamed over it, so a reader sees old or new."""
+    temporary = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(
+        temporary,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=parent,
+    )
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=parent)
+        raise
+
+
+def write_file(workspace: Path, request: WriteFile) -> str:
+    """Write a whole workspace file atomically, creating its directories."""
+    data = request.content.encode()
+    parent, name = _locate(workspace, request.path, make_dirs=True)
+    try:
+        try:
+            existing = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            mode = 0o644
+        else:
+            if stat.S_ISDIR(existing.st_mode):
+                raise InvalidInput(
+                    f"{shown(request.path)} is a directory: give a file's path to write"
+                )
+            if not stat.S_ISREG(existing.st_mode):
+                raise InvalidInput(
+                    f"{shown(request.path)} is not a regular file: give a file's path to write"
+                )
+            if existing.st_nlink > 1:
+                raise InvalidInput(
+                    f"{shown(request.path)} has {existing.st_nlink} hard links and may be "
+                    "shared with a file outside the workspace: remove it first, or write "
+                    "another path"
+                )
+            mode = stat.S_IMODE(existing.st_mode)
+        _replace(parent, name, data, mode)
+    except OSError as error:
+        raise InvalidInput(f"{shown(request.path)} cannot be written: {error.strerror}") from None
+    finally:
+        os.close(parent)
+    return f"wrote {len(data)} bytes to {request.path}"

@@ -1,0 +1,93 @@
+"""The sandbox service's endpoints: `sandbox.exec`, `sandbox.files` and `sandbox.check`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio.to_thread
+import msgspec
+
+from bastion.proto import subjects
+from bastion.proto.sandbox import (
+    ExecRequest,
+    ExecResult,
+    FileRequest,
+    FileResult,
+    Limits,
+    ReadFile,
+    SandboxCheck,
+    SandboxReady,
+)
+from bastion.sandbox.files import read_file, write_file
+from bastion.sandbox.workspace import checked_workspace
+from bastion.shared.bus import Client
+from bastion.shared.sandboxing import BwrapBackend, SandboxBackend, SandboxSpec, parse_backend
+from bastion.shared.service import RequestContext, Service
+from bastion.shared.settings import BusSettings
+from bastion.shared.statedir import default_state_dir
+from bastion.shared.version import VERSION
+
+__all__ = ["SandboxSettings", "Sandboxes", "sandbox_service"]
+
+
+def _default_state_dir() -> str:
+    return str(default_state_dir())
+
+
+class SandboxSettings(BusSettings, frozen=True, kw_only=True):
+    """Where Bastion's state is (never shown to, nor accepted as, a workspace), and the
+    programs that build a sandbox."""
+
+    state_dir: str = msgspec.field(default_factory=_default_state_dir)
+    bwrap: str = "bwrap"
+    prlimit: str = "prlimit"
+
+
+class Sandboxes:
+    """The endpoints' handlers: each checks the workspace, then runs in a sandbox or on it."""
+
+    def __init__(self, settings: SandboxSettings, backend: SandboxBackend | None = None) -> None:
+        self._state_dir = Path(settings.state_dir).expanduser().resolve()
+        self._backend = backend or BwrapBackend(settings.bwrap, settings.prlimit)
+
+    def _spec(self, workspace: str, backend: str, network: str, limits: Limits) -> SandboxSpec:
+        return SandboxSpec(
+            workspace=checked_workspace(workspace, self._state_dir),
+            network=parse_backend(backend, network),
+            limits=limits,
+            hidden=(self._state_dir,),
+        )
+
+    async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
+        """Run one shell command in a fresh sandbox; a failing command is a result too."""
+        spec = self._spec(request.workspace, request.backend, request.network, request.limits)
+        return await self._backend.run(spec, request.command)
+
+    async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
+        """Read or write one workspace file, confined to the workspace."""
+        workspace = checked_workspace(request.workspace, self._state_dir)
+        if isinstance(request, ReadFile):
+            text = await anyio.to_thread.run_sync(read_file, workspace, request)
+        else:
+            text = await anyio.to_thread.run_sync(write_file, workspace, request)
+        return FileResult(text=text)
+
+    async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:
+        """Run `true` in the sandbox a session would get; `sandbox_failed` if it does not."""
+        spec = self._spec(request.workspace, request.backend, request.network, Limits())
+        detail = await self._backend.check(spec)
+        return SandboxReady(backend=request.backend, detail=detail)
+
+
+@asynccontextmanager
+async def sandbox_service(_client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
+    sandboxes = Sandboxes(settings)
+    service = Service(
+        "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."
+    )
+    service.add_endpoint("exec", subjects.SANDBOX_EXEC, ExecRequest, sandboxes.exec)
+    service.add_endpoint("files", subjects.SANDBOX_FILES, FileRequest, sandboxes.files)
+    service.add_endpoint("check", subjects.SANDBOX_CHECK, SandboxCheck, sandboxes.check)
+    yield service
