@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import resource
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from bastion.proto.sandbox import Limits
@@ -103,6 +105,17 @@ def test_a_hidden_path_inside_a_bound_tree_is_masked(workspace: Path) -> None:
     )
     assert "--tmpfs /usr/local/state --remount-ro /usr/local/state" in joined
     assert "/srv" not in joined
+
+
+def test_a_limit_above_what_the_service_may_grant_is_lowered_to_its_hard_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hard = {resource.RLIMIT_CPU: 30, resource.RLIMIT_AS: MiB}
+    monkeypatch.setattr(
+        resource, "getrlimit", lambda which: (0, hard.get(which, resource.RLIM_INFINITY))
+    )
+    argv = prlimit_argv("prlimit", Limits(cpu_s=120, address_space_bytes=4 * MiB))
+    assert argv[1:3] == ["--cpu=30:30", f"--as={MiB}"]
 
 
 def test_limits_become_prlimit_options_with_a_softer_cpu_limit() -> None:
@@ -236,6 +249,15 @@ async def test_the_wall_clock_kills_the_command_and_its_children(
     result = await backend.run(spec, "sleep 4242 & sleep 4242")
     assert result.ended == "timeout"
     assert sleepers("4242") == []
+
+
+async def test_a_cancelled_run_kills_the_command_and_its_children(
+    backend: BwrapBackend, workspace: Path
+) -> None:
+    spec = SandboxSpec(workspace=workspace, limits=Limits(wall_s=100))
+    with anyio.move_on_after(0.5):
+        await backend.run(spec, "sleep 4747 & sleep 4747")
+    assert sleepers("4747") == []
 
 
 async def test_a_file_over_the_size_limit_is_stopped(

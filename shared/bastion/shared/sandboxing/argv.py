@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -31,17 +32,28 @@ def shell_argv(command: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
+def _within_hard_limit(value: int, which: int) -> int:
+    """`value`, or less if this process may not grant as much (a user cannot raise its own
+    hard limit, which a service manager may have set lower)."""
+    hard = resource.getrlimit(which)[1]
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
 def prlimit_argv(prlimit: str, limits: Limits) -> list[str]:
     """`prlimit` setting the per-process limits, inherited by bwrap and all it starts.
 
     The CPU hard limit is one second past the soft one, so a process that runs out is
     first sent SIGXCPU (which says why) rather than a bare SIGKILL.
     """
+    cpu_hard = _within_hard_limit(limits.cpu_s + 1, resource.RLIMIT_CPU)
+    cpu_soft = min(limits.cpu_s, cpu_hard)
+    address_space = _within_hard_limit(limits.address_space_bytes, resource.RLIMIT_AS)
+    file_size = _within_hard_limit(limits.file_size_bytes, resource.RLIMIT_FSIZE)
     return [
         prlimit,
-        f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
-        f"--as={limits.address_space_bytes}",
-        f"--fsize={limits.file_size_bytes}",
+        f"--cpu={cpu_soft}:{cpu_hard}",
+        f"--as={address_space}",
+        f"--fsize={file_size}",
         "--",
     ]
 

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -35,6 +35,13 @@ class Finished:
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+
+
+async def _until_closed(stream: AsyncIterable[bytes] | None) -> None:
+    """Read and drop what is left, until every process holding the pipe has gone."""
+    if stream is not None:
+        async for _ in stream:
+            pass
 
 
 async def run_limited(
@@ -78,8 +85,12 @@ async def run_limited(
             readers.cancel_scope.deadline = anyio.current_time() + DRAIN_GRACE_S
     finally:
         with anyio.CancelScope(shield=True):
-            if process.returncode is None:
+            if process.returncode is None:  # cancelled, or failed, while it ran
                 _kill_group(process.pid)
+                with anyio.move_on_after(DRAIN_GRACE_S):
+                    await process.wait()
+                    await _until_closed(process.stdout)
+                    await _until_closed(process.stderr)
             await process.aclose()
     returncode = process.returncode
     assert returncode is not None
