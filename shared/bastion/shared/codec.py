@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from functools import cache
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -32,12 +33,33 @@ def decode(data: bytes, message_type: Any) -> Any:
         raise BadRequest(describe_decode_error(error, message_type)) from None
 
 
-def describe_decode_error(error: msgspec.MsgspecError, message_type: Any) -> str:
-    """A sentence for a payload that is not the expected message.
+# msgspec's text is a rule and a path (`Expected `int`, got `str` - at `$.limit``), but
+# some rules quote what was sent: an enum or tag value, an unknown field's name, a
+# malformed byte. The sentence travels to the caller, into the `Nats-Service-Error` header
+# and into `$SRV.STATS`, so those rules are replaced by their first words.
+_ECHOING_RULES = (
+    ("Invalid enum value", "Invalid value"),
+    ("Invalid value", "Invalid value"),
+    ("Object contains unknown field", "Object contains a field the message does not have"),
+    ("MessagePack data is malformed", "MessagePack data is malformed"),
+    ("JSON is malformed", "JSON is malformed"),
+)
+_PATH = re.compile(r" - at `(\$(?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\]|\[\.\.\.\])*)`$")
 
-    msgspec's text names the field and the rule (`Expected int, got str - at $.limit`)
-    but never echoes the value, so it is safe to send back.
+
+def describe_decode_error(error: msgspec.MsgspecError, message_type: Any) -> str:
+    """A sentence for a payload that is not the expected message, echoing none of it.
+
+    It names the field (its path in the schema) and the rule broken, never a value sent.
     """
-    name = getattr(message_type, "__name__", None) or str(message_type)
-    detail = str(error).splitlines()[0][:300] if str(error) else "unreadable"
-    return f"the request is not a valid {name}: {detail}"
+    members = get_args(message_type) or (message_type,)
+    name = " or ".join(getattr(member, "__name__", str(member)) for member in members)
+    text = str(error).splitlines()[0] if str(error) else "unreadable"
+    path = _PATH.search(text)
+    rule = text[: path.start()] if path else text
+    for echoing, safe in _ECHOING_RULES:
+        if rule.startswith(echoing):
+            rule = safe
+            break
+    where = f" - at `{path.group(1)}`" if path else ""
+    return f"the request is not a valid {name}: {rule[:300]}{where}"
