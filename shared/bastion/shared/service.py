@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import anyio
+import nats.errors
 from anyio.abc import TaskGroup
 from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import EndpointStats
+from nats.micro.service import Service as MicroService
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from bastion.proto import errors as codes
@@ -125,12 +127,16 @@ class Service:
             try:
                 yield
             finally:
-                with anyio.CancelScope(shield=True):
-                    await micro.stop()
-                    with anyio.move_on_after(drain_timeout_s):
-                        while self._in_flight:
-                            await self._idle.wait()
-                    work.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(drain_timeout_s):
+                    await _stop_taking_requests(micro)
+                    while self._in_flight:
+                        await self._idle.wait()
+                if self._in_flight:
+                    logger.warning(
+                        "drain timed out: cancelling requests still in flight",
+                        extra={"in_flight": self._in_flight, "drain_timeout_s": drain_timeout_s},
+                    )
+                work.cancel_scope.cancel()
 
     def _dispatcher(
         self, endpoint: Endpoint[Any], work: TaskGroup
@@ -145,7 +151,6 @@ class Service:
         return dispatch
 
     async def _answer(self, endpoint: Endpoint[Any], request: Request) -> None:
-        started = time.perf_counter_ns()
         headers = request.headers or {}
         try:
             with tracer().start_as_current_span(
@@ -158,14 +163,16 @@ class Service:
                     "bastion.service": self.name,
                 },
             ) as span:
-                reply, error = await self._run_handler(endpoint, request, headers)
+                data, error = await self._run_handler(endpoint, request, headers)
                 if error is not None:
                     span.set_status(Status(StatusCode.ERROR, error.code))
                     span.set_attribute("error.type", error.code)
-                await self._respond(request, reply, error)
+                await self._respond(endpoint, request, data, error)
+        except Exception:
+            # Nothing may escape into the task group: one failed answer must not stop the
+            # service. What reaches here is a fault of this module, not of a handler.
+            logger.exception("answering a request failed", extra={"endpoint": endpoint.name})
         finally:
-            endpoint.requests += 1
-            endpoint.processing_ns += time.perf_counter_ns() - started
             endpoint.in_flight -= 1
             self._in_flight -= 1
             if not self._in_flight:
@@ -173,10 +180,17 @@ class Service:
 
     async def _run_handler(
         self, endpoint: Endpoint[Any], request: Request, headers: Mapping[str, str]
-    ) -> tuple[object, ErrorReply | None]:
+    ) -> tuple[bytes, ErrorReply | None]:
+        """The handler's answer as bytes to send, and the error it is, if it is one.
+
+        The counters are updated here, before the answer leaves, so that a caller who
+        reads `$SRV.STATS` right after its reply sees its request counted.
+        """
+        started = time.perf_counter_ns()
         try:
             message = decode(request.data, endpoint.request_type)
             result = await endpoint.handler(message, RequestContext(request.subject, headers))
+            data = encode(result)
         except BastionError as error:
             reply = error.to_reply()
         except Exception:
@@ -188,22 +202,43 @@ class Service:
                 message=f"the {self.name} service failed on this request; its log has the detail",
             )
         else:
-            return result, None
-        endpoint.errors += 1
-        endpoint.last_error = f"{reply.code}: {reply.message}"[:200]
-        return reply, reply
+            self._count(endpoint, started, None)
+            return data, None
+        self._count(endpoint, started, reply)
+        return encode(reply), reply
 
-    async def _respond(self, request: Request, reply: object, error: ErrorReply | None) -> None:
+    def _count(self, endpoint: Endpoint[Any], started: int, error: ErrorReply | None) -> None:
+        endpoint.requests += 1
+        endpoint.processing_ns += time.perf_counter_ns() - started
+        if error is not None:
+            endpoint.errors += 1
+            endpoint.last_error = f"{error.code}: {error.message}"[:200]
+
+    async def _respond(
+        self, endpoint: Endpoint[Any], request: Request, data: bytes, error: ErrorReply | None
+    ) -> None:
         if not request._msg.reply:
             return  # published without a reply subject: nobody is waiting for an answer
-        headers = None
-        if error is not None:
-            headers = {
-                "Nats-Service-Error": error.message[:1024],
-                "Nats-Service-Error-Code": _STATUS_OF_CODE.get(error.code, "500"),
-                "Bastion-Error-Code": error.code,
-            }
-        await request.respond(encode(reply), headers=headers)
+        try:
+            try:
+                await request.respond(data, headers=_error_headers(error))
+            except nats.errors.MaxPayloadError:
+                # Refused by the client before anything was sent: say so instead of silence.
+                too_big = ErrorReply(
+                    code=codes.INTERNAL,
+                    message=(
+                        f"the {self.name} service's answer is {len(data)} bytes, more than the"
+                        " bus carries in one message; ask for less"
+                    ),
+                )
+                endpoint.errors += 1
+                endpoint.last_error = f"{too_big.code}: {too_big.message}"[:200]
+                await request.respond(encode(too_big), headers=_error_headers(too_big))
+        except nats.errors.Error as failure:
+            logger.warning(
+                "could not send an answer",
+                extra={"endpoint": endpoint.name, "error_type": type(failure).__name__},
+            )
 
     def _fill_stats(self, stats: EndpointStats) -> dict[str, int]:
         # micro counts a request when the callback returns; the real work happens later in
@@ -217,3 +252,36 @@ class Service:
         stats.processing_time = endpoint.processing_ns
         stats.average_processing_time = endpoint.processing_ns // max(endpoint.requests, 1)
         return {"in_flight": endpoint.in_flight}
+
+
+def _error_headers(error: ErrorReply | None) -> dict[str, str] | None:
+    """The micro service error headers, so `nats` tools see the failure; none on success."""
+    if error is None:
+        return None
+    return {
+        "Nats-Service-Error": error.message[:1024],
+        "Nats-Service-Error-Code": _STATUS_OF_CODE.get(error.code, "500"),
+        "Bastion-Error-Code": error.code,
+    }
+
+
+async def _stop_taking_requests(micro: MicroService) -> None:
+    """Drain every endpoint's subscription, then stop the micro service.
+
+    micro's own `stop()` unsubscribes, which drops the requests the server already sent but
+    the subscription has not dispatched yet: their callers would wait out a timeout instead
+    of being answered. A drain (UNSUB, a round trip, then the backlog) dispatches them all.
+    nats.micro has no public way to drain an endpoint, hence the private attributes.
+    """
+    try:
+        for endpoint in micro._endpoints:
+            if endpoint._subscription is not None:
+                await endpoint._subscription.drain()
+                endpoint._subscription = None
+        micro._endpoints = []
+        await micro.stop()
+    except (nats.errors.Error, TimeoutError) as failure:
+        # The connection is closed or draining: no request can arrive or be answered anyway.
+        logger.warning(
+            "could not stop the service cleanly", extra={"error_type": type(failure).__name__}
+        )
