@@ -97,10 +97,17 @@ async def request(
         kind=SpanKind.CLIENT,
         attributes={"messaging.system": "nats", "messaging.destination.name": subject},
     ):
+        payload, headers = encode(message), headers_with_context()
         try:
-            reply = await client.request(
-                subject, encode(message), timeout=timeout_s, headers=headers_with_context()
-            )
+            try:
+                reply = await client.request(subject, payload, timeout=timeout_s, headers=headers)
+            except nats.errors.NoRespondersError:
+                # nats-server can answer "no responders" to the first request after another
+                # connection subscribed, even once that subscriber's flush returned (seen
+                # about once in fifty fresh connections). A round trip of our own settles it;
+                # ask once more before calling the service absent.
+                await client.flush(timeout=max(1, int(timeout_s)))
+                reply = await client.request(subject, payload, timeout=timeout_s, headers=headers)
         except nats.errors.NoRespondersError:
             raise Unavailable(f"no service answers on {subject}: is it running?") from None
         except nats.errors.TimeoutError:
