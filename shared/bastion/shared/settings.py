@@ -7,6 +7,7 @@ from variables named `BASTION_<FIELD>` (upper case), converting strings to the f
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -48,6 +49,18 @@ def load_settings(settings_type: type[S], env: Mapping[str, str] | None = None) 
     try:
         return msgspec.convert(values, settings_type, strict=False)
     except msgspec.ValidationError as error:
-        path = str(error).rsplit("$.", 1)[-1] if "$." in str(error) else ""
-        variable = ENV_PREFIX + path.upper() if path else "a BASTION_* variable"
-        raise InvalidInput(f"{variable} is not valid: {str(error).split(' - at')[0]}") from None
+        text = str(error)
+        # msgspec says `... - at `$.request_timeout_s`` for a bad value and `Object missing
+        # required field `name`` for an absent one: either way, name the variable to set.
+        missing = _MISSING_FIELD.search(text)
+        if missing:
+            variable = ENV_PREFIX + missing.group(1).upper()
+            raise InvalidInput(f"{variable} is required: set it in the environment") from None
+        at = _AT_FIELD.search(text)
+        variable = ENV_PREFIX + at.group(1).upper() if at else "a BASTION_* variable"
+        rule = text.split(" - at ", maxsplit=1)[0]
+        raise InvalidInput(f"{variable} is not valid: {rule}") from None
+
+
+_AT_FIELD = re.compile(r" - at `\$\.([A-Za-z_][A-Za-z0-9_]*)")
+_MISSING_FIELD = re.compile(r"missing required field `([A-Za-z_][A-Za-z0-9_]*)`")
