@@ -1,0 +1,50 @@
+"""Log lines are JSON with the trace id; trace context travels through headers."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from opentelemetry import trace
+
+from bastion.shared.logs import JsonFormatter
+from bastion.shared.telemetry import context_from_headers, headers_with_context, tracer
+from tests.shared.conftest import Spans
+
+
+def record(message: str, **extra: object) -> logging.LogRecord:
+    made = logging.makeLogRecord({"name": "bastion.test", "levelname": "WARNING", "msg": message})
+    made.__dict__.update(extra)
+    return made
+
+
+def test_a_log_line_is_json_with_service_level_message_and_extra_fields() -> None:
+    line = json.loads(JsonFormatter("policy").format(record("hello", endpoint="decide")))
+    assert line["service"] == "policy"
+    assert line["level"] == "warning"
+    assert line["message"] == "hello"
+    assert line["endpoint"] == "decide"
+    assert "trace_id" not in line
+
+
+def test_a_log_line_inside_a_span_carries_its_trace_and_span_ids(spans: Spans) -> None:
+    with tracer().start_as_current_span("work") as span:
+        line = json.loads(JsonFormatter("policy").format(record("inside")))
+    context = span.get_span_context()
+    assert line["trace_id"] == format(context.trace_id, "032x")
+    assert line["span_id"] == format(context.span_id, "016x")
+
+
+def test_the_trace_context_survives_a_trip_through_headers(spans: Spans) -> None:
+    with tracer().start_as_current_span("caller") as span:
+        headers = headers_with_context({"x-other": "kept"})
+    assert headers["x-other"] == "kept"
+    assert headers["traceparent"].split("-")[1] == format(span.get_span_context().trace_id, "032x")
+    remote = trace.get_current_span(context_from_headers(headers)).get_span_context()
+    assert remote.trace_id == span.get_span_context().trace_id
+    assert remote.is_remote
+
+
+def test_headers_without_a_traceparent_give_an_empty_context() -> None:
+    assert not trace.get_current_span(context_from_headers(None)).get_span_context().is_valid
+    assert not trace.get_current_span(context_from_headers({})).get_span_context().is_valid

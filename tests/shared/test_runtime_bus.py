@@ -1,0 +1,62 @@
+"""The typed request helper and `connect`: every failure is one of Bastion's errors."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from bastion.proto.policy import PolicyDecision
+from bastion.shared.bus import Client, connect, request
+from bastion.shared.errors import BadRequest, Timeout, Unavailable
+from bastion.shared.natsserver import free_port
+from bastion.shared.settings import BusSettings
+from tests.conftest import ServiceRunner
+from tests.shared.conftest import SUBJECT, Echo, Echoed, Harness
+
+
+async def test_a_request_nobody_serves_raises_unavailable_not_timeout(client: Client) -> None:
+    with anyio.fail_after(10), pytest.raises(Unavailable) as raised:
+        await request(client, "bastion.v1.nobody.home", Echo(text="hi"), Echoed, timeout_s=5)
+    assert type(raised.value) is Unavailable
+    assert raised.value.code == "unavailable"
+    assert "no service answers on bastion.v1.nobody.home" in raised.value.message
+
+
+async def test_a_handler_that_never_answers_in_time_raises_timeout(
+    client: Client, run_service: ServiceRunner, harness: Harness
+) -> None:
+    with anyio.fail_after(10):
+        async with run_service(harness.setup()):
+            with pytest.raises(Timeout) as raised:
+                await request(client, SUBJECT, Echo(text="block"), Echoed, timeout_s=0.2)
+            harness.release.set()  # so the service's drain does not wait
+    assert raised.value.code == "timeout"
+    assert raised.value.message == f"no answer on {SUBJECT} within 0.2 s"
+
+
+async def test_a_reply_of_another_type_raises_bad_request(
+    client: Client, run_service: ServiceRunner, harness: Harness
+) -> None:
+    with anyio.fail_after(10):
+        async with run_service(harness.setup()):
+            with pytest.raises(BadRequest, match="PolicyDecision"):
+                await request(client, SUBJECT, Echo(text="hi"), PolicyDecision, timeout_s=5)
+
+
+async def test_a_request_on_a_closed_connection_raises_unavailable(
+    bus_settings: BusSettings,
+) -> None:
+    with anyio.fail_after(10):
+        async with connect(bus_settings, "short-lived") as nc:
+            await nc.close()
+            with pytest.raises(Unavailable, match="closed"):
+                await request(nc, SUBJECT, Echo(text="hi"), Echoed, timeout_s=1)
+
+
+async def test_connecting_to_a_server_that_is_not_there_says_how_to_start_one() -> None:
+    url = f"nats://127.0.0.1:{free_port()}"
+    with anyio.fail_after(10), pytest.raises(Unavailable) as raised:
+        async with connect(BusSettings(nats_url=url), "nobody"):
+            pass
+    assert raised.value.message.startswith(f"cannot reach NATS at {url}")
+    assert "bastion up" in raised.value.message

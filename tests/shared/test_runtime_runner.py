@@ -1,0 +1,97 @@
+"""A service process: ready when discoverable, SIGTERM drains and exits 0, logs are JSON lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import anyio
+import nats.errors
+from anyio.abc import Process
+
+from bastion.shared.bus import Client
+from bastion.shared.natsserver import free_port
+
+
+def service_env(nats_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BASTION_", "OTEL_"))}
+    return {**env, "BASTION_NATS_URL": nats_url, **extra}
+
+
+async def read_all(process: Process) -> bytes:
+    assert process.stderr is not None
+    chunks = [chunk async for chunk in process.stderr]
+    return b"".join(chunks)
+
+
+async def wait_until_pinged(client: Client, name: str, process: Process) -> dict[str, object]:
+    """Poll `$SRV.PING.<name>` until the process answers (bounded by the caller's deadline)."""
+    while True:
+        assert process.returncode is None, "the service exited before it was ready"
+        try:
+            reply = await client.request(f"$SRV.PING.{name}", b"", timeout=1)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            await anyio.sleep(0.05)  # poll interval, not a wait for an outcome
+            continue
+        answer: dict[str, object] = json.loads(reply.data)
+        return answer
+
+
+async def test_a_service_process_answers_ping_then_drains_and_exits_0_on_sigterm(
+    client: Client, nats_url: str
+) -> None:
+    command = [sys.executable, "-m", "bastion.policy"]
+    stderr: list[bytes] = []
+    with anyio.fail_after(30):
+        async with (
+            await anyio.open_process(command, env=service_env(nats_url)) as process,
+            anyio.create_task_group() as tasks,
+        ):
+
+            async def collect() -> None:
+                stderr.append(await read_all(process))
+
+            tasks.start_soon(collect)
+            ping = await wait_until_pinged(client, "policy", process)
+            assert ping["name"] == "policy"
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+    lines = stderr[0].decode().splitlines()
+    assert lines, "the service logged nothing"
+    records = [json.loads(line) for line in lines]
+    for record in records:
+        assert {"level", "service", "message", "time"} <= set(record)
+        assert record["service"] == "policy"
+    messages = [r["message"] for r in records]
+    assert "service ready" in messages
+    assert messages[-1] == "service stopped"
+    assert any(r.get("signal") == "SIGTERM" for r in records)
+
+
+async def test_a_bad_setting_exits_2_with_a_sentence_naming_the_variable() -> None:
+    env = service_env("nats://127.0.0.1:1", BASTION_REQUEST_TIMEOUT_S="abc")
+    with anyio.fail_after(30):
+        result = await anyio.run_process(
+            [sys.executable, "-m", "bastion.policy"], env=env, check=False
+        )
+    assert result.returncode == 2
+    text = result.stderr.decode()
+    assert "BASTION_REQUEST_TIMEOUT_S is not valid" in text
+    assert "Traceback" not in text
+    assert text.count("\n") == 1
+
+
+async def test_an_unreachable_bus_exits_1_with_a_json_line_saying_how_to_start_one() -> None:
+    env = service_env(f"nats://127.0.0.1:{free_port()}")
+    with anyio.fail_after(30):
+        result = await anyio.run_process(
+            [sys.executable, "-m", "bastion.policy"], env=env, check=False
+        )
+    assert result.returncode == 1
+    text = result.stderr.decode()
+    assert "Traceback" not in text
+    records = [json.loads(line) for line in text.splitlines()]
+    assert records[-1]["level"] == "error"
+    assert "bastion up" in records[-1]["message"]
