@@ -29,6 +29,7 @@ from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.sleepers import sleeping, unique_duration
 
 SESSION = "0123456789abcdef"
 MiB = 1024 * 1024
@@ -89,17 +90,6 @@ async def write(client: Client, workspace: Path, path: str, content: str) -> str
 
 def assert_untouched(outside: Path) -> None:
     assert outside.read_text() == "secret\n"
-
-
-def sleepers(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 # --- the shell -------------------------------------------------------------------------
@@ -168,9 +158,12 @@ async def test_a_file_in_tmp_is_gone_by_the_next_call(
 async def test_the_wall_clock_ends_the_command_and_kills_its_children(
     client: Client, sandbox: None, workspace: Path
 ) -> None:
-    result = await shell(client, workspace, "sleep 4343 & sleep 4343", limits=Limits(wall_s=0.5))
+    duration = unique_duration()
+    result = await shell(
+        client, workspace, f"sleep {duration} & sleep {duration}", limits=Limits(wall_s=0.5)
+    )
     assert result.ended == "timeout"
-    assert sleepers("4343") == []
+    assert sleeping(duration) == []
 
 
 async def test_ten_mebibytes_of_output_come_back_cut_to_the_cap_with_a_marker(
@@ -429,6 +422,7 @@ async def test_a_workspace_that_overlaps_the_state_dir_or_is_no_directory_is_ref
 async def test_a_payload_of_the_wrong_shape_gets_bad_request(
     client: Client, sandbox: None, subject: str
 ) -> None:
+    await client.flush()  # the first request on a fresh connection may race the server
     reply = await client.request(subject, msgspec.msgpack.encode({"kind": "nonsense"}), timeout=10)
     error = decode(reply.data, ErrorReply)
     assert error.code == codes.BAD_REQUEST

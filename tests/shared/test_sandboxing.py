@@ -16,6 +16,7 @@ from bastion.shared.errors import InvalidInput, NotImplementedYet
 from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec, parse_backend
 from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv
 from bastion.shared.sandboxing.output import CappedOutput
+from tests.sleepers import sleeping, unique_duration
 
 MiB = 1024 * 1024
 
@@ -36,21 +37,6 @@ def argv_for(spec: SandboxSpec) -> list[str]:
     return bwrap_argv(
         "bwrap", spec, ["/bin/sh", "-c", "true"], status_fd=3, data_fds=[(4, "/etc/passwd")]
     )
-
-
-def sleepers(marker: str) -> list[int]:
-    """Pids of live processes whose command line holds `marker`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture
@@ -246,18 +232,20 @@ async def test_the_wall_clock_kills_the_command_and_its_children(
     backend: BwrapBackend, workspace: Path
 ) -> None:
     spec = SandboxSpec(workspace=workspace, limits=Limits(wall_s=0.5))
-    result = await backend.run(spec, "sleep 4242 & sleep 4242")
+    duration = unique_duration()
+    result = await backend.run(spec, f"sleep {duration} & sleep {duration}")
     assert result.ended == "timeout"
-    assert sleepers("4242") == []
+    assert sleeping(duration) == []
 
 
 async def test_a_cancelled_run_kills_the_command_and_its_children(
     backend: BwrapBackend, workspace: Path
 ) -> None:
     spec = SandboxSpec(workspace=workspace, limits=Limits(wall_s=100))
+    duration = unique_duration()
     with anyio.move_on_after(0.5):
-        await backend.run(spec, "sleep 4747 & sleep 4747")
-    assert sleepers("4747") == []
+        await backend.run(spec, f"sleep {duration} & sleep {duration}")
+    assert sleeping(duration) == []
 
 
 async def test_a_file_over_the_size_limit_is_stopped(
