@@ -23,7 +23,7 @@ from bastion.proto.sandbox import (
     SandboxReady,
     WriteFile,
 )
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import SandboxSettings, output_cap, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
@@ -178,6 +178,19 @@ async def test_ten_mebibytes_of_output_come_back_cut_to_the_cap_with_a_marker(
     assert result.stdout_cut == 10 * MiB - 64 * 1024
     assert f"\n[... {result.stdout_cut} bytes cut ...]\n" in result.stdout
     assert (result.stderr, result.stderr_cut) == ("done\n", 0)
+
+
+async def test_output_too_big_for_one_bus_message_is_cut_to_fit_whatever_the_limit(
+    client: Client, sandbox: None, workspace: Path
+) -> None:
+    result = await shell(
+        client,
+        workspace,
+        "head -c 3000000 /dev/urandom; head -c 3000000 /dev/urandom >&2",
+        limits=Limits(output_bytes=8 * MiB),
+    )
+    kept = output_cap(client.max_payload)
+    assert result.stdout_cut == result.stderr_cut == 3000000 - kept
 
 
 async def test_a_command_that_exits_non_zero_is_a_result(

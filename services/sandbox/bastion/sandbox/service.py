@@ -29,7 +29,7 @@ from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
 from bastion.shared.version import VERSION
 
-__all__ = ["SandboxSettings", "Sandboxes", "sandbox_service"]
+__all__ = ["SandboxSettings", "Sandboxes", "output_cap", "sandbox_service"]
 
 
 def _default_state_dir() -> str:
@@ -45,14 +45,31 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     prlimit: str = "prlimit"
 
 
+def output_cap(max_payload: int) -> int:
+    """The most output a stream may keep so that a reply fits one bus message.
+
+    Two streams, each of which can triple when bytes that are not UTF-8 become U+FFFD,
+    and room for the rest of the reply and its headers.
+    """
+    return max(1024, (max_payload - 16 * 1024) // 6)
+
+
 class Sandboxes:
     """The endpoints' handlers: each checks the workspace, then runs in a sandbox or on it."""
 
-    def __init__(self, settings: SandboxSettings, backend: SandboxBackend | None = None) -> None:
+    def __init__(
+        self,
+        settings: SandboxSettings,
+        backend: SandboxBackend | None = None,
+        max_payload: int = 1024 * 1024,
+    ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(settings.bwrap, settings.prlimit)
+        self._output_cap = output_cap(max_payload)
 
     def _spec(self, workspace: str, backend: str, network: str, limits: Limits) -> SandboxSpec:
+        if limits.output_bytes > self._output_cap:
+            limits = msgspec.structs.replace(limits, output_bytes=self._output_cap)
         return SandboxSpec(
             workspace=checked_workspace(workspace, self._state_dir),
             network=parse_backend(backend, network),
@@ -82,8 +99,8 @@ class Sandboxes:
 
 
 @asynccontextmanager
-async def sandbox_service(_client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
-    sandboxes = Sandboxes(settings)
+async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
+    sandboxes = Sandboxes(settings, max_payload=client.max_payload)
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."
     )

@@ -3,7 +3,8 @@
 The host user running the service is mapped to uid 10001 inside, so what a command writes
 in the workspace belongs, on the host, to the service's user. bubblewrap reports a command
 killed by a signal as status 128+N, as a shell does; a status from 129 to 192 is therefore
-read as signal N (a command that itself exits with such a status reads the same).
+read as signal N (a command that itself exits with such a status reads the same). A run
+whose wall clock ran out ends `timeout` with SIGKILL's status: 137, signal 9.
 """
 
 from __future__ import annotations
