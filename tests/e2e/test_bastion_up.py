@@ -98,7 +98,8 @@ def up(tmp_path: Path) -> Iterator[Up]:
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
-            process.wait(timeout=60)
+            process.communicate(timeout=60)
+        process.stdout.close()
 
 
 def test_up_brings_six_services_that_status_lists_and_a_second_up_is_refused(up: Up) -> None:

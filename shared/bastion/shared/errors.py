@@ -15,8 +15,6 @@ secrets or the input that caused it. `to_reply()` is the only way an error reach
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
 
@@ -35,7 +33,8 @@ __all__ = [
 class BastionError(Exception):
     """Base of every error Bastion raises on purpose; `code` is stable, `message` is for people."""
 
-    code: ClassVar[str] = codes.INTERNAL
+    code: str = codes.INTERNAL
+    """The wire code: a class default, except on `RemoteError`, which carries the one sent."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -75,10 +74,11 @@ class RemoteError(BastionError):
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
-        self.remote_code = code
+        self.code = code
 
-    def to_reply(self) -> ErrorReply:
-        return ErrorReply(code=self.remote_code, message=self.message)
+    @property
+    def remote_code(self) -> str:
+        return self.code
 
     def __str__(self) -> str:
-        return f"{self.remote_code}: {self.message}"
+        return f"{self.code}: {self.message}"

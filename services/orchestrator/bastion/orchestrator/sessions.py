@@ -175,12 +175,14 @@ class Sessions:
                 codes.UNKNOWN_TOOL,
                 f"session {session.session_id} has no tool {call.tool!r}; its tools: {offered}",
             )
+        input_type = definition(tool.name).input_type
         try:
-            tool_input = msgspec.convert(call.input, definition(tool.name).input_type)
+            tool_input = msgspec.convert(call.input, input_type)
         except msgspec.ValidationError as error:
+            reason = describe_decode_error(error, input_type).split(": ", 1)[1]
+            fields = ", ".join(f.name for f in msgspec.structs.fields(input_type))
             raise InvalidInput(
-                f"the input of {tool.name} is not valid: "
-                + describe_decode_error(error, definition(tool.name).input_type).split(": ", 1)[1]
+                f"the input of {tool.name} is not valid: {reason} ({tool.name} takes: {fields})"
             ) from None
         decision: PolicyDecision = await request(
             self._client,
