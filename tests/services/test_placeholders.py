@@ -61,7 +61,7 @@ async def test_a_placeholder_registers_and_answers_not_implemented_naming_its_is
         with pytest.raises(RemoteError) as refused:
             await request(client, subject, message, ErrorReply, timeout_s=5)
     assert [i.name for i in instances] == [name]
-    assert refused.value.remote_code == "not_implemented"
+    assert refused.value.code == "not_implemented"
     assert f"issue {issue}" in refused.value.message
 
 

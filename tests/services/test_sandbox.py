@@ -234,7 +234,7 @@ async def test_backends_and_networks_not_run_are_answered_with_a_typed_error(
 ) -> None:
     with pytest.raises(RemoteError) as raised:
         await shell(client, workspace, "true", backend=backend, network=network)
-    assert raised.value.remote_code == code
+    assert raised.value.code == code
     assert words in raised.value.message
 
 
@@ -268,7 +268,7 @@ async def test_a_sandbox_that_cannot_start_fails_the_check_saying_what_to_do(
                 SandboxReady,
                 timeout_s=30,
             )
-    assert raised.value.remote_code == codes.SANDBOX_FAILED
+    assert raised.value.code == codes.SANDBOX_FAILED
     assert "user namespaces" in raised.value.message
 
 
@@ -303,7 +303,7 @@ async def test_a_long_line_is_cut_and_an_offset_past_the_end_is_refused(
     assert second == "     2\tshort"
     with pytest.raises(RemoteError) as raised:
         await read(client, workspace, "long.txt", offset=9)
-    assert raised.value.remote_code == codes.INVALID_INPUT
+    assert raised.value.code == codes.INVALID_INPUT
     assert "has 2 lines" in raised.value.message
 
 
@@ -313,11 +313,11 @@ async def test_a_binary_file_is_refused_and_a_missing_one_is_not_found(
     (workspace / "blob.bin").write_bytes(b"\x7fELF\x00\x01\x02")
     with pytest.raises(RemoteError) as binary:
         await read(client, workspace, "blob.bin")
-    assert binary.value.remote_code == codes.INVALID_INPUT
+    assert binary.value.code == codes.INVALID_INPUT
     assert "binary" in binary.value.message
     with pytest.raises(RemoteError) as missing:
         await read(client, workspace, "nope.txt")
-    assert missing.value.remote_code == codes.NOT_FOUND
+    assert missing.value.code == codes.NOT_FOUND
 
 
 async def test_a_symlink_inside_the_workspace_is_followed(
@@ -343,7 +343,7 @@ async def test_a_symlink_out_of_the_workspace_is_refused(
                 await read(client, workspace, path)
             else:
                 await write(client, workspace, path, "overwritten\n")
-        assert raised.value.remote_code == codes.INVALID_INPUT
+        assert raised.value.code == codes.INVALID_INPUT
         assert "outside the workspace" in raised.value.message
     assert_untouched(outside)
 
@@ -356,7 +356,7 @@ async def test_a_path_that_leaves_the_workspace_is_refused(
     for attempt in (read(client, workspace, path), write(client, workspace, path, "x")):
         with pytest.raises(RemoteError) as raised:
             await attempt
-        assert raised.value.remote_code == codes.INVALID_INPUT
+        assert raised.value.code == codes.INVALID_INPUT
         assert "outside the workspace" in raised.value.message
     assert_untouched(outside)
 
@@ -367,7 +367,7 @@ async def test_a_write_through_a_hard_link_to_a_file_outside_is_refused(
     os.link(outside, workspace / "linked.txt")
     with pytest.raises(RemoteError) as raised:
         await write(client, workspace, "linked.txt", "overwritten\n")
-    assert raised.value.remote_code == codes.INVALID_INPUT
+    assert raised.value.code == codes.INVALID_INPUT
     assert "hard links" in raised.value.message
     assert_untouched(outside)
 
@@ -425,7 +425,7 @@ async def test_a_workspace_that_overlaps_the_state_dir_or_is_no_directory_is_ref
     for attempt in attempts:
         with pytest.raises(RemoteError) as raised:
             await attempt
-        assert raised.value.remote_code == codes.INVALID_INPUT
+        assert raised.value.code == codes.INVALID_INPUT
         assert words in raised.value.message
 
 

@@ -121,7 +121,7 @@ async def test_a_typed_error_from_a_handler_reaches_the_caller_with_its_code_and
         async with run_service(harness.setup()):
             with pytest.raises(RemoteError) as raised:
                 await request(client, SUBJECT, Echo(text="invalid"), Echoed, timeout_s=5)
-    assert raised.value.remote_code == "invalid_input"
+    assert raised.value.code == "invalid_input"
     assert raised.value.message == "the text is not acceptable: say something else"
 
 

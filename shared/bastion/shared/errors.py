@@ -76,9 +76,5 @@ class RemoteError(BastionError):
         super().__init__(message)
         self.code = code
 
-    @property
-    def remote_code(self) -> str:
-        return self.code
-
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
