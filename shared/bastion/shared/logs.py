@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import traceback
 from datetime import UTC, datetime
 
 from opentelemetry import trace
@@ -12,6 +13,15 @@ from opentelemetry import trace
 __all__ = ["configure_logging"]
 
 _RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+def _traceback_without_values(error: BaseException | None) -> str:
+    """Where an exception was raised, without its message: an exception's text may carry a
+    secret or an agent's input (`ValueError("token=...")`), and logs keep neither whole."""
+    if error is None:
+        return ""
+    frames = traceback.extract_tb(error.__traceback__)
+    return "".join(traceback.format_list(frames)) + type(error).__qualname__
 
 
 class JsonFormatter(logging.Formatter):
@@ -38,7 +48,7 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info and record.exc_info[0] is not None:
             line["error_type"] = record.exc_info[0].__name__
-            line["traceback"] = self.formatException(record.exc_info)
+            line["traceback"] = _traceback_without_values(record.exc_info[1])
         return json.dumps(line, default=str)
 
 

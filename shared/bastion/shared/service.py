@@ -86,13 +86,18 @@ class Endpoint(Generic[Req]):
 class Service:
     """A Bastion service: a name, a version, and typed endpoints served on one connection."""
 
-    def __init__(self, name: str, version: str, description: str = "") -> None:
+    def __init__(
+        self, name: str, version: str, description: str = "", max_in_flight: int = 256
+    ) -> None:
         self.name = name
         self.version = version
         self.description = description
         self.endpoints: dict[str, Endpoint[Any]] = {}
         self._idle = anyio.Event()
         self._in_flight = 0
+        # Backpressure: past this many requests at work, a subscription stops taking new
+        # ones until a slot frees, so a flood queues in NATS instead of in this process.
+        self._slots = anyio.Semaphore(max_in_flight)
         self.instance_id = ""
 
     def add_endpoint(
@@ -142,6 +147,7 @@ class Service:
         self, endpoint: Endpoint[Any], work: TaskGroup
     ) -> Callable[[Request], Awaitable[None]]:
         async def dispatch(request: Request) -> None:
+            await self._slots.acquire()
             self._in_flight += 1
             endpoint.in_flight += 1
             if self._idle.is_set():
@@ -175,6 +181,7 @@ class Service:
         finally:
             endpoint.in_flight -= 1
             self._in_flight -= 1
+            self._slots.release()
             if not self._in_flight:
                 self._idle.set()
 
