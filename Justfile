@@ -19,7 +19,8 @@ lint:
 
 # Benchmarks: medians and ratios against baselines measured in the same run
 bench:
-    python bench/bench_calls.py
+    python -m bench.bench_calls
+    python -m bench.bench_sessions
 
 # Write the JSON Schema of every wire message to schema/
 schema:

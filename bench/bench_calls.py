@@ -7,18 +7,14 @@ It starts `bastion up` on a temporary state dir, opens a session, and times:
   sandbox (new namespaces, read-only /usr, the workspace bound, uid 10001).
 
 It prints the median and p99 of each in milliseconds and the ratio of the medians.
-Usage: python bench/bench_calls.py [--calls N]
+Usage: python -m bench.bench_calls [--calls N]   (from the repository root)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -29,28 +25,9 @@ import anyio.to_thread
 
 from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo
-from bastion.proto.tools import CallResult, ToolCall, ToolOutput
-from bastion.shared.bus import Client, connect, request
+from bastion.shared.bus import connect, request
 from bastion.shared.settings import BusSettings
-
-
-def raw_bwrap_argv(workspace: Path) -> list[str]:
-    """A cold bubblewrap sandbox like the plane's, without Bastion in front of it."""
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "10001", "--gid", "10001"]
-    argv += ["--die-with-parent", "--new-session", "--clearenv", "--ro-bind", "/usr", "/usr"]
-    for directory in ("/bin", "/sbin", "/lib", "/lib64"):
-        if os.path.islink(directory):
-            argv += ["--symlink", os.readlink(directory), directory]
-        elif os.path.isdir(directory):
-            argv += ["--ro-bind", directory, directory]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    argv += ["--bind", str(workspace), "/workspace", "--chdir", "/workspace", "true"]
-    return argv
-
-
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+from bench.common import bastion_up, call, percentile, raw_bwrap_argv
 
 
 async def timed(calls: int, one: Callable[[], Awaitable[None]]) -> list[float]:
@@ -62,18 +39,6 @@ async def timed(calls: int, one: Callable[[], Awaitable[None]]) -> list[float]:
         await one()
         samples.append((time.perf_counter() - started) * 1000)
     return samples
-
-
-async def call(client: Client, session_id: str, tool: str, **tool_input: object) -> None:
-    result: CallResult = await request(
-        client,
-        subjects.session_call(session_id),
-        ToolCall(tool=tool, input=dict(tool_input)),
-        CallResult,
-        timeout_s=60,
-    )
-    if not isinstance(result, ToolOutput):
-        raise SystemExit(f"{tool} failed: {result.message}")
 
 
 async def measure(
@@ -134,27 +99,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200, help="timed calls per measure")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        state_dir, workspace = Path(tmp) / "state", Path(tmp) / "work"
+        workspace = Path(tmp) / "work"
         workspace.mkdir()
-        up = subprocess.Popen(
-            [sys.executable, "-m", "bastion.cli", "up", "--state-dir", str(state_dir)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            assert up.stdout is not None
-            for line in up.stdout:
-                if line.startswith(("ready:", "error:")):
-                    break
-            if not line.startswith("ready:"):
-                raise SystemExit(f"bastion up did not start: {line}")
-            nats_url = json.loads((state_dir / "run" / "up.json").read_text())["nats_url"]
+        with bastion_up(Path(tmp) / "state") as nats_url:
             print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {nats_url}")
             report(anyio.run(measure, nats_url, workspace, args.calls))
-        finally:
-            up.send_signal(signal.SIGINT)
-            up.wait(timeout=60)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""What the benchmarks share: a `bastion up` to measure against, the raw-bwrap baseline, stats."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bastion.proto import subjects
+from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.shared.bus import Client, request
+
+__all__ = ["bastion_up", "call", "percentile", "raw_bwrap_argv"]
+
+
+@contextmanager
+def bastion_up(state_dir: Path) -> Iterator[str]:
+    """`bastion up` on `state_dir`, as a user runs it; yields its NATS URL; stopped on exit."""
+    up = subprocess.Popen(
+        [sys.executable, "-m", "bastion.cli", "up", "--state-dir", str(state_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert up.stdout is not None
+        last = ""
+        for last in up.stdout:
+            if last.startswith(("ready:", "error:")):
+                break
+        if not last.startswith("ready:"):
+            raise SystemExit(f"bastion up did not start: {last}")
+        yield str(json.loads((state_dir / "run" / "up.json").read_text())["nats_url"])
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.communicate(timeout=60)
+
+
+def raw_bwrap_argv(workspace: Path) -> list[str]:
+    """A cold bubblewrap sandbox like the plane's, without Bastion in front of it."""
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "10001", "--gid", "10001"]
+    argv += ["--die-with-parent", "--new-session", "--clearenv", "--ro-bind", "/usr", "/usr"]
+    for directory in ("/bin", "/sbin", "/lib", "/lib64"):
+        if os.path.islink(directory):
+            argv += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            argv += ["--ro-bind", directory, directory]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--bind", str(workspace), "/workspace", "--chdir", "/workspace", "true"]
+    return argv
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def call(client: Client, session_id: str, tool: str, **tool_input: object) -> None:
+    """One call through the plane; a refusal stops the benchmark, saying why."""
+    result: CallResult = await request(
+        client,
+        subjects.session_call(session_id),
+        ToolCall(tool=tool, input=dict(tool_input)),
+        CallResult,
+        timeout_s=300,
+    )
+    if not isinstance(result, ToolOutput):
+        raise SystemExit(f"{tool} failed: {result.message}")
