@@ -90,6 +90,39 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     sandbox.WriteFile: sandbox.WriteFile(
         session_id=SID, workspace="/tmp/ws", path="d/a.txt", content="héllo\n"
     ),
+    sandbox.EditFile: sandbox.EditFile(
+        session_id=SID,
+        workspace="/tmp/ws",
+        path="a.py",
+        old_string="x = 1",
+        new_string="x = 2",
+        replace_all=True,
+    ),
+    sandbox.ApplyPatch: sandbox.ApplyPatch(
+        session_id=SID, workspace="/tmp/ws", patch="--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n"
+    ),
+    sandbox.ListFiles: sandbox.ListFiles(session_id=SID, workspace="/tmp/ws", path="src"),
+    sandbox.FindFiles: sandbox.FindFiles(
+        session_id=SID, workspace="/tmp/ws", pattern="**/*.rs", path="src"
+    ),
+    sandbox.SearchFiles: sandbox.SearchFiles(
+        session_id=SID,
+        workspace="/tmp/ws",
+        pattern="TODO",
+        path="src",
+        glob="*.py",
+        context=4,
+        case_insensitive=True,
+    ),
+    sandbox.CodeCheck: sandbox.CodeCheck(
+        session_id=SID,
+        workspace="/tmp/ws",
+        what="tests",
+        backend="docker:alpine@sha256:" + "a" * 64,
+        network="declared",
+        limits=sandbox.Limits(wall_s=3.0),
+    ),
+    sandbox.CodeReport: sandbox.CodeReport(program="pytest", text="1 passed, 0 failed"),
     sandbox.FileResult: sandbox.FileResult(text="1\thello"),
     sandbox.SandboxCheck: sandbox.SandboxCheck(workspace="/tmp/ws", backend="bwrap"),
     sandbox.SandboxReady: sandbox.SandboxReady(backend="bwrap", detail="bubblewrap 0.11"),
@@ -134,6 +167,13 @@ TAGS: dict[type[msgspec.Struct], str] = {
     sandbox.ExecResult: "sandbox.exec_result",
     sandbox.ReadFile: "file.read",
     sandbox.WriteFile: "file.write",
+    sandbox.EditFile: "file.edit",
+    sandbox.ApplyPatch: "file.patch",
+    sandbox.ListFiles: "file.list",
+    sandbox.FindFiles: "file.find",
+    sandbox.SearchFiles: "file.search",
+    sandbox.CodeCheck: "sandbox.check_code",
+    sandbox.CodeReport: "sandbox.code_report",
     sandbox.FileResult: "file.result",
     sandbox.SandboxCheck: "sandbox.check",
     sandbox.SandboxReady: "sandbox.ready",

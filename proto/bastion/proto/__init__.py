@@ -19,14 +19,21 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.events import CallDecided, CallFinished, Event, SessionClosed, SessionOpened
 from bastion.proto.policy import AUTONOMY_LEVELS, Autonomy, Effect, PolicyDecision, PolicyRequest
 from bastion.proto.sandbox import (
+    ApplyPatch,
+    CodeCheck,
+    CodeReport,
+    EditFile,
     ExecRequest,
     ExecResult,
     FileRequest,
     FileResult,
+    FindFiles,
     Limits,
+    ListFiles,
     ReadFile,
     SandboxCheck,
     SandboxReady,
+    SearchFiles,
     WriteFile,
 )
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef, ToolSpec
@@ -35,10 +42,14 @@ from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 
 __all__ = [
     "AUTONOMY_LEVELS",
+    "ApplyPatch",
     "Autonomy",
     "CallDecided",
     "CallFinished",
     "CallResult",
+    "CodeCheck",
+    "CodeReport",
+    "EditFile",
     "Effect",
     "ErrorReply",
     "Event",
@@ -47,9 +58,11 @@ __all__ = [
     "FetchRequest",
     "FileRequest",
     "FileResult",
+    "FindFiles",
     "Ingress",
     "LeaseRequest",
     "Limits",
+    "ListFiles",
     "McpCallRequest",
     "Message",
     "OpenSession",
@@ -58,6 +71,7 @@ __all__ = [
     "ReadFile",
     "SandboxCheck",
     "SandboxReady",
+    "SearchFiles",
     "SessionClosed",
     "SessionInfo",
     "SessionOpened",

@@ -9,14 +9,21 @@ import msgspec
 from bastion.proto._base import Message, PathText, SessionId, Text
 
 __all__ = [
+    "ApplyPatch",
+    "CodeCheck",
+    "CodeReport",
+    "EditFile",
     "ExecRequest",
     "ExecResult",
     "FileRequest",
     "FileResult",
+    "FindFiles",
     "Limits",
+    "ListFiles",
     "ReadFile",
     "SandboxCheck",
     "SandboxReady",
+    "SearchFiles",
     "WriteFile",
 ]
 
@@ -83,13 +90,83 @@ class WriteFile(Message, frozen=True, kw_only=True, tag="file.write"):
     content: Text
 
 
-FileRequest = ReadFile | WriteFile
+class EditFile(Message, frozen=True, kw_only=True, tag="file.edit"):
+    """Replace `old_string` in a workspace file: once, or every time with `replace_all`."""
+
+    session_id: SessionId
+    workspace: PathText
+    path: PathText
+    old_string: Text
+    new_string: Text
+    replace_all: bool = False
+
+
+class ApplyPatch(Message, frozen=True, kw_only=True, tag="file.patch"):
+    """Apply a unified diff or a `*** Begin Patch` patch to the workspace: all of it or none."""
+
+    session_id: SessionId
+    workspace: PathText
+    patch: Text
+
+
+class ListFiles(Message, frozen=True, kw_only=True, tag="file.list"):
+    """The entries of one workspace directory."""
+
+    session_id: SessionId
+    workspace: PathText
+    path: PathText = "."
+
+
+class FindFiles(Message, frozen=True, kw_only=True, tag="file.find"):
+    """Workspace files whose path matches a glob (`**`, `{a,b}`), under `path`."""
+
+    session_id: SessionId
+    workspace: PathText
+    pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+    path: PathText = "."
+
+
+class SearchFiles(Message, frozen=True, kw_only=True, tag="file.search"):
+    """Lines of workspace files matching a regular expression, with lines around each."""
+
+    session_id: SessionId
+    workspace: PathText
+    pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+    path: PathText = "."
+    glob: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    context: Annotated[int, msgspec.Meta(ge=0, le=20)] = 2
+    case_insensitive: bool = False
+
+
+FileRequest = ReadFile | WriteFile | EditFile | ApplyPatch | ListFiles | FindFiles | SearchFiles
 """What `sandbox.files` takes; later file tools join this union."""
 
 
 class FileResult(Message, frozen=True, kw_only=True, tag="file.result"):
     """The text a file tool answers with."""
 
+    text: Text
+
+
+class CodeCheck(Message, frozen=True, kw_only=True, tag="sandbox.check_code"):
+    """Run the workspace's checker (`diagnostics`) or its tests (`tests`) in its sandbox.
+
+    The sandbox service picks the program from the files at the workspace's root and runs
+    it like a shell command, within `limits`.
+    """
+
+    session_id: SessionId
+    workspace: PathText
+    what: Literal["diagnostics", "tests"]
+    backend: str = "bwrap"
+    network: str = "none"
+    limits: Limits = Limits()
+
+
+class CodeReport(Message, frozen=True, kw_only=True, tag="sandbox.code_report"):
+    """What a check found, as the model is shown it; `program` is the command that ran."""
+
+    program: str
     text: Text
 
 

@@ -23,6 +23,8 @@ MESSAGES: dict[str, Any] = {
     "ExecResult": sandbox.ExecResult,
     "FileRequest": sandbox.FileRequest,
     "FileResult": sandbox.FileResult,
+    "CodeCheck": sandbox.CodeCheck,
+    "CodeReport": sandbox.CodeReport,
     "SandboxCheck": sandbox.SandboxCheck,
     "SandboxReady": sandbox.SandboxReady,
     "FetchRequest": stubs.FetchRequest,

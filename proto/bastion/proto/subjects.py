@@ -11,6 +11,7 @@ __all__ = [
     "POLICY_DECIDE",
     "PREFIX",
     "SANDBOX_CHECK",
+    "SANDBOX_CHECK_CODE",
     "SANDBOX_EXEC",
     "SANDBOX_FILES",
     "SESSION_CALL_ANY",
@@ -34,6 +35,8 @@ POLICY_DECIDE: Final = f"{PREFIX}.policy.decide"
 SANDBOX_EXEC: Final = f"{PREFIX}.sandbox.exec"
 SANDBOX_FILES: Final = f"{PREFIX}.sandbox.files"
 SANDBOX_CHECK: Final = f"{PREFIX}.sandbox.check"
+SANDBOX_CHECK_CODE: Final = f"{PREFIX}.sandbox.check_code"
+"""`diagnostics` and `run_tests`: the workspace's checker or tests, run in its sandbox."""
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
 MCP_CALL: Final = f"{PREFIX}.mcp.call"
 VAULT_LEASE: Final = f"{PREFIX}.vault.lease"

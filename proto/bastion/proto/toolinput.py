@@ -12,7 +12,18 @@ import msgspec
 
 from bastion.proto._base import MAX_PATH, MAX_TEXT, Ingress
 
-__all__ = ["ReadFileInput", "ShellInput", "WriteFileInput"]
+__all__ = [
+    "ApplyPatchInput",
+    "DiagnosticsInput",
+    "EditFileInput",
+    "FindFilesInput",
+    "ListFilesInput",
+    "ReadFileInput",
+    "RunTestsInput",
+    "SearchFilesInput",
+    "ShellInput",
+    "WriteFileInput",
+]
 
 ToolPath = Annotated[
     str,
@@ -20,6 +31,16 @@ ToolPath = Annotated[
         min_length=1, max_length=MAX_PATH, description="A path relative to the workspace."
     ),
 ]
+
+DirPath = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=MAX_PATH,
+        description="A directory relative to the workspace; `.` is the workspace itself.",
+    ),
+]
+Pattern = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
 
 
 class ShellInput(Ingress, frozen=True, kw_only=True):
@@ -42,3 +63,49 @@ class WriteFileInput(Ingress, frozen=True, kw_only=True):
 
     path: ToolPath
     content: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+
+
+class EditFileInput(Ingress, frozen=True, kw_only=True):
+    """`edit_file`: replace a quoted stretch of a file, once or (`replace_all`) every time."""
+
+    path: ToolPath
+    old_string: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
+    new_string: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+    replace_all: bool = False
+
+
+class ApplyPatchInput(Ingress, frozen=True, kw_only=True):
+    """`apply_patch`: a unified diff or a `*** Begin Patch` patch, applied whole or not at all."""
+
+    patch: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
+
+
+class ListFilesInput(Ingress, frozen=True, kw_only=True):
+    """`list_files`: the entries of a directory, directories marked with `/`."""
+
+    path: DirPath = "."
+
+
+class FindFilesInput(Ingress, frozen=True, kw_only=True):
+    """`find_files`: files by a glob (`src/**/*.rs`, `*.{ts,tsx}`; no `/` = any depth)."""
+
+    pattern: Pattern
+    path: DirPath = "."
+
+
+class SearchFilesInput(Ingress, frozen=True, kw_only=True):
+    """`search_files`: lines matching a regular expression, with `context` lines around."""
+
+    pattern: Pattern
+    path: DirPath = "."
+    glob: Pattern | None = None
+    context: Annotated[int, msgspec.Meta(ge=0, le=20)] = 2
+    case_insensitive: bool = False
+
+
+class DiagnosticsInput(Ingress, frozen=True, kw_only=True):
+    """`diagnostics`: run the project's checker in the sandbox; no input."""
+
+
+class RunTestsInput(Ingress, frozen=True, kw_only=True):
+    """`run_tests`: run the project's tests in the sandbox; no input."""

@@ -7,66 +7,124 @@ from typing import Any
 
 from bastion.proto.policy import Effect
 from bastion.proto.session import SessionInfo, ToolSpec
-from bastion.proto.toolinput import ReadFileInput, ShellInput, WriteFileInput
+from bastion.proto.toolinput import (
+    ApplyPatchInput,
+    DiagnosticsInput,
+    EditFileInput,
+    FindFilesInput,
+    ListFilesInput,
+    ReadFileInput,
+    RunTestsInput,
+    SearchFilesInput,
+    ShellInput,
+    WriteFileInput,
+)
 
 __all__ = ["ToolDefinition", "catalogue_for", "definition", "find_tool"]
 
 
 @dataclass(frozen=True)
 class ToolDefinition:
+    """A built-in tool; `effect` None means it runs programs (see `shell_effect`)."""
+
     name: str
     input_type: Any
     description: str
+    effect: Effect | None
+    needs_shell: bool = False
 
 
 _DEFINITIONS = {
     d.name: d
     for d in (
         ToolDefinition(
-            "shell",
-            ShellInput,
-            "Run a command with /bin/sh in the workspace, inside the sandbox.",
-        ),
-        ToolDefinition(
             "read_file",
             ReadFileInput,
             "Read a stretch of a workspace file, its lines numbered.",
+            "read",
         ),
-        ToolDefinition("write_file", WriteFileInput, "Write a whole workspace file."),
+        ToolDefinition("write_file", WriteFileInput, "Write a whole workspace file.", "write"),
+        ToolDefinition(
+            "edit_file",
+            EditFileInput,
+            "Replace old_string with new_string in a workspace file: it must be there once, "
+            "or every time with replace_all.",
+            "write",
+        ),
+        ToolDefinition(
+            "apply_patch",
+            ApplyPatchInput,
+            "Apply a unified diff or a *** Begin Patch patch to workspace files: all of it, "
+            "or nothing if any hunk does not fit.",
+            "write",
+        ),
+        ToolDefinition(
+            "list_files",
+            ListFilesInput,
+            "List a workspace directory; directories end with /.",
+            "read",
+        ),
+        ToolDefinition(
+            "find_files",
+            FindFilesInput,
+            "Find workspace files by a glob (src/**/*.rs, *.{ts,tsx}; no / = any depth).",
+            "read",
+        ),
+        ToolDefinition(
+            "search_files",
+            SearchFilesInput,
+            "Search workspace files by a regular expression, with lines around each match.",
+            "read",
+        ),
+        ToolDefinition(
+            "shell",
+            ShellInput,
+            "Run a command with /bin/sh in the workspace, inside the sandbox.",
+            None,
+            needs_shell=True,
+        ),
+        ToolDefinition(
+            "diagnostics",
+            DiagnosticsInput,
+            "Run the project's checker (ruff or compileall, cargo check, tsc, go vet) in the "
+            "sandbox; its problems by file and line.",
+            None,
+            needs_shell=True,
+        ),
+        ToolDefinition(
+            "run_tests",
+            RunTestsInput,
+            "Run the project's tests (make test, cargo test, go test, npm test, pytest) in "
+            "the sandbox; counts, failures by name and the end of the output.",
+            None,
+            needs_shell=True,
+        ),
     )
 }
 
 
 def shell_effect(network: str) -> Effect:
-    """A command with the machine's network reaches outside; without one it only writes."""
+    """A command with the machine's network reaches outside; without one it only writes.
+
+    `diagnostics` and `run_tests` share it: they run the project's own programs (a
+    build script, a test), which can change the workspace like any command.
+    """
     return "external" if network == "host" else "write"
 
 
 def catalogue_for(*, workspace: str | None, shell: bool, network: str) -> tuple[ToolSpec, ...]:
     """The tools a session with these settings gets, and each one's effect."""
-    tools: list[ToolSpec] = []
-    if workspace is not None:
-        tools.append(
-            ToolSpec(
-                name="read_file", effect="read", description=_DEFINITIONS["read_file"].description
-            )
+    if workspace is None:
+        return ()
+    return tuple(
+        ToolSpec(
+            name=d.name,
+            effect=d.effect if d.effect is not None else shell_effect(network),
+            description=d.description,
         )
-        tools.append(
-            ToolSpec(
-                name="write_file",
-                effect="write",
-                description=_DEFINITIONS["write_file"].description,
-            )
-        )
-        if shell:
-            tools.append(
-                ToolSpec(
-                    name="shell",
-                    effect=shell_effect(network),
-                    description=_DEFINITIONS["shell"].description,
-                )
-            )
-    return tuple(tools)
+        for d in _DEFINITIONS.values()
+        if shell or not d.needs_shell
+    )
 
 
 def definition(name: str) -> ToolDefinition:

@@ -6,18 +6,47 @@ import msgspec
 
 from bastion.proto import subjects
 from bastion.proto.sandbox import (
+    ApplyPatch,
+    CodeCheck,
+    CodeReport,
+    EditFile,
     ExecRequest,
     ExecResult,
     FileResult,
+    FindFiles,
     Limits,
+    ListFiles,
     ReadFile,
+    SearchFiles,
     WriteFile,
 )
 from bastion.proto.session import SessionInfo
-from bastion.proto.toolinput import ReadFileInput, ShellInput, WriteFileInput
+from bastion.proto.toolinput import (
+    ApplyPatchInput,
+    DiagnosticsInput,
+    EditFileInput,
+    FindFilesInput,
+    ListFilesInput,
+    ReadFileInput,
+    RunTestsInput,
+    SearchFilesInput,
+    ShellInput,
+    WriteFileInput,
+)
 from bastion.shared.bus import Client, request
 
 __all__ = ["format_exec_result", "run_tool"]
+
+_FILE_REQUESTS: dict[type[msgspec.Struct], type[msgspec.Struct]] = {
+    ReadFileInput: ReadFile,
+    WriteFileInput: WriteFile,
+    EditFileInput: EditFile,
+    ApplyPatchInput: ApplyPatch,
+    ListFilesInput: ListFiles,
+    FindFilesInput: FindFiles,
+    SearchFilesInput: SearchFiles,
+}
+"""Each file tool's input and the `sandbox.files` request it becomes (same field names)."""
 
 _SIGNAL_NAMES = {
     9: "SIGKILL",
@@ -73,33 +102,32 @@ async def run_tool(
                 timeout_s=limits.wall_s + timeout_s,
             )
             return format_exec_result(result)
-        case ReadFileInput(path=path, offset=offset, limit=limit):
-            answer: FileResult = await request(
+        case DiagnosticsInput() | RunTestsInput():
+            limits = Limits()
+            report: CodeReport = await request(
                 client,
-                subjects.SANDBOX_FILES,
-                ReadFile(
+                subjects.SANDBOX_CHECK_CODE,
+                CodeCheck(
                     session_id=session.session_id,
                     workspace=session.workspace,
-                    path=path,
-                    offset=offset,
-                    limit=limit,
+                    what="diagnostics" if isinstance(tool_input, DiagnosticsInput) else "tests",
+                    backend=session.sandbox,
+                    network=session.network,
+                    limits=limits,
                 ),
-                FileResult,
-                timeout_s=timeout_s,
+                CodeReport,
+                timeout_s=limits.wall_s + timeout_s,
             )
-            return answer.text
-        case WriteFileInput(path=path, content=content):
-            answer = await request(
-                client,
-                subjects.SANDBOX_FILES,
-                WriteFile(
-                    session_id=session.session_id,
-                    workspace=session.workspace,
-                    path=path,
-                    content=content,
-                ),
-                FileResult,
-                timeout_s=timeout_s,
-            )
-            return answer.text
-    raise AssertionError(f"no route for tool {tool}")
+            return report.text
+    wire = _FILE_REQUESTS.get(type(tool_input))
+    if wire is None:
+        raise AssertionError(f"no route for tool {tool}")
+    fields = msgspec.structs.asdict(tool_input)
+    answer: FileResult = await request(
+        client,
+        subjects.SANDBOX_FILES,
+        wire(session_id=session.session_id, workspace=session.workspace, **fields),
+        FileResult,
+        timeout_s=timeout_s,
+    )
+    return answer.text

@@ -2,7 +2,9 @@
 
 Each command gets a fresh bubblewrap sandbox (`bastion.shared.sandboxing`): uid 10001, the
 machine's programs read-only, the workspace at `/workspace`, a private `/tmp`, no network
-unless asked for, and the session's limits. `read_file` and `write_file` run in the service
-itself, confined to the workspace. Every request's workspace is checked first: it must be
+unless asked for, and the session's limits. The file tools (reading, writing, editing,
+patching, listing, finding, searching) run in the service itself, confined to the
+workspace; `diagnostics` and `run_tests` run the project's own programs in a sandbox,
+like a command. Every request's workspace is checked first: it must be
 an existing directory apart from Bastion's state directory.
 """

@@ -58,9 +58,10 @@ def _escape(path: str, how: str) -> InvalidInput:
     )
 
 
-def _resolve(root: int, path: str, *, make_dirs: bool) -> tuple[int, str]:
+def _resolve(root: int, path: str, *, make_dirs: bool, directory: bool = False) -> tuple[int, str]:
     """The directory (a new descriptor, the caller's to close) holding `path`'s last
-    component, and that component's name; every link on the way stays inside `root`."""
+    component, and that component's name; every link on the way stays inside `root`.
+    With `directory`, a path that ends at a directory (`.`, `a/..`) gives it and `.`."""
     stack = [os.dup(root)]
     pending = _parts(path)
     links = 0
@@ -113,18 +114,22 @@ def _resolve(root: int, path: str, *, make_dirs: bool) -> tuple[int, str]:
                         f"{shown(path)} changed while it was being opened: try again"
                     ) from None
                 raise
+        if directory:
+            return os.dup(stack[-1]), "."
         raise InvalidInput(f"{shown(path)} is a directory, not a file: give a file's path")
     finally:
         for fd in stack:
             os.close(fd)
 
 
-def _locate(workspace: Path, path: str, *, make_dirs: bool) -> tuple[int, str]:
+def _locate(
+    workspace: Path, path: str, *, make_dirs: bool, directory: bool = False
+) -> tuple[int, str]:
     """`_resolve` from the workspace; a system refusal (permissions...) is a sentence."""
     try:
         root = os.open(workspace, _DIR_FLAGS)
         try:
-            return _resolve(root, path, make_dirs=make_dirs)
+            return _resolve(root, path, make_dirs=make_dirs, directory=directory)
         finally:
             os.close(root)
     except OSError as error:

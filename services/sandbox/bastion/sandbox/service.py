@@ -1,26 +1,41 @@
-"""The sandbox service's endpoints: `sandbox.exec`, `sandbox.files` and `sandbox.check`."""
+"""The sandbox service's endpoints: `sandbox.exec`, `sandbox.files`, `sandbox.check` and
+`sandbox.check_code`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio.to_thread
 import msgspec
 
 from bastion.proto import subjects
 from bastion.proto.sandbox import (
+    ApplyPatch,
+    CodeCheck,
+    CodeReport,
+    EditFile,
     ExecRequest,
     ExecResult,
     FileRequest,
     FileResult,
+    FindFiles,
     Limits,
+    ListFiles,
     ReadFile,
     SandboxCheck,
     SandboxReady,
+    SearchFiles,
+    WriteFile,
 )
+from bastion.sandbox.codecheck import check_code
+from bastion.sandbox.editing import edit_file
 from bastion.sandbox.files import read_file, write_file
+from bastion.sandbox.finding import find_files, search_files
+from bastion.sandbox.patching import apply_patch
+from bastion.sandbox.walking import list_files
 from bastion.sandbox.workspace import checked_workspace
 from bastion.shared.bus import Client
 from bastion.shared.sandboxing import BwrapBackend, SandboxBackend, SandboxSpec, parse_backend
@@ -30,6 +45,17 @@ from bastion.shared.statedir import default_state_dir
 from bastion.shared.version import VERSION
 
 __all__ = ["SandboxSettings", "Sandboxes", "output_cap", "sandbox_service"]
+
+_FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
+    ReadFile: read_file,
+    WriteFile: write_file,
+    EditFile: edit_file,
+    ApplyPatch: apply_patch,
+    ListFiles: list_files,
+    FindFiles: find_files,
+    SearchFiles: search_files,
+}
+"""Each file tool's function: it runs in a worker thread, on the checked workspace."""
 
 
 def _default_state_dir() -> str:
@@ -83,13 +109,21 @@ class Sandboxes:
         return await self._backend.run(spec, request.command)
 
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
-        """Read or write one workspace file, confined to the workspace."""
+        """Run one file tool on the workspace, confined to it."""
         workspace = checked_workspace(request.workspace, self._state_dir)
-        if isinstance(request, ReadFile):
-            text = await anyio.to_thread.run_sync(read_file, workspace, request)
-        else:
-            text = await anyio.to_thread.run_sync(write_file, workspace, request)
+        tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
+        text = await anyio.to_thread.run_sync(tool, workspace, request)
         return FileResult(text=text)
+
+    async def check_code(self, request: CodeCheck, _context: RequestContext) -> CodeReport:
+        """Run the workspace's checker or tests in the session's sandbox, like a command."""
+        spec = self._spec(request.workspace, request.backend, request.network, request.limits)
+
+        async def run(command: str) -> ExecResult:
+            return await self._backend.run(spec, command)
+
+        program, text = await check_code(spec.workspace, request, run)
+        return CodeReport(program=program, text=text)
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:
         """Run `true` in the sandbox a session would get; `sandbox_failed` if it does not."""
@@ -107,4 +141,5 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
     service.add_endpoint("exec", subjects.SANDBOX_EXEC, ExecRequest, sandboxes.exec)
     service.add_endpoint("files", subjects.SANDBOX_FILES, FileRequest, sandboxes.files)
     service.add_endpoint("check", subjects.SANDBOX_CHECK, SandboxCheck, sandboxes.check)
+    service.add_endpoint("check_code", subjects.SANDBOX_CHECK_CODE, CodeCheck, sandboxes.check_code)
     yield service

@@ -1,0 +1,53 @@
+"""`edit_file`: replace a quoted stretch of a workspace file, keeping its line endings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bastion.proto.sandbox import EditFile, WriteFile
+from bastion.sandbox.files import write_file
+from bastion.sandbox.textfile import not_found_sentence, read_text, with_newlines
+from bastion.sandbox.workspace import shown
+from bastion.shared.errors import InvalidInput
+
+__all__ = ["edit_file"]
+
+
+def edit_file(workspace: Path, request: EditFile) -> str:
+    """Replace `old_string` once (it must be there once) or, with `replace_all`, each time."""
+    old = request.old_string.replace("\r\n", "\n")
+    new = request.new_string.replace("\r\n", "\n")
+    if not old:
+        raise InvalidInput("old_string is empty: quote the text to replace")
+    if old == new:
+        raise InvalidInput("old_string and new_string are the same: there is nothing to change")
+    current = read_text(workspace, request.path)
+    count = current.text.count(old)
+    if count == 0:
+        raise InvalidInput(
+            not_found_sentence(
+                f"old_string is not in {shown(request.path)}",
+                current.text.split("\n"),
+                old.split("\n"),
+            )
+        )
+    if count > 1 and not request.replace_all:
+        raise InvalidInput(
+            f"old_string is in {shown(request.path)} {count} times: quote more of the lines "
+            "around the one to change so that it is there once, or set replace_all to change "
+            "every one"
+        )
+    text = (
+        current.text.replace(old, new) if request.replace_all else current.text.replace(old, new, 1)
+    )
+    write_file(
+        workspace,
+        WriteFile(
+            session_id=request.session_id,
+            workspace=request.workspace,
+            path=request.path,
+            content=with_newlines(text, current.newline),
+        ),
+    )
+    times = "1 time" if count == 1 else f"{count} times"
+    return f"edited {request.path}: replaced old_string {times}"

@@ -1,0 +1,170 @@
+"""A workspace text file as the code-changing tools see it: read confined, newlines, nearest lines.
+
+The tools that change a file (`edit_file`, `apply_patch`) read it here: walked like
+`read_file` (no link out of the workspace), refused when it has more than one hard link
+(its other name may be outside, and a patch must not read what it cannot write), when it
+is binary or not UTF-8. Matching works on text with `\\n` newlines; the file's own style
+(`\\r\\n` or `\\n`) is put back when it is written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bastion.sandbox.files import _escape, _locate, _looks_binary
+from bastion.sandbox.workspace import shown
+from bastion.shared.errors import InvalidInput, NotFound
+
+__all__ = [
+    "MAX_EDIT_BYTES",
+    "TextFile",
+    "nearest_lines",
+    "not_found_sentence",
+    "read_text",
+    "short",
+    "with_newlines",
+]
+
+MAX_EDIT_BYTES: Final = 8 * 1024 * 1024
+"""A larger file is changed with a command, not by these tools."""
+_SHOWN_LINES: Final = 30
+_SHOWN_LINE_CHARS: Final = 160
+_MESSAGE_CHARS: Final = 3800
+"""An error's sentence travels in an `ErrorReply`, which holds at most 4096 characters."""
+
+
+@dataclass(frozen=True)
+class TextFile:
+    """A file's text with `\\n` newlines, the newline it uses, and its permission bits."""
+
+    text: str
+    newline: str
+    mode: int
+
+
+def short(message: str) -> str:
+    """A sentence cut to fit an error reply, marked where it was cut."""
+    if len(message) <= _MESSAGE_CHARS:
+        return message
+    return message[: _MESSAGE_CHARS - 20] + "\n[... cut ...]"
+
+
+def with_newlines(text: str, newline: str) -> str:
+    """`text` (with `\\n` newlines) written in a file's newline style."""
+    return text if newline == "\n" else text.replace("\n", newline)
+
+
+def _newline_of(raw: str) -> str:
+    crlf = raw.count("\r\n")
+    return "\r\n" if crlf and crlf * 2 >= raw.count("\n") else "\n"
+
+
+def read_text(workspace: Path, path: str) -> TextFile:
+    """The text of an existing workspace file the code-changing tools may rewrite."""
+    parent, name = _locate(workspace, path, make_dirs=False)
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=parent
+        )
+    except FileNotFoundError:
+        raise NotFound(f"there is no file {shown(path)} in the workspace: check the path") from None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _escape(path, "became a symbolic link while it was opened") from None
+        raise InvalidInput(f"{shown(path)} cannot be read: {error.strerror}") from None
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "rb") as stream:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise InvalidInput(f"{shown(path)} is a directory, not a file: give a file's path")
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidInput(f"{shown(path)} is not a regular file: give a file's path")
+        if info.st_nlink > 1:
+            raise InvalidInput(
+                f"{shown(path)} has {info.st_nlink} hard links and may be shared with a file "
+                "outside the workspace: copy it to a file of its own first"
+            )
+        if info.st_size > MAX_EDIT_BYTES:
+            raise InvalidInput(
+                f"{shown(path)} is {info.st_size} bytes, more than the {MAX_EDIT_BYTES} these "
+                "tools change: change it with a command instead"
+            )
+        data = stream.read(MAX_EDIT_BYTES + 1)
+    if _looks_binary(data[:8192]):
+        raise InvalidInput(f"{shown(path)} holds binary data, not text: change it with a command")
+    try:
+        raw = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(
+            f"{shown(path)} is not UTF-8 text: change it with a command instead"
+        ) from None
+    newline = _newline_of(raw)
+    return TextFile(
+        text=raw.replace("\r\n", "\n") if newline == "\r\n" else raw,
+        newline=newline,
+        mode=stat.S_IMODE(info.st_mode),
+    )
+
+
+def _best_window(lines: list[str], wanted: list[str]) -> tuple[int, float] | None:
+    """Where a window of `len(wanted)` lines looks most like `wanted`, and how much.
+
+    Each of the first wanted lines votes, by similarity, for the window start that would
+    put a similar file line in its place; `SequenceMatcher` caches the wanted line, and
+    its quick bounds skip most file lines cheaply.
+    """
+    votes: dict[int, float] = {}
+    used = [(j, w.strip()) for j, w in enumerate(wanted) if w.strip()][:12]
+    for j, line in used:
+        matcher = difflib.SequenceMatcher(None, b=line, autojunk=False)
+        for i, candidate in enumerate(lines):
+            matcher.set_seq1(candidate.strip())
+            if (
+                matcher.real_quick_ratio() >= 0.6
+                and matcher.quick_ratio() >= 0.6
+                and (ratio := matcher.ratio()) >= 0.6
+            ):
+                start = max(0, i - j)
+                votes[start] = votes.get(start, 0.0) + ratio
+    if not votes:
+        return None
+    start = max(votes, key=lambda s: (votes[s], -s))
+    return start, votes[start] / max(1, len(used))
+
+
+def nearest_lines(lines: list[str], wanted: list[str]) -> str | None:
+    """The file's lines most like `wanted`, numbered as `read_file` numbers them; or None."""
+    found = _best_window(lines, wanted)
+    if found is None:
+        return None
+    start, _ = found
+    end = min(len(lines), start + max(1, len(wanted)), start + _SHOWN_LINES)
+    shown_lines = []
+    for number in range(start + 1, end + 1):
+        text = lines[number - 1]
+        if len(text) > _SHOWN_LINE_CHARS:
+            text = text[:_SHOWN_LINE_CHARS] + " [...]"
+        shown_lines.append(f"{number:6d}\t{text}")
+    return "\n".join(shown_lines)
+
+
+def not_found_sentence(missing: str, lines: list[str], wanted: list[str]) -> str:
+    """`missing` (a clause: what is not there), then the file's lines nearest to `wanted`
+    so that the next try can quote them."""
+    nearest = nearest_lines(lines, wanted)
+    if nearest is None:
+        return short(
+            f"{missing}, and no line of the file looks like it: read the file with read_file "
+            "and quote its lines exactly"
+        )
+    return short(
+        f"{missing}; the nearest lines of the file are:\n{nearest}\n"
+        "quote them exactly as they are (without the line numbers) and try again"
+    )
