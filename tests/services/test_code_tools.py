@@ -401,6 +401,25 @@ async def test_search_files_refuses_an_invalid_regular_expression_with_a_sentenc
     assert "not a valid regular expression" in error.message
 
 
+async def test_a_search_that_backtracks_without_end_is_stopped_and_the_service_lives_on(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    workspace: Path,
+) -> None:
+    settings = SandboxSettings(
+        nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"), search_timeout_s=1
+    )
+    write(workspace, {"a.txt": "a" * 64 + "b\n"})
+    async with run_service(sandbox_service, settings):
+        error = await refused(client, workspace, SearchFiles, pattern="(a+)+$")
+        after = await tool(client, workspace, SearchFiles, pattern="b$", context=0)
+    assert error.code == codes.INVALID_INPUT
+    assert "did not finish within 1 s" in error.message and "(a+)+" in error.message
+    assert "a.txt:1:" in after
+
+
 # --- confinement -------------------------------------------------------------------------
 
 EVERY_TOOL: list[tuple[Any, dict[str, Any]]] = [

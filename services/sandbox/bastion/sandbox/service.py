@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio.to_process
 import anyio.to_thread
 import msgspec
 
@@ -38,6 +39,7 @@ from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.walking import list_files
 from bastion.sandbox.workspace import checked_workspace
 from bastion.shared.bus import Client
+from bastion.shared.errors import InvalidInput
 from bastion.shared.sandboxing import BwrapBackend, SandboxBackend, SandboxSpec, parse_backend
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
@@ -53,7 +55,6 @@ _FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
     ApplyPatch: apply_patch,
     ListFiles: list_files,
     FindFiles: find_files,
-    SearchFiles: search_files,
 }
 """Each file tool's function: it runs in a worker thread, on the checked workspace."""
 
@@ -69,6 +70,8 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
     bwrap: str = "bwrap"
     prlimit: str = "prlimit"
+    search_timeout_s: float = 20.0
+    """How long `search_files` may take; an agent's regex can backtrack without end."""
 
 
 def output_cap(max_payload: int) -> int:
@@ -92,6 +95,7 @@ class Sandboxes:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(settings.bwrap, settings.prlimit)
         self._output_cap = output_cap(max_payload)
+        self._search_timeout_s = settings.search_timeout_s
 
     def _spec(self, workspace: str, backend: str, network: str, limits: Limits) -> SandboxSpec:
         if limits.output_bytes > self._output_cap:
@@ -111,9 +115,25 @@ class Sandboxes:
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Run one file tool on the workspace, confined to it."""
         workspace = checked_workspace(request.workspace, self._state_dir)
+        if isinstance(request, SearchFiles):
+            return FileResult(text=await self._search(workspace, request))
         tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
         text = await anyio.to_thread.run_sync(tool, workspace, request)
         return FileResult(text=text)
+
+    async def _search(self, workspace: Path, request: SearchFiles) -> str:
+        """A search in a worker process, killed at the deadline: a pattern with nested
+        repetition can backtrack for ever, and a thread cannot be stopped, a process can."""
+        with anyio.move_on_after(self._search_timeout_s):
+            text: str = await anyio.to_process.run_sync(
+                search_files, workspace, request, cancellable=True
+            )
+            return text
+        raise InvalidInput(
+            f"the search did not finish within {self._search_timeout_s:g} s and was stopped: "
+            "a pattern with nested repetition such as (a+)+ can take for ever; simplify it, "
+            "or narrow the search with path or glob"
+        )
 
     async def check_code(self, request: CodeCheck, _context: RequestContext) -> CodeReport:
         """Run the workspace's checker or tests in the session's sandbox, like a command."""
