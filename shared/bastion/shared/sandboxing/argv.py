@@ -12,10 +12,20 @@ from bastion.proto.sandbox import Limits
 from bastion.shared.sandboxing.etc import host_etc_entries
 from bastion.shared.sandboxing.spec import SANDBOX_GID, SANDBOX_UID, WORKSPACE, SandboxSpec
 
-__all__ = ["ENVIRONMENT", "PROGRAM_DIRS", "bwrap_argv", "prlimit_argv", "shell_argv"]
+__all__ = [
+    "ALWAYS_HIDDEN",
+    "ENVIRONMENT",
+    "PROGRAM_DIRS",
+    "bwrap_argv",
+    "prlimit_argv",
+    "shell_argv",
+]
 
 PROGRAM_DIRS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 """Top-level program directories: symlinks into `/usr` on a merged-usr system, else bound."""
+
+ALWAYS_HIDDEN: Final = (Path("/etc/ssl/private"),)
+"""Host paths masked whoever runs the service: readable to the sandbox when that is root."""
 
 ENVIRONMENT: Final = (
     ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
@@ -156,7 +166,16 @@ def bwrap_argv(
     args += [
         "--proc",
         "/proc",
+        # The sandbox's uid is the service's on the host: were that root, a writable
+        # /proc/sys would let a command set the host's sysctls (core_pattern among them).
+        "--ro-bind",
+        "/proc/sys",
+        "/proc/sys",
         "--dev",
+        "/dev",
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
         "/dev",
         "--tmpfs",
         "/tmp",
@@ -169,7 +188,7 @@ def bwrap_argv(
     for directory in spec.read_only:
         args += ["--ro-bind", str(directory), str(directory)]
     bound = [Path("/usr"), *(Path("/etc") / name for name in etc_entries), *spec.read_only]
-    args += _masks(spec.hidden, bound)
+    args += _masks((*spec.hidden, *ALWAYS_HIDDEN), bound)
     args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
     for name, value in ENVIRONMENT:
         args += ["--setenv", name, value]
