@@ -410,7 +410,7 @@ async def test_signals_to_every_process_reach_only_the_sandbox(
 ) -> None:
     result = await shell(client, host.workspace, "kill -KILL -1; echo survived")
     assert result.ended in ("exited", "signal")
-    assert sleeping("0") == []  # host_sleep's own check: it is still alive afterwards
+    # The host's sleep is checked alive by its fixture once the attack is over.
 
 
 async def test_ptrace_of_a_host_process_fails(
