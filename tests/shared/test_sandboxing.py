@@ -55,7 +55,7 @@ def test_the_sandbox_runs_as_uid_10001_in_new_namespaces_without_capabilities(
 ) -> None:
     argv = argv_for(SandboxSpec(workspace=workspace))
     joined = " ".join(argv)
-    assert "--unshare-all --unshare-user --uid 10001 --gid 10001" in joined
+    assert "--unshare-all --unshare-user --disable-userns --uid 10001 --gid 10001" in joined
     for flag in ("--die-with-parent", "--new-session", "--clearenv", "--cap-drop ALL"):
         assert flag in joined
     assert "--share-net" not in argv

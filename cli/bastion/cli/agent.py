@@ -104,6 +104,11 @@ async def _call(client: Client, session_id: str, step: Step) -> CallResult:
     return result
 
 
+def _absolute(directory: str) -> str:
+    """A directory as the services need it: absolute, from wherever the CLI runs."""
+    return str(Path(directory).expanduser().absolute())
+
+
 async def _run(args: argparse.Namespace, steps: list[Step], workspace: str | None) -> int:
     async with bus(args, "bastion-agent") as client:
         session: SessionInfo = await request(
@@ -117,6 +122,8 @@ async def _run(args: argparse.Namespace, steps: list[Step], workspace: str | Non
                 shell=args.shell,
                 sandbox=args.sandbox,
                 network=args.network,
+                read_only_dirs=tuple(_absolute(d) for d in args.sandbox_read),
+                skills_dir=_absolute(args.skills_dir) if args.skills_dir else None,
             ),
             SessionInfo,
             timeout_s=CALL_MARGIN_S,
@@ -189,6 +196,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     run_parser.add_argument(
         "--network", default="none", help="none (default), declared, host, or a Docker network"
+    )
+    run_parser.add_argument(
+        "--sandbox-read",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="show DIR read-only in the sandbox at its own path (repeatable)",
+    )
+    run_parser.add_argument(
+        "--skills-dir", metavar="DIR", help="the skills directory (apart from the workspace)"
     )
     add_location_options(run_parser)
     run_parser.set_defaults(handler=run)

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from bastion.proto._base import Message, PathText, SessionId, Text
+from bastion.proto._base import Identifier, Message, PathText, SessionId, Text
 
 __all__ = [
     "ApplyPatch",
@@ -21,6 +21,7 @@ __all__ = [
     "Limits",
     "ListFiles",
     "ReadFile",
+    "ReadOnlyDirs",
     "SandboxCheck",
     "SandboxReady",
     "SearchFiles",
@@ -32,6 +33,10 @@ MiB = 1024 * KiB
 GiB = 1024 * MiB
 
 
+ReadOnlyDirs = Annotated[tuple[PathText, ...], msgspec.Meta(max_length=32)]
+"""Host directories shown read-only inside the sandbox, each at its own path."""
+
+
 class Limits(Message, frozen=True, kw_only=True):
     """What one command may use; the defaults are the reference's."""
 
@@ -40,6 +45,8 @@ class Limits(Message, frozen=True, kw_only=True):
     address_space_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4 * GiB
     file_size_bytes: Annotated[int, msgspec.Meta(gt=0)] = 512 * MiB
     output_bytes: Annotated[int, msgspec.Meta(ge=1024, le=16 * MiB)] = 64 * KiB
+    processes: Annotated[int, msgspec.Meta(ge=8, le=65536)] = 256
+    memory_bytes: Annotated[int, msgspec.Meta(ge=16 * MiB)] = 4 * GiB
 
 
 class ExecRequest(Message, frozen=True, kw_only=True, tag="sandbox.exec"):
@@ -51,6 +58,8 @@ class ExecRequest(Message, frozen=True, kw_only=True, tag="sandbox.exec"):
     backend: str = "bwrap"
     network: str = "none"
     limits: Limits = Limits()
+    read_only_dirs: ReadOnlyDirs = ()
+    tenant: Identifier = "default"
 
 
 class ExecResult(Message, frozen=True, kw_only=True, tag="sandbox.exec_result"):
@@ -59,6 +68,9 @@ class ExecResult(Message, frozen=True, kw_only=True, tag="sandbox.exec_result"):
     `ended` is `exited` (its own exit status), `signal` (killed by a signal, `signal` says
     which), or `timeout` (the wall clock ran out and the whole process group was killed).
     `stdout_cut` / `stderr_cut` count the bytes left out of the middle of each stream.
+    `limit_hit` names a limit the command ran into, whether or not it ended it: `oom` (its
+    memory ran out and the kernel killed a process), `process_limit` (a fork was refused),
+    `cpu_time` (SIGXCPU) or `file_size` (SIGXFSZ); empty when none was.
     """
 
     exit_status: int
@@ -69,6 +81,7 @@ class ExecResult(Message, frozen=True, kw_only=True, tag="sandbox.exec_result"):
     stdout_cut: int = 0
     stderr_cut: int = 0
     duration_s: float = 0.0
+    limit_hit: Annotated[str, msgspec.Meta(max_length=32)] = ""
 
 
 class ReadFile(Message, frozen=True, kw_only=True, tag="file.read"):
@@ -161,6 +174,8 @@ class CodeCheck(Message, frozen=True, kw_only=True, tag="sandbox.check_code"):
     backend: str = "bwrap"
     network: str = "none"
     limits: Limits = Limits()
+    read_only_dirs: ReadOnlyDirs = ()
+    tenant: Identifier = "default"
 
 
 class CodeReport(Message, frozen=True, kw_only=True, tag="sandbox.code_report"):
@@ -176,6 +191,8 @@ class SandboxCheck(Message, frozen=True, kw_only=True, tag="sandbox.check"):
     workspace: PathText
     backend: str = "bwrap"
     network: str = "none"
+    read_only_dirs: ReadOnlyDirs = ()
+    skills_dir: PathText | None = None
 
 
 class SandboxReady(Message, frozen=True, kw_only=True, tag="sandbox.ready"):

@@ -49,6 +49,10 @@ class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
     shell: bool = False
     sandbox: SandboxBackend = "bwrap"
     network: NetworkMode = "none"
+    read_only_dirs: Annotated[tuple[PathText, ...], msgspec.Meta(max_length=32)] = ()
+    """Host directories shown read-only in the sandbox at their own paths (`--sandbox-read`)."""
+    skills_dir: PathText | None = None
+    """The skills this session may run; never overlapping the workspace."""
 
 
 class SessionRef(Ingress, frozen=True, kw_only=True, tag="session.ref"):
@@ -81,3 +85,5 @@ class SessionInfo(Message, frozen=True, kw_only=True, tag="session.info"):
     closed_at: datetime | None = None
     calls: int = 0
     tools: tuple[ToolSpec, ...] = ()
+    read_only_dirs: tuple[str, ...] = ()
+    skills_dir: str | None = None

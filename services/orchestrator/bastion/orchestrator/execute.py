@@ -58,8 +58,24 @@ _SIGNAL_NAMES = {
 }
 
 
+_LIMIT_SENTENCES = {
+    "oom": "its memory limit ran out and the kernel killed a process of it",
+    "process_limit": "it reached its limit on processes and a fork was refused",
+    "cpu_time": "it ran out of CPU time",
+    "file_size": "it wrote a file past the per-file size limit",
+}
+
+
+def _cut(name: str, cut: int) -> str:
+    return f"{name} was cut: {cut} bytes in the middle were left out (the output limit)"
+
+
 def format_exec_result(result: ExecResult) -> str:
-    """The exit status first, then each stream that printed something, as the model sees it."""
+    """The exit status first, then each stream that printed something, as the model sees it.
+
+    A limit the command ran into, and output cut to the limit, are each said in a line of
+    their own, so that the model can tell them from the command's own failure.
+    """
     if result.ended == "timeout":
         head = "timed out: the wall-clock limit ran out and every process of the command was killed"
     elif result.ended == "signal":
@@ -68,6 +84,13 @@ def format_exec_result(result: ExecResult) -> str:
     else:
         head = f"exit status {result.exit_status}"
     parts = [head]
+    if result.limit_hit:
+        sentence = _LIMIT_SENTENCES.get(result.limit_hit, f"it hit the {result.limit_hit} limit")
+        parts.append(f"limit: {sentence}")
+    if result.stdout_cut:
+        parts.append(_cut("stdout", result.stdout_cut))
+    if result.stderr_cut:
+        parts.append(_cut("stderr", result.stderr_cut))
     if result.stdout:
         parts.append("--- stdout\n" + result.stdout.rstrip("\n"))
     if result.stderr:
@@ -97,6 +120,8 @@ async def run_tool(
                     backend=session.sandbox,
                     network=session.network,
                     limits=limits,
+                    read_only_dirs=session.read_only_dirs,
+                    tenant=session.tenant,
                 ),
                 ExecResult,
                 timeout_s=limits.wall_s + timeout_s,
@@ -114,6 +139,8 @@ async def run_tool(
                     backend=session.sandbox,
                     network=session.network,
                     limits=limits,
+                    read_only_dirs=session.read_only_dirs,
+                    tenant=session.tenant,
                 ),
                 CodeReport,
                 timeout_s=limits.wall_s + timeout_s,

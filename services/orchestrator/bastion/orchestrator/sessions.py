@@ -76,7 +76,13 @@ class Sessions:
             await request(
                 self._client,
                 subjects.SANDBOX_CHECK,
-                SandboxCheck(workspace=ask.workspace, backend=ask.sandbox, network=ask.network),
+                SandboxCheck(
+                    workspace=ask.workspace,
+                    backend=ask.sandbox,
+                    network=ask.network,
+                    read_only_dirs=ask.read_only_dirs,
+                    skills_dir=ask.skills_dir,
+                ),
                 SandboxReady,
                 timeout_s=self._timeout_s,
             )
@@ -94,6 +100,8 @@ class Sessions:
             state="open",
             opened_at=_now(),
             tools=catalogue_for(workspace=ask.workspace, shell=ask.shell, network=ask.network),
+            read_only_dirs=ask.read_only_dirs,
+            skills_dir=ask.skills_dir,
         )
         await self._store.create(session)
         await self._publish(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_process
 import anyio.to_thread
@@ -36,8 +36,13 @@ from bastion.sandbox.editing import edit_file
 from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
 from bastion.sandbox.patching import apply_patch
+from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.walking import list_files
-from bastion.sandbox.workspace import checked_workspace
+from bastion.sandbox.workspace import (
+    check_skills_dir,
+    checked_read_only_dirs,
+    checked_workspace,
+)
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
 from bastion.shared.sandboxing import BwrapBackend, SandboxBackend, SandboxSpec, parse_backend
@@ -64,14 +69,23 @@ def _default_state_dir() -> str:
 
 
 class SandboxSettings(BusSettings, frozen=True, kw_only=True):
-    """Where Bastion's state is (never shown to, nor accepted as, a workspace), and the
-    programs that build a sandbox."""
+    """Where Bastion's state is (never shown to, nor accepted as, a workspace), the programs
+    that build a sandbox, and what the operator lifts or caps.
+
+    `git_writable` lets commands write the workspace's `.git/hooks` and `.git/config`;
+    `cgroups` False skips the per-command cgroup; `max_sandboxes_per_tenant` caps one
+    tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most.
+    """
 
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
     bwrap: str = "bwrap"
     prlimit: str = "prlimit"
     search_timeout_s: float = 20.0
     """How long `search_files` may take; an agent's regex can backtrack without end."""
+    git_writable: bool = False
+    cgroups: bool = True
+    max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
+    tenant_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
 
 
 def output_cap(max_payload: int) -> int:
@@ -93,11 +107,22 @@ class Sandboxes:
         max_payload: int = 1024 * 1024,
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
-        self._backend = backend or BwrapBackend(settings.bwrap, settings.prlimit)
+        self._backend = backend or BwrapBackend(
+            settings.bwrap, settings.prlimit, cgroups=settings.cgroups
+        )
         self._output_cap = output_cap(max_payload)
         self._search_timeout_s = settings.search_timeout_s
+        self._git_writable = settings.git_writable
+        self._slots = TenantSlots(settings.max_sandboxes_per_tenant, settings.tenant_wait_s)
 
-    def _spec(self, workspace: str, backend: str, network: str, limits: Limits) -> SandboxSpec:
+    def _spec(
+        self,
+        workspace: str,
+        backend: str,
+        network: str,
+        limits: Limits,
+        read_only_dirs: tuple[str, ...],
+    ) -> SandboxSpec:
         if limits.output_bytes > self._output_cap:
             limits = msgspec.structs.replace(limits, output_bytes=self._output_cap)
         return SandboxSpec(
@@ -105,12 +130,21 @@ class Sandboxes:
             network=parse_backend(backend, network),
             limits=limits,
             hidden=(self._state_dir,),
+            read_only=checked_read_only_dirs(read_only_dirs, self._state_dir),
+            git_writable=self._git_writable,
         )
 
     async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
         """Run one shell command in a fresh sandbox; a failing command is a result too."""
-        spec = self._spec(request.workspace, request.backend, request.network, request.limits)
-        return await self._backend.run(spec, request.command)
+        spec = self._spec(
+            request.workspace,
+            request.backend,
+            request.network,
+            request.limits,
+            request.read_only_dirs,
+        )
+        async with self._slots.slot(request.tenant):
+            return await self._backend.run(spec, request.command)
 
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Run one file tool on the workspace, confined to it."""
@@ -137,17 +171,28 @@ class Sandboxes:
 
     async def check_code(self, request: CodeCheck, _context: RequestContext) -> CodeReport:
         """Run the workspace's checker or tests in the session's sandbox, like a command."""
-        spec = self._spec(request.workspace, request.backend, request.network, request.limits)
+        spec = self._spec(
+            request.workspace,
+            request.backend,
+            request.network,
+            request.limits,
+            request.read_only_dirs,
+        )
 
         async def run(command: str) -> ExecResult:
-            return await self._backend.run(spec, command)
+            async with self._slots.slot(request.tenant):
+                return await self._backend.run(spec, command)
 
         program, text = await check_code(spec.workspace, request, run)
         return CodeReport(program=program, text=text)
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:
         """Run `true` in the sandbox a session would get; `sandbox_failed` if it does not."""
-        spec = self._spec(request.workspace, request.backend, request.network, Limits())
+        spec = self._spec(
+            request.workspace, request.backend, request.network, Limits(), request.read_only_dirs
+        )
+        if request.skills_dir is not None:
+            check_skills_dir(request.skills_dir, spec.workspace)
         detail = await self._backend.check(spec)
         return SandboxReady(backend=request.backend, detail=detail)
 

@@ -1,4 +1,4 @@
-"""The check every request's workspace passes: a real directory, apart from Bastion's state."""
+"""The checks a request's directories pass (workspace, read-only dirs, skills) before use."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bastion.shared.errors import InvalidInput
 
-__all__ = ["checked_workspace", "shown"]
+__all__ = ["check_skills_dir", "checked_read_only_dirs", "checked_workspace", "shown"]
 
 
 def shown(path: str, limit: int = 200) -> str:
@@ -55,3 +55,69 @@ def checked_workspace(workspace: str, state_dir: Path) -> Path:
             f"({shown(str(state))}), which holds sessions and secrets: {apart}"
         )
     return resolved
+
+
+_RESERVED: tuple[str, ...] = ("/workspace", "/proc", "/dev")
+"""Paths inside the sandbox that an extra read-only directory may not be mounted over."""
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    return a == b or a.is_relative_to(b) or b.is_relative_to(a)
+
+
+def checked_read_only_dirs(dirs: tuple[str, ...], state_dir: Path) -> tuple[Path, ...]:
+    """Each extra read-only directory resolved, once none of them shows the state dir.
+
+    Raises:
+        InvalidInput: which directory is wrong, why, and what to give instead.
+    """
+    state = state_dir.resolve()
+    checked: list[Path] = []
+    for given in dirs:
+        path = Path(given)
+        if not path.is_absolute():
+            raise InvalidInput(
+                f"the read-only directory {shown(given)} is not an absolute path: give its "
+                "full path, starting with /"
+            )
+        try:
+            resolved = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise InvalidInput(
+                f"the read-only directory {shown(given)} does not exist: give one that exists"
+            ) from None
+        if not resolved.is_dir():
+            raise InvalidInput(
+                f"the read-only directory {shown(given)} is not a directory: give a directory"
+            )
+        if _overlap(resolved, state):
+            raise InvalidInput(
+                f"the read-only directory {shown(given)} would show Bastion's state directory "
+                f"({shown(str(state))}), which holds sessions and secrets: give a directory "
+                "that neither is, contains, nor lies inside it"
+            )
+        if resolved == Path("/") or any(
+            resolved.is_relative_to(reserved) for reserved in _RESERVED
+        ):
+            raise InvalidInput(
+                f"the read-only directory {shown(given)} would cover the sandbox's own "
+                "/workspace, /proc or /dev: give a directory elsewhere"
+            )
+        checked.append(resolved)
+    return tuple(checked)
+
+
+def check_skills_dir(skills_dir: str, workspace: Path) -> None:
+    """Refuse a skills directory that overlaps the workspace (a command could rewrite a
+    skill, or grant itself what a skill declares).
+
+    Raises:
+        InvalidInput: the overlap, and what to give instead.
+    """
+    resolved = Path(skills_dir).resolve()
+    if _overlap(resolved, workspace):
+        raise InvalidInput(
+            f"the skills directory {shown(skills_dir)} and the workspace {shown(str(workspace))} "
+            "overlap, so a command could change a skill unchecked: give a skills directory "
+            "apart from the workspace"
+        )

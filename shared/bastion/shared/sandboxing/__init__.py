@@ -6,6 +6,7 @@ Modules:
 - `backend`: the `SandboxBackend` protocol every backend implements.
 - `bwrap`: the bubblewrap backend and what its exit statuses mean.
 - `argv`: the `prlimit` + `bwrap` command line.
+- `cgroup`: a cgroup per command bounding processes and memory, and which bound it hit.
 - `etc`: the sandbox's minimal `/etc`.
 - `process`: a process in its own session, under a wall clock, its output capped.
 - `output`: one stream kept within a byte budget, head and tail.

@@ -12,10 +12,20 @@ from bastion.proto.sandbox import Limits
 from bastion.shared.sandboxing.etc import host_etc_entries
 from bastion.shared.sandboxing.spec import SANDBOX_GID, SANDBOX_UID, WORKSPACE, SandboxSpec
 
-__all__ = ["ENVIRONMENT", "PROGRAM_DIRS", "bwrap_argv", "prlimit_argv", "shell_argv"]
+__all__ = [
+    "ALWAYS_HIDDEN",
+    "ENVIRONMENT",
+    "PROGRAM_DIRS",
+    "bwrap_argv",
+    "prlimit_argv",
+    "shell_argv",
+]
 
 PROGRAM_DIRS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 """Top-level program directories: symlinks into `/usr` on a merged-usr system, else bound."""
+
+ALWAYS_HIDDEN: Final = (Path("/etc/ssl/private"),)
+"""Host paths masked whoever runs the service: readable to the sandbox when that is root."""
 
 ENVIRONMENT: Final = (
     ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
@@ -39,11 +49,13 @@ def _within_hard_limit(value: int, which: int) -> int:
     return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
 
-def prlimit_argv(prlimit: str, limits: Limits) -> list[str]:
+def prlimit_argv(prlimit: str, limits: Limits, *, nproc: bool = False) -> list[str]:
     """`prlimit` setting the per-process limits, inherited by bwrap and all it starts.
 
     The CPU hard limit is one second past the soft one, so a process that runs out is
-    first sent SIGXCPU (which says why) rather than a bare SIGKILL.
+    first sent SIGXCPU (which says why) rather than a bare SIGKILL. With `nproc` (no cgroup
+    to bound the command's processes) `RLIMIT_NPROC` is set too: it counts every process of
+    the host user and is not enforced for root, so it is a fallback, not a bound.
     """
     cpu_hard = _within_hard_limit(limits.cpu_s + 1, resource.RLIMIT_CPU)
     cpu_soft = min(limits.cpu_s, cpu_hard)
@@ -54,6 +66,7 @@ def prlimit_argv(prlimit: str, limits: Limits) -> list[str]:
         f"--cpu={cpu_soft}:{cpu_hard}",
         f"--as={address_space}",
         f"--fsize={file_size}",
+        *([f"--nproc={limits.processes}"] if nproc else []),
         "--",
     ]
 
@@ -79,6 +92,31 @@ def _masks(hidden: Sequence[Path], bound: Sequence[Path]) -> list[str]:
     return args
 
 
+def _git_protection(workspace: Path) -> list[str]:
+    """`.git/hooks` and `.git/config` of a real `.git` directory, read-only.
+
+    A hook or a config written by a command would run later, outside any sandbox, when a
+    person uses git. Only paths that are not symlinks are bound from the host (a symlink
+    would bind whatever it names); a symlinked or missing hooks directory gets an empty
+    read-only one instead, and a symlinked config an empty read-only file.
+    """
+    git = workspace / ".git"
+    if git.is_symlink() or not git.is_dir():
+        return []
+    inside = f"{WORKSPACE}/.git"
+    hooks, config = git / "hooks", git / "config"
+    args: list[str] = []
+    if hooks.is_dir() and not hooks.is_symlink():
+        args += ["--ro-bind", str(hooks), f"{inside}/hooks"]
+    else:
+        args += ["--tmpfs", f"{inside}/hooks", "--remount-ro", f"{inside}/hooks"]
+    if config.is_symlink():
+        args += ["--ro-bind", "/dev/null", f"{inside}/config"]
+    elif config.is_file():
+        args += ["--ro-bind", str(config), f"{inside}/config"]
+    return args
+
+
 def bwrap_argv(
     bwrap: str,
     spec: SandboxSpec,
@@ -97,6 +135,7 @@ def bwrap_argv(
         bwrap,
         "--unshare-all",
         "--unshare-user",
+        "--disable-userns",
         "--uid",
         str(SANDBOX_UID),
         "--gid",
@@ -127,7 +166,16 @@ def bwrap_argv(
     args += [
         "--proc",
         "/proc",
+        # The sandbox's uid is the service's on the host: were that root, a writable
+        # /proc/sys would let a command set the host's sysctls (core_pattern among them).
+        "--ro-bind",
+        "/proc/sys",
+        "/proc/sys",
         "--dev",
+        "/dev",
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
         "/dev",
         "--tmpfs",
         "/tmp",
@@ -135,8 +183,12 @@ def bwrap_argv(
         str(spec.workspace),
         WORKSPACE,
     ]
-    bound = [Path("/usr"), *(Path("/etc") / name for name in etc_entries)]
-    args += _masks(spec.hidden, bound)
+    if not spec.git_writable:
+        args += _git_protection(spec.workspace)
+    for directory in spec.read_only:
+        args += ["--ro-bind", str(directory), str(directory)]
+    bound = [Path("/usr"), *(Path("/etc") / name for name in etc_entries), *spec.read_only]
+    args += _masks((*spec.hidden, *ALWAYS_HIDDEN), bound)
     args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
     for name, value in ENVIRONMENT:
         args += ["--setenv", name, value]

@@ -5,10 +5,16 @@ in the workspace belongs, on the host, to the service's user. bubblewrap reports
 killed by a signal as status 128+N, as a shell does; a status from 129 to 192 is therefore
 read as signal N (a command that itself exits with such a status reads the same). A run
 whose wall clock ran out ends `timeout` with SIGKILL's status: 137, signal 9.
+
+Each command runs in a cgroup of its own when the service may make one (`cgroup`), which
+bounds its processes and memory and says which bound it hit; otherwise `RLIMIT_NPROC` is
+the fallback, which does not hold for root. Nested user namespaces are refused
+(`--disable-userns`): a command cannot map itself root in a namespace of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -21,6 +27,7 @@ import anyio
 from bastion.proto._base import MAX_TEXT
 from bastion.proto.sandbox import ExecResult, Limits
 from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, shell_argv
+from bastion.shared.sandboxing.cgroup import CgroupRoot, CommandCgroup, find_cgroup_root
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import generated_etc
 from bastion.shared.sandboxing.process import Finished, run_limited
@@ -85,7 +92,10 @@ def _reason(finished: Finished) -> str:
     return f"it exited with status {finished.returncode} and said nothing"
 
 
-def _result(finished: Finished) -> ExecResult:
+_SIGNAL_LIMITS: Final = {int(signal.SIGXCPU): "cpu_time", int(signal.SIGXFSZ): "file_size"}
+
+
+def _result(finished: Finished, limit_hit: str = "") -> ExecResult:
     status = finished.returncode
     ended: str = "exited"
     signum: int | None = None
@@ -104,18 +114,44 @@ def _result(finished: Finished) -> ExecResult:
         stdout_cut=finished.stdout.cut,
         stderr_cut=finished.stderr.cut,
         duration_s=round(finished.duration_s, 3),
+        limit_hit=limit_hit or _SIGNAL_LIMITS.get(signum or 0, ""),
     )
 
 
 class BwrapBackend:
-    """Runs each command in a new bubblewrap sandbox, with `prlimit` setting its limits."""
+    """Runs each command in a new bubblewrap sandbox, with `prlimit` setting its limits.
+
+    `cgroups` False skips the per-command cgroup even where one could be made.
+    """
 
     name = "bwrap"
 
-    def __init__(self, bwrap: str = "bwrap", prlimit: str = "prlimit") -> None:
+    def __init__(
+        self, bwrap: str = "bwrap", prlimit: str = "prlimit", cgroups: bool = True
+    ) -> None:
         self._bwrap = bwrap
         self._prlimit = prlimit
         self._version: str | None = None
+        self._cgroup_root: CgroupRoot | None = find_cgroup_root() if cgroups else None
+
+    @property
+    def bounds(self) -> str:
+        """How a command's processes and memory are bounded here, in a few words."""
+        if self._cgroup_root is None:
+            return "RLIMIT_NPROC (no cgroup this service may write; not enforced for root)"
+        return self._cgroup_root.describe()
+
+    def _cgroup(self, spec: SandboxSpec) -> CommandCgroup | None:
+        if self._cgroup_root is None:
+            return None
+        try:
+            return CommandCgroup(self._cgroup_root, spec.limits)
+        except OSError as error:
+            raise SandboxFailed(
+                f"could not make a cgroup for the command ({error.strerror}) under "
+                f"{self._cgroup_root.describe()}: give the service a writable, delegated "
+                "cgroup, or set BASTION_CGROUPS=false to fall back to RLIMIT_NPROC"
+            ) from None
 
     def _programs(self) -> tuple[str, str]:
         bwrap = shutil.which(self._bwrap)
@@ -132,19 +168,42 @@ class BwrapBackend:
             )
         return bwrap, prlimit
 
-    async def _launch(self, spec: SandboxSpec, command: str) -> Finished:
+    async def _launch(self, spec: SandboxSpec, command: str) -> ExecResult:
         bwrap, prlimit = self._programs()
+        cgroup = self._cgroup(spec)
+        try:
+            finished = await self._launch_in(spec, command, bwrap, prlimit, cgroup)
+            return _result(finished, cgroup.limit_hit() if cgroup else "")
+        finally:
+            if cgroup is not None:
+                with anyio.CancelScope(shield=True):
+                    await cgroup.aclose()
+
+    async def _launch_in(
+        self,
+        spec: SandboxSpec,
+        command: str,
+        bwrap: str,
+        prlimit: str,
+        cgroup: CommandCgroup | None,
+    ) -> Finished:
         data = generated_etc(spec.network)
         with _pipes([file.content for file in data]) as pipes:
             *data_pipes, (status_read, status_write) = pipes
-            argv = prlimit_argv(prlimit, spec.limits) + bwrap_argv(
-                bwrap,
-                spec,
-                shell_argv(command),
-                status_fd=status_write,
-                data_fds=[
-                    (read, file.path) for (read, _), file in zip(data_pipes, data, strict=True)
-                ],
+            join = cgroup.join_argv() if cgroup else []
+            limits = prlimit_argv(prlimit, spec.limits, nproc=cgroup is None)
+            argv = (
+                join
+                + limits
+                + bwrap_argv(
+                    bwrap,
+                    spec,
+                    shell_argv(command),
+                    status_fd=status_write,
+                    data_fds=[
+                        (read, file.path) for (read, _), file in zip(data_pipes, data, strict=True)
+                    ],
+                )
             )
             finished = await run_limited(
                 argv,
@@ -162,14 +221,12 @@ class BwrapBackend:
 
     async def run(self, spec: SandboxSpec, command: str) -> ExecResult:
         """Run `command` with `/bin/sh -c` in `/workspace`, within `spec.limits`."""
-        return _result(await self._launch(spec, command))
+        return await self._launch(spec, command)
 
     async def check(self, spec: SandboxSpec) -> str:
         """Run `true` in a sandbox like `spec`'s; say what ran, or raise `SandboxFailed`."""
-        quick = SandboxSpec(
-            workspace=spec.workspace, network=spec.network, limits=_CHECK_LIMITS, hidden=spec.hidden
-        )
-        result = _result(await self._launch(quick, "true"))
+        quick = dataclasses.replace(spec, limits=_CHECK_LIMITS)
+        result = await self._launch(quick, "true")
         if result.ended != "exited" or result.exit_status != 0:
             raise SandboxFailed(
                 f"the bubblewrap sandbox started but `true` did not succeed in it "
@@ -177,7 +234,7 @@ class BwrapBackend:
             )
         return (
             f"{await self._describe()}: `true` ran as uid {SANDBOX_UID} in {WORKSPACE}, "
-            f"network {spec.network}"
+            f"network {spec.network}, processes and memory bounded by {self.bounds}"
         )
 
     async def _describe(self) -> str:

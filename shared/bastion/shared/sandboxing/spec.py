@@ -38,6 +38,10 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     hidden: tuple[Path, ...] = ()
     """Host paths masked with an empty read-only directory should a bound tree hold them."""
+    read_only: tuple[Path, ...] = ()
+    """Checked, resolved host directories shown read-only, each at its own path."""
+    git_writable: bool = False
+    """Whether the workspace's `.git/hooks` and `.git/config` stay writable (else read-only)."""
 
 
 def parse_backend(backend: str, network: str) -> Network:

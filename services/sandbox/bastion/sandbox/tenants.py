@@ -1,0 +1,60 @@
+"""A cap on how many sandboxes one tenant runs at once, with a bounded wait for a turn."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+
+from bastion.proto import errors as codes
+from bastion.shared.errors import BastionError
+
+__all__ = ["TenantBusy", "TenantSlots"]
+
+
+class TenantBusy(BastionError):
+    """A tenant's sandboxes stayed at the cap for longer than a call may wait."""
+
+    code = codes.UNAVAILABLE
+
+
+class TenantSlots:
+    """One `CapacityLimiter` per tenant: a call over the cap waits up to `wait_s`, no longer.
+
+    A tenant's limiter is dropped once nobody holds or waits for it, so the map holds only
+    tenants with work in flight. The cap holds per service instance: with several
+    instances in the queue group, a tenant may run up to the cap on each.
+    """
+
+    def __init__(self, per_tenant: int, wait_s: float) -> None:
+        self._per_tenant = per_tenant
+        self._wait_s = wait_s
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+        self._users: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def slot(self, tenant: str) -> AsyncIterator[None]:
+        """Hold one of `tenant`'s sandboxes; `TenantBusy` if none frees up in time."""
+        limiter = self._limiters.setdefault(tenant, anyio.CapacityLimiter(self._per_tenant))
+        self._users[tenant] = self._users.get(tenant, 0) + 1
+        try:
+            acquired = False
+            with anyio.move_on_after(self._wait_s):
+                await limiter.acquire()
+                acquired = True
+            if not acquired:
+                raise TenantBusy(
+                    f"tenant {tenant} has {limiter.borrowed_tokens} sandboxes running, its cap, "
+                    f"and none ended within {self._wait_s:g} s: retry later, or raise the cap "
+                    "(BASTION_MAX_SANDBOXES_PER_TENANT)"
+                )
+            try:
+                yield
+            finally:
+                limiter.release()
+        finally:
+            self._users[tenant] -= 1
+            if not self._users[tenant]:
+                del self._users[tenant]
+                del self._limiters[tenant]

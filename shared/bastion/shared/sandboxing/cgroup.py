@@ -1,0 +1,212 @@
+"""A cgroup per command: a bound on its processes and its memory, and which one it hit.
+
+A fork bomb must not reach the host's process table, and a command that eats memory must
+end with a reason rather than take the machine with it. `RLIMIT_NPROC` cannot do the first
+job here: it counts every process of the *host* user the sandbox maps to (the service's
+own, and every other sandbox's), and the kernel does not enforce it at all for root. So
+each command gets its own cgroup, made beside the service's own and removed after:
+
+- cgroup v2 when the service's cgroup is writable and already enables `pids` and `memory`
+  for its children (systemd `Delegate=yes`, or a container given its own cgroup): one
+  group with `pids.max`, `memory.max` (`memory.swap.max` 0), read back through
+  `pids.events` and `memory.events`;
+- else cgroup v1 when the `pids` and `memory` hierarchies are writable (the service runs
+  as root on a hybrid host): the same limits as `pids.max`, `memory.limit_in_bytes`
+  (and `memory.memsw.limit_in_bytes`), read back through `pids.events` and
+  `memory.oom_control`.
+
+The launcher joins the group before it starts bwrap, so every process of the command is
+in it from the first. When neither is available, `find_cgroup_root` answers None and the
+backend falls back to `RLIMIT_NPROC` (see `argv.prlimit_argv`), whose limits are above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shlex
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+import anyio
+
+from bastion.proto.sandbox import Limits
+
+__all__ = ["CgroupRoot", "CommandCgroup", "find_cgroup_root"]
+
+CGROUP_MOUNT: Final = Path("/sys/fs/cgroup")
+_REMOVE_TRIES: Final = 100
+"""A group is removed once its last process is reaped: at most this many 20 ms polls."""
+
+
+@dataclass(frozen=True)
+class CgroupRoot:
+    """Where per-command groups are made: one v2 directory, or the v1 pids and memory ones."""
+
+    version: Literal[1, 2]
+    pids: Path
+    memory: Path
+
+    def describe(self) -> str:
+        """A few words for the operator: which cgroups bound a command."""
+        if self.version == 2:
+            return f"cgroup v2 under {self.pids}"
+        return f"cgroup v1 under {self.pids} and {self.memory}"
+
+
+def _own_paths(proc_cgroup: Path) -> dict[str, str]:
+    """The service's cgroup in each hierarchy, by controller (`""` for v2)."""
+    paths: dict[str, str] = {}
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return paths
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller] = path
+    return paths
+
+
+def _writable_dir(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
+def find_cgroup_root(
+    mount: Path = CGROUP_MOUNT, proc_cgroup: Path = Path("/proc/self/cgroup")
+) -> CgroupRoot | None:
+    """The cgroups this service may make per-command groups in, or None when it may not."""
+    own = _own_paths(proc_cgroup)
+    if (mount / "cgroup.controllers").exists() and "" in own:
+        here = mount / own[""].lstrip("/")
+        try:
+            enabled = (here / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            enabled = []
+        if {"pids", "memory"} <= set(enabled) and _writable_dir(here):
+            return CgroupRoot(2, here, here)
+        return None
+    if "pids" in own and "memory" in own:
+        pids = mount / "pids" / own["pids"].lstrip("/")
+        memory = mount / "memory" / own["memory"].lstrip("/")
+        if _writable_dir(pids) and _writable_dir(memory):
+            return CgroupRoot(1, pids, memory)
+    return None
+
+
+def _count(path: Path, key: str) -> int:
+    """The value of `key` in a flat-keyed cgroup file, 0 when absent or unreadable."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class CommandCgroup:
+    """One command's group(s): made with its limits, joined by its launcher, then removed."""
+
+    def __init__(self, root: CgroupRoot, limits: Limits) -> None:
+        name = f"bastion-{secrets.token_hex(6)}"
+        self._root = root
+        self._dirs = (
+            [root.pids / name]
+            if root.version == 2
+            else [
+                root.pids / name,
+                root.memory / name,
+            ]
+        )
+        self._made: list[Path] = []
+        try:
+            for directory in self._dirs:
+                directory.mkdir()
+                self._made.append(directory)
+            self._write_limits(limits)
+        except OSError:
+            self.remove_now()
+            raise
+
+    @property
+    def _pids(self) -> Path:
+        return self._dirs[0]
+
+    @property
+    def _memory(self) -> Path:
+        return self._dirs[-1]
+
+    def _write_limits(self, limits: Limits) -> None:
+        (self._pids / "pids.max").write_text(str(limits.processes))
+        memory = str(limits.memory_bytes)
+        if self._root.version == 2:
+            (self._memory / "memory.max").write_text(memory)
+            swap = self._memory / "memory.swap.max"
+            if swap.exists():
+                swap.write_text("0")
+            return
+        (self._memory / "memory.limit_in_bytes").write_text(memory)
+        both = self._memory / "memory.memsw.limit_in_bytes"
+        if both.exists():  # memory and swap together: no swapping past the limit
+            both.write_text(memory)
+
+    def join_argv(self) -> list[str]:
+        """A launcher that moves itself into the group(s), then runs the rest of the argv.
+
+        A launcher that cannot join exits 125 without starting anything.
+        """
+        joins = " && ".join(
+            f"echo $$ > {shlex.quote(str(directory / 'cgroup.procs'))}" for directory in self._dirs
+        )
+        return ["/bin/sh", "-c", f'{joins} || exit 125; exec "$@"', "bastion-cgroup"]
+
+    def limit_hit(self) -> str:
+        """`oom` if the kernel killed a process for memory, `process_limit` if a fork was
+        refused, else empty."""
+        if self._root.version == 2:
+            oom = _count(self._memory / "memory.events", "oom_kill")
+        else:
+            oom = _count(self._memory / "memory.oom_control", "oom_kill")
+        if oom:
+            return "oom"
+        if _count(self._pids / "pids.events", "max"):
+            return "process_limit"
+        return ""
+
+    def _kill_all(self) -> None:
+        kill = self._pids / "cgroup.kill"
+        if kill.exists():
+            with contextlib.suppress(OSError):
+                kill.write_text("1")
+                return
+        for directory in self._made:
+            with contextlib.suppress(OSError):
+                for pid in (directory / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(pid), signal.SIGKILL)
+
+    def remove_now(self) -> list[Path]:
+        """Remove each group that is empty; the ones still busy."""
+        busy = []
+        for directory in self._made:
+            try:
+                directory.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                busy.append(directory)
+        self._made = busy
+        return busy
+
+    async def aclose(self) -> None:
+        """Kill what is left in the group and remove it, once its processes are reaped."""
+        for _ in range(_REMOVE_TRIES):
+            self._kill_all()
+            if not self.remove_now():
+                return
+            await anyio.sleep(0.02)

@@ -1,0 +1,93 @@
+"""A cap on each tenant's concurrent sandboxes: over it a call waits, a bounded time, then fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from bastion.proto import errors as codes
+from bastion.proto import subjects
+from bastion.proto.sandbox import ExecRequest, ExecResult
+from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.shared.bus import Client, request
+from bastion.shared.errors import RemoteError
+from bastion.shared.settings import BusSettings
+from tests.attacks.conftest import wait_for_file
+from tests.conftest import ServiceRunner
+
+SESSION = "0123456789abcdef"
+
+
+@pytest.fixture
+def settings(bus_settings: BusSettings, tmp_path: Path) -> SandboxSettings:
+    (tmp_path / "state").mkdir()
+    return SandboxSettings(
+        nats_url=bus_settings.nats_url,
+        state_dir=str(tmp_path / "state"),
+        max_sandboxes_per_tenant=1,
+    )
+
+
+def workspace(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    path.mkdir()
+    return path
+
+
+# Runs until the test touches `go` in its workspace (or 20 s pass), after saying `started`.
+HELD = "touch started; i=0; while [ ! -e go ] && [ $i -lt 2000 ]; do i=$((i+1)); sleep 0.01; done"
+
+
+async def run(client: Client, where: Path, command: str, tenant: str) -> ExecResult:
+    message = ExecRequest(session_id=SESSION, workspace=str(where), command=command, tenant=tenant)
+    result: ExecResult = await request(
+        client, subjects.SANDBOX_EXEC, message, ExecResult, timeout_s=30
+    )
+    return result
+
+
+async def test_a_call_over_the_tenants_cap_waits_for_a_turn_then_runs(
+    client: Client, run_service: ServiceRunner, settings: SandboxSettings, tmp_path: Path
+) -> None:
+    first, second = workspace(tmp_path, "a"), workspace(tmp_path, "b")
+    results: dict[str, ExecResult] = {}
+
+    async def hold() -> None:
+        results["first"] = await run(client, first, HELD, "acme")
+
+    async def follow() -> None:
+        results["second"] = await run(client, second, "touch ran", "acme")
+
+    async with run_service(sandbox_service, settings), anyio.create_task_group() as group:
+        group.start_soon(hold)
+        await anyio.to_thread.run_sync(wait_for_file, first / "started", 20.0)
+        group.start_soon(follow)
+        # The second is held back while the first runs; a third tenant is not.
+        other = await run(client, workspace(tmp_path, "c"), "true", "globex")
+        assert other.exit_status == 0
+        assert not (second / "ran").exists()
+        (first / "go").touch()
+    assert results["second"].exit_status == 0
+    assert (second / "ran").exists()
+
+
+async def test_a_call_that_waits_past_the_bound_fails_saying_how_many_run_and_what_to_do(
+    client: Client, run_service: ServiceRunner, settings: SandboxSettings, tmp_path: Path
+) -> None:
+    first, second = workspace(tmp_path, "a"), workspace(tmp_path, "b")
+    short = msgspec.structs.replace(settings, tenant_wait_s=0.2)
+    async with run_service(sandbox_service, short), anyio.create_task_group() as group:
+        group.start_soon(run, client, first, HELD, "acme")
+        await anyio.to_thread.run_sync(wait_for_file, first / "started", 20.0)
+        with pytest.raises(RemoteError) as raised:
+            await run(client, second, "touch ran", "acme")
+        (first / "go").touch()
+    assert raised.value.code == codes.UNAVAILABLE
+    assert "tenant acme has 1 sandboxes running" in raised.value.message
+    assert (
+        "retry later, or raise the cap (BASTION_MAX_SANDBOXES_PER_TENANT)" in raised.value.message
+    )
+    assert not (second / "ran").exists()
