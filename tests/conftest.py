@@ -9,6 +9,8 @@ from typing import Any
 
 import anyio
 import pytest
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 
 from bastion.shared.bus import Client, connect
 from bastion.shared.natsserver import running_nats_server
@@ -16,6 +18,21 @@ from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 
 ServiceRunner = Callable[..., AbstractAsyncContextManager[Service]]
+
+
+async def raw_request(client: Client, subject: str, payload: bytes, timeout_s: float = 10) -> Msg:
+    """A request of raw bytes, as a client in another language would send it.
+
+    It flushes first and asks once more on "no responders": right after a service
+    subscribes, the server can still answer a fresh connection's first request that way
+    (the typed `bastion.shared.bus.request` works around the same race).
+    """
+    await client.flush()
+    try:
+        return await client.request(subject, payload, timeout=timeout_s)
+    except NoRespondersError:
+        await client.flush()
+        return await client.request(subject, payload, timeout=timeout_s)
 
 
 @pytest.fixture

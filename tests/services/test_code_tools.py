@@ -25,7 +25,7 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
+from tests.conftest import ServiceRunner, raw_request
 
 SESSION = "0123456789abcdef"
 
@@ -501,5 +501,5 @@ async def test_a_malformed_request_for_a_new_tool_is_answered_bad_request(
     client: Client, sandbox: None, workspace: Path
 ) -> None:
     data = msgspec.msgpack.encode({"kind": "file.edit", "session_id": SESSION})
-    reply = await client.request(subjects.SANDBOX_FILES, data, timeout=10)
+    reply = await raw_request(client, subjects.SANDBOX_FILES, data)
     assert reply.headers is not None and reply.headers["Bastion-Error-Code"] == "bad_request"

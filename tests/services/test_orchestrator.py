@@ -24,7 +24,7 @@ from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError, Unavailable
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
+from tests.conftest import ServiceRunner, raw_request
 
 
 @pytest.fixture
@@ -215,7 +215,7 @@ async def test_a_message_of_the_wrong_shape_gets_a_bad_request_reply(
     client: Client, plane: None, run_service: ServiceRunner, bus_settings: BusSettings, subject: str
 ) -> None:
     async with orchestrator(run_service, bus_settings):
-        reply = await client.request(subject, b"\x93not a message", timeout=5)
+        reply = await raw_request(client, subject, b"\x93not a message")
     error = decode(reply.data, ErrorReply)
     assert error.code == "bad_request"
 

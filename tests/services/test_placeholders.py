@@ -17,7 +17,7 @@ from bastion.shared.codec import decode
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import RemoteError
 from bastion.vault.service import setup as vault_setup
-from tests.conftest import ServiceRunner
+from tests.conftest import ServiceRunner, raw_request
 
 SESSION = "0123456789abcdef"
 
@@ -74,7 +74,7 @@ async def test_a_message_of_the_wrong_shape_gets_bad_request_not_silence(
 ) -> None:
     async with run_service(setup):
         for payload in (b"", b"\xc1", b"\x81\xa4kind\xa4nope"):
-            reply = await client.request(subject, payload, timeout=5)
+            reply = await raw_request(client, subject, payload)
             error = decode(reply.data, ErrorReply)
             assert error.code == "bad_request"
             assert reply.headers is not None and reply.headers["Nats-Service-Error-Code"] == "400"

@@ -28,7 +28,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
+from tests.conftest import ServiceRunner, raw_request
 from tests.sleepers import sleeping, unique_duration
 
 SESSION = "0123456789abcdef"
@@ -435,7 +435,6 @@ async def test_a_workspace_that_overlaps_the_state_dir_or_is_no_directory_is_ref
 async def test_a_payload_of_the_wrong_shape_gets_bad_request(
     client: Client, sandbox: None, subject: str
 ) -> None:
-    await client.flush()  # the first request on a fresh connection may race the server
-    reply = await client.request(subject, msgspec.msgpack.encode({"kind": "nonsense"}), timeout=10)
+    reply = await raw_request(client, subject, msgspec.msgpack.encode({"kind": "nonsense"}))
     error = decode(reply.data, ErrorReply)
     assert error.code == codes.BAD_REQUEST

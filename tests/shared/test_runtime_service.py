@@ -15,7 +15,7 @@ from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import RemoteError, Unavailable
 from bastion.shared.settings import BusSettings
 from bastion.shared.telemetry import tracer
-from tests.conftest import ServiceRunner
+from tests.conftest import ServiceRunner, raw_request
 from tests.shared.conftest import SECRET, STRICT_SUBJECT, SUBJECT, Echo, Echoed, Harness, Spans, raw
 
 REPLY = msgspec.msgpack.Decoder(Echoed | ErrorReply)
@@ -28,14 +28,12 @@ REPLY = msgspec.msgpack.Decoder(Echoed | ErrorReply)
 async def ask(
     client: Client, payload: bytes, subject: str = SUBJECT
 ) -> tuple[Echoed | ErrorReply, Msg]:
-    await client.flush()
-    reply = await client.request(subject, payload, timeout=5)
+    reply = await raw_request(client, subject, payload)
     return REPLY.decode(reply.data), reply
 
 
 async def srv(client: Client, verb: str) -> dict[str, Any]:
-    await client.flush()
-    reply = await client.request(f"$SRV.{verb}.testsvc", b"", timeout=5)
+    reply = await raw_request(client, f"$SRV.{verb}.testsvc", b"")
     answer: dict[str, Any] = json.loads(reply.data)
     return answer
 
