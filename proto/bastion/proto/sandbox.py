@@ -17,6 +17,8 @@ __all__ = [
     "ReadFile",
     "SandboxCheck",
     "SandboxReady",
+    "SandboxRelease",
+    "SandboxReleased",
     "WriteFile",
 ]
 
@@ -106,3 +108,15 @@ class SandboxReady(Message, frozen=True, kw_only=True, tag="sandbox.ready"):
 
     backend: str
     detail: str
+
+
+class SandboxRelease(Message, frozen=True, kw_only=True, tag="sandbox.release"):
+    """A session closed: remove what its sandbox kept (a Docker container)."""
+
+    session_id: SessionId
+
+
+class SandboxReleased(Message, frozen=True, kw_only=True, tag="sandbox.released"):
+    """What was removed: how many containers (none for a session that kept nothing)."""
+
+    containers: int = 0

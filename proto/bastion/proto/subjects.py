@@ -13,6 +13,7 @@ __all__ = [
     "SANDBOX_CHECK",
     "SANDBOX_EXEC",
     "SANDBOX_FILES",
+    "SANDBOX_RELEASE",
     "SESSION_CALL_ANY",
     "SESSION_CLOSE",
     "SESSION_GET",
@@ -34,6 +35,7 @@ POLICY_DECIDE: Final = f"{PREFIX}.policy.decide"
 SANDBOX_EXEC: Final = f"{PREFIX}.sandbox.exec"
 SANDBOX_FILES: Final = f"{PREFIX}.sandbox.files"
 SANDBOX_CHECK: Final = f"{PREFIX}.sandbox.check"
+SANDBOX_RELEASE: Final = f"{PREFIX}.sandbox.release"
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
 MCP_CALL: Final = f"{PREFIX}.mcp.call"
 VAULT_LEASE: Final = f"{PREFIX}.vault.lease"

@@ -1,11 +1,14 @@
-"""The sandbox service's endpoints: `sandbox.exec`, `sandbox.files` and `sandbox.check`."""
+"""The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check` and `.release`."""
 
 from __future__ import annotations
 
+import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import anyio.to_thread
 import msgspec
 
@@ -19,17 +22,31 @@ from bastion.proto.sandbox import (
     ReadFile,
     SandboxCheck,
     SandboxReady,
+    SandboxRelease,
+    SandboxReleased,
 )
 from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.workspace import checked_workspace
 from bastion.shared.bus import Client
-from bastion.shared.sandboxing import BwrapBackend, SandboxBackend, SandboxSpec, parse_backend
+from bastion.shared.sandboxing import (
+    BwrapBackend,
+    ContainerLimits,
+    DockerSandboxes,
+    Network,
+    SandboxBackend,
+    SandboxFailed,
+    SandboxSpec,
+    parse_backend,
+    parse_docker_backend,
+)
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
 from bastion.shared.version import VERSION
 
 __all__ = ["SandboxSettings", "Sandboxes", "output_cap", "sandbox_service"]
+
+logger = logging.getLogger(__name__)
 
 
 def _default_state_dir() -> str:
@@ -43,6 +60,14 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
     bwrap: str = "bwrap"
     prlimit: str = "prlimit"
+    docker_owner: str = msgspec.field(default_factory=socket.gethostname)
+    """Labels this instance's Docker containers; at start it removes every container of
+    the same owner (an earlier run's leftovers). Instances sharing an engine each need
+    their own."""
+    docker_memory_bytes: int = ContainerLimits.memory_bytes
+    docker_pids: int = ContainerLimits.pids
+    docker_cpus: float = ContainerLimits.cpus
+    docker_tmp_bytes: int = ContainerLimits.tmp_bytes
 
 
 def output_cap(max_payload: int) -> int:
@@ -65,22 +90,44 @@ class Sandboxes:
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(settings.bwrap, settings.prlimit)
+        self.docker = DockerSandboxes(
+            settings.docker_owner,
+            ContainerLimits(
+                memory_bytes=settings.docker_memory_bytes,
+                pids=settings.docker_pids,
+                cpus=settings.docker_cpus,
+                tmp_bytes=settings.docker_tmp_bytes,
+            ),
+        )
         self._output_cap = output_cap(max_payload)
 
-    def _spec(self, workspace: str, backend: str, network: str, limits: Limits) -> SandboxSpec:
+    def _spec(
+        self, workspace: str, backend: str, network: str, limits: Limits, session_id: str = ""
+    ) -> tuple[SandboxBackend, SandboxSpec]:
+        """The backend a request names and the spec of its run, or why it is refused."""
         if limits.output_bytes > self._output_cap:
             limits = msgspec.structs.replace(limits, output_bytes=self._output_cap)
-        return SandboxSpec(
+        chosen: SandboxBackend = self._backend
+        mode: Network = "none"  # the Docker backend's network is in its target
+        if backend.startswith("docker:"):
+            chosen = self.docker.backend(parse_docker_backend(backend, network))
+        else:
+            mode = parse_backend(backend, network)
+        spec = SandboxSpec(
             workspace=checked_workspace(workspace, self._state_dir),
-            network=parse_backend(backend, network),
+            network=mode,
             limits=limits,
             hidden=(self._state_dir,),
+            session_id=session_id,
         )
+        return chosen, spec
 
     async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
-        """Run one shell command in a fresh sandbox; a failing command is a result too."""
-        spec = self._spec(request.workspace, request.backend, request.network, request.limits)
-        return await self._backend.run(spec, request.command)
+        """Run one shell command in the session's sandbox; a failing command is a result too."""
+        backend, spec = self._spec(
+            request.workspace, request.backend, request.network, request.limits, request.session_id
+        )
+        return await backend.run(spec, request.command)
 
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Read or write one workspace file, confined to the workspace."""
@@ -93,18 +140,37 @@ class Sandboxes:
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:
         """Run `true` in the sandbox a session would get; `sandbox_failed` if it does not."""
-        spec = self._spec(request.workspace, request.backend, request.network, Limits())
-        detail = await self._backend.check(spec)
+        backend, spec = self._spec(request.workspace, request.backend, request.network, Limits())
+        detail = await backend.check(spec)
         return SandboxReady(backend=request.backend, detail=detail)
+
+    async def release(self, request: SandboxRelease, _context: RequestContext) -> SandboxReleased:
+        """Remove what a closed session kept (its Docker container); nothing held is fine."""
+        return SandboxReleased(containers=await self.docker.release(request.session_id))
+
+    async def sweep(self) -> None:
+        """Remove the containers an earlier run of this owner left; no engine, nothing to do."""
+        try:
+            await self.docker.version()
+        except SandboxFailed:
+            logger.info("no Docker engine answers: Docker sandboxes unavailable until one does")
+            return
+        await self.docker.sweep()
 
 
 @asynccontextmanager
 async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
     sandboxes = Sandboxes(settings, max_payload=client.max_payload)
+    await sandboxes.sweep()
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."
     )
     service.add_endpoint("exec", subjects.SANDBOX_EXEC, ExecRequest, sandboxes.exec)
     service.add_endpoint("files", subjects.SANDBOX_FILES, FileRequest, sandboxes.files)
     service.add_endpoint("check", subjects.SANDBOX_CHECK, SandboxCheck, sandboxes.check)
-    yield service
+    service.add_endpoint("release", subjects.SANDBOX_RELEASE, SandboxRelease, sandboxes.release)
+    try:
+        yield service
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sandboxes.docker.aclose()
