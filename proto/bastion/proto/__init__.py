@@ -27,6 +27,8 @@ from bastion.proto.sandbox import (
     ReadFile,
     SandboxCheck,
     SandboxReady,
+    SandboxRelease,
+    SandboxReleased,
     WriteFile,
 )
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef, ToolSpec
@@ -58,6 +60,8 @@ __all__ = [
     "ReadFile",
     "SandboxCheck",
     "SandboxReady",
+    "SandboxRelease",
+    "SandboxReleased",
     "SessionClosed",
     "SessionInfo",
     "SessionOpened",

@@ -25,6 +25,8 @@ MESSAGES: dict[str, Any] = {
     "FileResult": sandbox.FileResult,
     "SandboxCheck": sandbox.SandboxCheck,
     "SandboxReady": sandbox.SandboxReady,
+    "SandboxRelease": sandbox.SandboxRelease,
+    "SandboxReleased": sandbox.SandboxReleased,
     "FetchRequest": stubs.FetchRequest,
     "McpCallRequest": stubs.McpCallRequest,
     "LeaseRequest": stubs.LeaseRequest,
