@@ -17,6 +17,10 @@ lint:
     ruff format --check .
     mypy proto/bastion/proto shared/bastion/shared cli services
 
+# Build the Docker sandbox test image locally (no registry) and print its image ID
+docker-image *ARGS:
+    tests/docker/build_image.sh {{ARGS}}
+
 # Benchmarks: medians and ratios against baselines measured in the same run
 bench:
     python -m bench.bench_calls

@@ -126,6 +126,8 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     sandbox.FileResult: sandbox.FileResult(text="1\thello"),
     sandbox.SandboxCheck: sandbox.SandboxCheck(workspace="/tmp/ws", backend="bwrap"),
     sandbox.SandboxReady: sandbox.SandboxReady(backend="bwrap", detail="bubblewrap 0.11"),
+    sandbox.SandboxRelease: sandbox.SandboxRelease(session_id="0123456789abcdef"),
+    sandbox.SandboxReleased: sandbox.SandboxReleased(containers=1),
     stubs.FetchRequest: stubs.FetchRequest(session_id=SID, url="https://docs.rs", format="text"),
     stubs.McpCallRequest: stubs.McpCallRequest(
         session_id=SID, server="github", tool="search", arguments={"q": "x", "n": 3}
@@ -177,6 +179,8 @@ TAGS: dict[type[msgspec.Struct], str] = {
     sandbox.FileResult: "file.result",
     sandbox.SandboxCheck: "sandbox.check",
     sandbox.SandboxReady: "sandbox.ready",
+    sandbox.SandboxRelease: "sandbox.release",
+    sandbox.SandboxReleased: "sandbox.released",
     stubs.FetchRequest: "egress.fetch",
     stubs.McpCallRequest: "mcp.call",
     stubs.LeaseRequest: "vault.lease",

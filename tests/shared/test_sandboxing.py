@@ -114,11 +114,6 @@ def test_limits_become_prlimit_options_with_a_softer_cpu_limit() -> None:
 # --- backend and network names ---------------------------------------------------------
 
 
-def test_a_docker_backend_is_not_built_yet_and_says_issue_3() -> None:
-    with pytest.raises(NotImplementedYet, match="issue 3"):
-        parse_backend("docker:alpine@sha256:" + "0" * 64, "none")
-
-
 def test_the_declared_network_is_not_built_yet_and_says_issue_5() -> None:
     with pytest.raises(NotImplementedYet, match="issue 5"):
         parse_backend("bwrap", "declared")

@@ -33,6 +33,8 @@ from bastion.proto.sandbox import (
     ReadFile,
     SandboxCheck,
     SandboxReady,
+    SandboxRelease,
+    SandboxReleased,
     SearchFiles,
     WriteFile,
 )
@@ -71,6 +73,8 @@ __all__ = [
     "ReadFile",
     "SandboxCheck",
     "SandboxReady",
+    "SandboxRelease",
+    "SandboxReleased",
     "SearchFiles",
     "SessionClosed",
     "SessionInfo",

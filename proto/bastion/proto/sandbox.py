@@ -24,6 +24,8 @@ __all__ = [
     "ReadOnlyDirs",
     "SandboxCheck",
     "SandboxReady",
+    "SandboxRelease",
+    "SandboxReleased",
     "SearchFiles",
     "WriteFile",
 ]
@@ -200,3 +202,15 @@ class SandboxReady(Message, frozen=True, kw_only=True, tag="sandbox.ready"):
 
     backend: str
     detail: str
+
+
+class SandboxRelease(Message, frozen=True, kw_only=True, tag="sandbox.release"):
+    """A session closed: remove what its sandbox kept (a Docker container)."""
+
+    session_id: SessionId
+
+
+class SandboxReleased(Message, frozen=True, kw_only=True, tag="sandbox.released"):
+    """What was removed: how many containers (none for a session that kept nothing)."""
+
+    containers: int = 0

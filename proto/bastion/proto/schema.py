@@ -27,6 +27,8 @@ MESSAGES: dict[str, Any] = {
     "CodeReport": sandbox.CodeReport,
     "SandboxCheck": sandbox.SandboxCheck,
     "SandboxReady": sandbox.SandboxReady,
+    "SandboxRelease": sandbox.SandboxRelease,
+    "SandboxReleased": sandbox.SandboxReleased,
     "FetchRequest": stubs.FetchRequest,
     "McpCallRequest": stubs.McpCallRequest,
     "LeaseRequest": stubs.LeaseRequest,

@@ -14,6 +14,7 @@ __all__ = [
     "SANDBOX_CHECK_CODE",
     "SANDBOX_EXEC",
     "SANDBOX_FILES",
+    "SANDBOX_RELEASE",
     "SESSION_CALL_ANY",
     "SESSION_CLOSE",
     "SESSION_GET",
@@ -37,6 +38,7 @@ SANDBOX_FILES: Final = f"{PREFIX}.sandbox.files"
 SANDBOX_CHECK: Final = f"{PREFIX}.sandbox.check"
 SANDBOX_CHECK_CODE: Final = f"{PREFIX}.sandbox.check_code"
 """`diagnostics` and `run_tests`: the workspace's checker or tests, run in its sandbox."""
+SANDBOX_RELEASE: Final = f"{PREFIX}.sandbox.release"
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
 MCP_CALL: Final = f"{PREFIX}.mcp.call"
 VAULT_LEASE: Final = f"{PREFIX}.vault.lease"

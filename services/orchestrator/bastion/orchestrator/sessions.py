@@ -21,7 +21,7 @@ from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.events import CallDecided, CallFinished, SessionClosed, SessionOpened
 from bastion.proto.policy import PolicyDecision, PolicyRequest
-from bastion.proto.sandbox import SandboxCheck, SandboxReady
+from bastion.proto.sandbox import SandboxCheck, SandboxReady, SandboxRelease, SandboxReleased
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
@@ -131,6 +131,8 @@ class Sessions:
                 session_id,
                 lambda s: msgspec.structs.replace(s, state="closed", closed_at=_now()),
             )
+        if closed.workspace is not None:
+            await self._release(session_id)
         await self._publish(
             "session_closed",
             closed.tenant,
@@ -139,6 +141,24 @@ class Sessions:
             ),
         )
         return closed
+
+    async def _release(self, session_id: str) -> None:
+        """Ask the sandbox service to remove what the session's sandbox kept; a failure is
+        logged, since the session is closed either way and a restarted sandbox service
+        removes its leftovers."""
+        try:
+            await request(
+                self._client,
+                subjects.SANDBOX_RELEASE,
+                SandboxRelease(session_id=session_id),
+                SandboxReleased,
+                timeout_s=self._timeout_s,
+            )
+        except BastionError as error:
+            logger.warning(
+                "the session's sandbox was not released",
+                extra={"session": session_id, "code": error.code},
+            )
 
     async def call(self, session_id: str, call: ToolCall) -> CallResult:
         """Run one call of the session, in its turn; a refusal is answered, not raised."""

@@ -1,8 +1,10 @@
-"""The sandbox service's endpoints: `sandbox.exec`, `sandbox.files`, `sandbox.check` and
-`sandbox.check_code`."""
+"""The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code` and
+`.release`."""
 
 from __future__ import annotations
 
+import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,6 +30,8 @@ from bastion.proto.sandbox import (
     ReadFile,
     SandboxCheck,
     SandboxReady,
+    SandboxRelease,
+    SandboxReleased,
     SearchFiles,
     WriteFile,
 )
@@ -45,7 +49,17 @@ from bastion.sandbox.workspace import (
 )
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
-from bastion.shared.sandboxing import BwrapBackend, SandboxBackend, SandboxSpec, parse_backend
+from bastion.shared.sandboxing import (
+    BwrapBackend,
+    ContainerLimits,
+    DockerSandboxes,
+    Network,
+    SandboxBackend,
+    SandboxFailed,
+    SandboxSpec,
+    parse_backend,
+    parse_docker_backend,
+)
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
@@ -62,6 +76,8 @@ _FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
     FindFiles: find_files,
 }
 """Each file tool's function: it runs in a worker thread, on the checked workspace."""
+
+logger = logging.getLogger(__name__)
 
 
 def _default_state_dir() -> str:
@@ -86,6 +102,14 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     cgroups: bool = True
     max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
     tenant_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    docker_owner: str = msgspec.field(default_factory=socket.gethostname)
+    """Labels this instance's Docker containers; at start it removes every container of
+    the same owner (an earlier run's leftovers). Instances sharing an engine each need
+    their own."""
+    docker_memory_bytes: int = ContainerLimits.memory_bytes
+    docker_pids: int = ContainerLimits.pids
+    docker_cpus: float = ContainerLimits.cpus
+    docker_tmp_bytes: int = ContainerLimits.tmp_bytes
 
 
 def output_cap(max_payload: int) -> int:
@@ -110,6 +134,15 @@ class Sandboxes:
         self._backend = backend or BwrapBackend(
             settings.bwrap, settings.prlimit, cgroups=settings.cgroups
         )
+        self.docker = DockerSandboxes(
+            settings.docker_owner,
+            ContainerLimits(
+                memory_bytes=settings.docker_memory_bytes,
+                pids=settings.docker_pids,
+                cpus=settings.docker_cpus,
+                tmp_bytes=settings.docker_tmp_bytes,
+            ),
+        )
         self._output_cap = output_cap(max_payload)
         self._search_timeout_s = settings.search_timeout_s
         self._git_writable = settings.git_writable
@@ -121,30 +154,42 @@ class Sandboxes:
         backend: str,
         network: str,
         limits: Limits,
+        *,
         read_only_dirs: tuple[str, ...],
-    ) -> SandboxSpec:
+        session_id: str = "",
+    ) -> tuple[SandboxBackend, SandboxSpec]:
+        """The backend a request names and the spec of its run, or why it is refused."""
         if limits.output_bytes > self._output_cap:
             limits = msgspec.structs.replace(limits, output_bytes=self._output_cap)
-        return SandboxSpec(
+        chosen: SandboxBackend = self._backend
+        mode: Network = "none"  # the Docker backend's network is in its target
+        if backend.startswith("docker:"):
+            chosen = self.docker.backend(parse_docker_backend(backend, network))
+        else:
+            mode = parse_backend(backend, network)
+        spec = SandboxSpec(
             workspace=checked_workspace(workspace, self._state_dir),
-            network=parse_backend(backend, network),
+            network=mode,
             limits=limits,
             hidden=(self._state_dir,),
             read_only=checked_read_only_dirs(read_only_dirs, self._state_dir),
             git_writable=self._git_writable,
+            session_id=session_id,
         )
+        return chosen, spec
 
     async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
-        """Run one shell command in a fresh sandbox; a failing command is a result too."""
-        spec = self._spec(
+        """Run one shell command in the session's sandbox; a failing command is a result too."""
+        backend, spec = self._spec(
             request.workspace,
             request.backend,
             request.network,
             request.limits,
-            request.read_only_dirs,
+            read_only_dirs=request.read_only_dirs,
+            session_id=request.session_id,
         )
         async with self._slots.slot(request.tenant):
-            return await self._backend.run(spec, request.command)
+            return await backend.run(spec, request.command)
 
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Run one file tool on the workspace, confined to it."""
@@ -171,35 +216,54 @@ class Sandboxes:
 
     async def check_code(self, request: CodeCheck, _context: RequestContext) -> CodeReport:
         """Run the workspace's checker or tests in the session's sandbox, like a command."""
-        spec = self._spec(
+        backend, spec = self._spec(
             request.workspace,
             request.backend,
             request.network,
             request.limits,
-            request.read_only_dirs,
+            read_only_dirs=request.read_only_dirs,
+            session_id=request.session_id,
         )
 
         async def run(command: str) -> ExecResult:
             async with self._slots.slot(request.tenant):
-                return await self._backend.run(spec, command)
+                return await backend.run(spec, command)
 
         program, text = await check_code(spec.workspace, request, run)
         return CodeReport(program=program, text=text)
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:
         """Run `true` in the sandbox a session would get; `sandbox_failed` if it does not."""
-        spec = self._spec(
-            request.workspace, request.backend, request.network, Limits(), request.read_only_dirs
+        backend, spec = self._spec(
+            request.workspace,
+            request.backend,
+            request.network,
+            Limits(),
+            read_only_dirs=request.read_only_dirs,
         )
         if request.skills_dir is not None:
             check_skills_dir(request.skills_dir, spec.workspace)
-        detail = await self._backend.check(spec)
+        detail = await backend.check(spec)
         return SandboxReady(backend=request.backend, detail=detail)
+
+    async def release(self, request: SandboxRelease, _context: RequestContext) -> SandboxReleased:
+        """Remove what a closed session kept (its Docker container); nothing held is fine."""
+        return SandboxReleased(containers=await self.docker.release(request.session_id))
+
+    async def sweep(self) -> None:
+        """Remove the containers an earlier run of this owner left; no engine, nothing to do."""
+        try:
+            await self.docker.version()
+        except SandboxFailed:
+            logger.info("no Docker engine answers: Docker sandboxes unavailable until one does")
+            return
+        await self.docker.sweep()
 
 
 @asynccontextmanager
 async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
     sandboxes = Sandboxes(settings, max_payload=client.max_payload)
+    await sandboxes.sweep()
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."
     )
@@ -207,4 +271,9 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
     service.add_endpoint("files", subjects.SANDBOX_FILES, FileRequest, sandboxes.files)
     service.add_endpoint("check", subjects.SANDBOX_CHECK, SandboxCheck, sandboxes.check)
     service.add_endpoint("check_code", subjects.SANDBOX_CHECK_CODE, CodeCheck, sandboxes.check_code)
-    yield service
+    service.add_endpoint("release", subjects.SANDBOX_RELEASE, SandboxRelease, sandboxes.release)
+    try:
+        yield service
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sandboxes.docker.aclose()

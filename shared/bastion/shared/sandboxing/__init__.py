@@ -5,6 +5,9 @@ Modules:
   parsing of backend and network names.
 - `backend`: the `SandboxBackend` protocol every backend implements.
 - `bwrap`: the bubblewrap backend and what its exit statuses mean.
+- `docker`: the Docker backend, one container per session (`DockerSandboxes`).
+- `docker_target`: the pinned image and network a `docker:` backend names.
+- `docker_engine`: the one module speaking to the Docker SDK.
 - `argv`: the `prlimit` + `bwrap` command line.
 - `cgroup`: a cgroup per command bounding processes and memory, and which bound it hit.
 - `etc`: the sandbox's minimal `/etc`.
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 from bastion.shared.sandboxing.backend import SandboxBackend
 from bastion.shared.sandboxing.bwrap import BwrapBackend
+from bastion.shared.sandboxing.docker import ContainerLimits, DockerBackend, DockerSandboxes
+from bastion.shared.sandboxing.docker_target import DockerTarget, parse_docker_backend
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.spec import (
     SANDBOX_UID,
@@ -30,9 +35,14 @@ __all__ = [
     "SANDBOX_UID",
     "WORKSPACE",
     "BwrapBackend",
+    "ContainerLimits",
+    "DockerBackend",
+    "DockerSandboxes",
+    "DockerTarget",
     "Network",
     "SandboxBackend",
     "SandboxFailed",
     "SandboxSpec",
     "parse_backend",
+    "parse_docker_backend",
 ]

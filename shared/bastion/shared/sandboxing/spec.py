@@ -42,19 +42,19 @@ class SandboxSpec:
     """Checked, resolved host directories shown read-only, each at its own path."""
     git_writable: bool = False
     """Whether the workspace's `.git/hooks` and `.git/config` stay writable (else read-only)."""
+    session_id: str = ""
+    """The session the run belongs to; a backend that keeps a sandbox per session (Docker)
+    keys on it, and gives a run without one a sandbox of its own."""
 
 
 def parse_backend(backend: str, network: str) -> Network:
     """The network mode for a `bwrap` run, or an error saying why the pair is not run.
 
     Raises:
-        NotImplementedYet: a Docker backend (issue 3) or the `declared` network (issue 5).
-        InvalidInput: an unknown backend or network name.
+        NotImplementedYet: the `declared` network (issue 5).
+        InvalidInput: an unknown backend or network name (a `docker:` backend is parsed by
+            `docker_target.parse_docker_backend`).
     """
-    if backend.startswith("docker:"):
-        raise NotImplementedYet(
-            "the Docker sandbox backend is not built yet (issue 3): use the bwrap backend"
-        )
     if backend != "bwrap":
         raise InvalidInput(
             "the sandbox backend is `bwrap` or `docker:<image>@sha256:<digest>`: give one of those"
