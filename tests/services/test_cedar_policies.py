@@ -127,11 +127,16 @@ async def test_a_forbid_on_a_path_turns_a_run_into_a_deny_and_names_the_policy(
         refused = await decide(client, call("write_file", "write", "secrets/deploy.key"))
         elsewhere = await decide(client, call("write_file", "write", "notes/a.md"))
         reading = await decide(client, call("read_file", "read", "secrets/deploy.key"))
+        detours = [
+            await decide(client, call("write_file", "write", path))
+            for path in ("./secrets/deploy.key", "notes/../secrets/deploy.key")
+        ]
     assert refused.outcome == "deny"
     assert refused.rule == "cedar:no-secrets"
     assert "no-secrets" in refused.reason and "deploy keys" in refused.reason
     assert elsewhere.outcome == "allow" and elsewhere.rule == "level.L3.write"
     assert reading.outcome == "allow"
+    assert [d.rule for d in detours] == ["cedar:no-secrets"] * 2
 
 
 async def test_a_forbid_on_a_tool_name_applies_to_the_principals_it_names(

@@ -19,7 +19,7 @@ from typing import Any, Final
 import cedarpy
 
 from bastion.policy.narrowing import Verdict
-from bastion.policy.tools import target_kind
+from bastion.policy.tools import normalised_target, target_kind
 from bastion.proto.policy import PolicyRequest
 from bastion.shared.errors import BastionError
 
@@ -145,14 +145,14 @@ def _principal(tenant: str, agent: str, session_id: str) -> Any:
     return cedarpy.Entities.from_json_str(json.dumps(entities))
 
 
-def _resource(request: PolicyRequest) -> tuple[dict[str, str], list[dict[str, Any]]]:
+def _resource(tool_name: str, target: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """The call's resource, and the entities to add for it (it, inside its tool)."""
-    tool = _uid("Tool", request.tool)
+    tool = _uid("Tool", tool_name)
     entities: list[dict[str, Any]] = [{"uid": tool, "attrs": {}, "parents": []}]
-    kind = {"path": "Path", "host": "Host"}.get(target_kind(request.tool))
-    if kind is None or not request.target:
+    kind = {"path": "Path", "host": "Host"}.get(target_kind(tool_name))
+    if kind is None or not target:
         return tool, entities
-    resource = _uid(kind, request.target)
+    resource = _uid(kind, target)
     entities.append({"uid": resource, "attrs": {}, "parents": [tool]})
     return resource, entities
 
@@ -161,7 +161,8 @@ def evaluate(compiled: CompiledPolicies, request: PolicyRequest) -> Verdict | No
     """The operator policies' verdict on `request`: None, ask, or deny (also on any error)."""
     if not compiled.count:
         return None
-    resource, extra = _resource(request)
+    target = normalised_target(request.tool, request.target)
+    resource, extra = _resource(request.tool, target)
     entities = _principal(request.tenant, request.agent, request.session_id).with_added_json_str(
         json.dumps(extra)
     )
@@ -172,7 +173,7 @@ def evaluate(compiled: CompiledPolicies, request: PolicyRequest) -> Verdict | No
             "resource": resource,
             "context": {
                 "tool": request.tool,
-                "target": request.target,
+                "target": target,
                 "level": int(request.autonomy[1:]),
                 "tainted": request.tainted,
                 "skill": request.skill,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Final, Literal
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "SHELL_TOOL",
     "SKILL_RUN_TOOL",
     "TargetKind",
+    "normalised_target",
     "target_kind",
 ]
 
@@ -48,3 +50,14 @@ def target_kind(tool: str) -> TargetKind:
     if tool == SKILL_RUN_TOOL:
         return "script"
     return "none"
+
+
+def normalised_target(tool: str, target: str) -> str:
+    """`target` as policies should see it: a path tool's path without `.` or `a/..` detours.
+
+    A caller should send it so already; this keeps `notes/../secrets/key` from slipping
+    past a rule about `secrets/*`.
+    """
+    if target_kind(tool) != "path" or not target:
+        return target
+    return posixpath.normpath(target)
