@@ -25,6 +25,7 @@ docker-image *ARGS:
 bench:
     python -m bench.bench_calls
     python -m bench.bench_sessions
+    python -m bench.bench_policy
 
 # Write the JSON Schema of every wire message to schema/
 schema:

@@ -19,7 +19,13 @@ from bastion.proto.schema import MESSAGES, json_schema
 AT = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 SID = "0123456789abcdef"
 
-DECISION = policy.PolicyDecision(outcome="ask", reason="writes ask at L2", rule="level.L2.write")
+DECISION = policy.PolicyDecision(
+    outcome="ask",
+    reason="writes ask at L2",
+    rule="level.L2.write",
+    approved_by="skill notes: Write(notes/*)",
+    asked_because_tainted=True,
+)
 
 SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     session.OpenSession: session.OpenSession(
@@ -64,8 +70,22 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         effect="external",
         tainted=True,
         input_summary="curl example.com",
+        target="curl example.com",
+        pre_approvals=(policy.PreApproval(rule="Bash(curl:*)", source="skill fetcher"),),
+        skill="fetcher",
+        skill_approvals=False,
     ),
+    policy.PreApproval: policy.PreApproval(rule="Write(notes/*)", source="always (person)"),
     policy.PolicyDecision: DECISION,
+    policy.PolicyStatusQuery: policy.PolicyStatusQuery(),
+    policy.PolicyStatus: policy.PolicyStatus(
+        policy_dir="/var/lib/bastion/policies",
+        files=("paths.cedar",),
+        policies=2,
+        loaded_at=AT,
+        generation=3,
+        error="paths.cedar: policy 0 does not validate",
+    ),
     sandbox.Limits: sandbox.Limits(wall_s=1.5, cpu_s=2, output_bytes=2048),
     sandbox.ExecRequest: sandbox.ExecRequest(
         session_id=SID,
@@ -164,6 +184,9 @@ TAGS: dict[type[msgspec.Struct], str] = {
     ErrorReply: "error",
     policy.PolicyRequest: "policy.request",
     policy.PolicyDecision: "policy.decision",
+    policy.PreApproval: "policy.preapproval",
+    policy.PolicyStatusQuery: "policy.status_query",
+    policy.PolicyStatus: "policy.status",
     sandbox.Limits: "Limits",
     sandbox.ExecRequest: "sandbox.exec",
     sandbox.ExecResult: "sandbox.exec_result",
@@ -219,7 +242,7 @@ def test_every_struct_of_the_wire_has_a_sample_and_a_pinned_tag() -> None:
 def test_every_struct_of_the_wire_is_in_the_schema_catalogue_or_nested_in_one() -> None:
     listed = {struct for _, struct in CATALOGUE}
     nested_only = wire_structs() - listed
-    assert nested_only == {session.ToolSpec, sandbox.Limits}
+    assert nested_only == {session.ToolSpec, sandbox.Limits, policy.PreApproval}
 
 
 @pytest.mark.parametrize("struct", sorted(TAGS, key=lambda s: s.__name__), ids=lambda s: s.__name__)

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from datetime import datetime
+from typing import Annotated, Final, Literal
 
 import msgspec
 
 from bastion.proto._base import Message, SessionId
 
-__all__ = ["AUTONOMY_LEVELS", "Autonomy", "Effect", "Outcome", "PolicyDecision", "PolicyRequest"]
+__all__ = [
+    "AUTONOMY_LEVELS",
+    "MAX_TARGET",
+    "SKILL_SOURCE_PREFIX",
+    "Autonomy",
+    "Effect",
+    "Outcome",
+    "PolicyDecision",
+    "PolicyRequest",
+    "PolicyStatus",
+    "PolicyStatusQuery",
+    "PreApproval",
+]
 
 Autonomy = Literal["L0", "L1", "L2", "L3", "L4", "L5", "L6"]
 """How much a session may do without a person: L0 asks even to read, L6 runs everything."""
@@ -20,9 +33,48 @@ Effect = Literal["read", "write", "external", "spend"]
 
 Outcome = Literal["allow", "ask", "deny"]
 
+MAX_TARGET: Final = 64 * 1024
+"""Upper bound of `PolicyRequest.target`: a whole shell command must fit, never a cut one."""
+
+SKILL_SOURCE_PREFIX: Final = "skill "
+"""A `PreApproval.source` that starts with this comes from a skill (`skill release-notes`)."""
+
+
+class PreApproval(Message, frozen=True, kw_only=True, tag="policy.preapproval"):
+    """A rule that lets matching calls run without asking, and who granted it.
+
+    `rule` is written in the pre-approval grammar (README, "Pre-approvals"):
+    `Bash(git log:*)`, `Write(notes/*)`, `WebFetch(domain:docs.rs)`, a bare tool name, ...
+    `source` says who granted it, in words shown to people: `skill <name>` for a skill's
+    `allowed-tools` (the prefix `SKILL_SOURCE_PREFIX` is what marks it as a skill's, so
+    `skill_approvals=False` can turn it off), or e.g. `always (person)` for a person's
+    "always" answer.
+    """
+
+    rule: Annotated[str, msgspec.Meta(max_length=1024)]
+    source: Annotated[str, msgspec.Meta(max_length=256)]
+
 
 class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):
-    """A call about to run, described for the policy: who, which tool, what it may do."""
+    """A call about to run, described for the policy: who, which tool, what it may do.
+
+    The fields after `input_summary` came with issue 4 (pre-approvals, operator policies):
+    - `target`: what pre-approvals and operator policies match against, filled by the
+      caller per tool: the whole shell command for `shell` (never cut: a cut command could
+      hide a `;` after the cut); the path relative to the workspace, normalised, for the
+      file tools (`notes/2.4.0.md`, no leading `./` or `/`); the URL's host alone, without
+      port, for `fetch_url` (`docs.rs`); the script's path inside its skill for
+      `skill_run` (`scripts/check.sh`); empty when the tool has no such thing (then only
+      a bare-tool-name pre-approval covers the call).
+    - `pre_approvals`: every rule in force for the session, skills' and persons'. They
+      only ever turn *ask* into *allow*, and are ignored while `tainted`.
+    - `skill`: the skill the call runs a script of (`skill_run`), else empty; a skill's
+      `skill_run(...)` rule covers only that skill's own scripts.
+    - `skill_approvals`: False under `--no-skill-approvals`: skills' rules are ignored,
+      persons' "always" rules still apply.
+    - `tainted` (older): the session read content from outside and the taint has not
+      expired yet; every pre-approval is suspended.
+    """
 
     session_id: SessionId
     tenant: str
@@ -32,11 +84,46 @@ class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):
     effect: Effect
     tainted: bool = False
     input_summary: Annotated[str, msgspec.Meta(max_length=512)] = ""
+    target: Annotated[str, msgspec.Meta(max_length=MAX_TARGET)] = ""
+    pre_approvals: Annotated[tuple[PreApproval, ...], msgspec.Meta(max_length=512)] = ()
+    skill: Annotated[str, msgspec.Meta(max_length=128)] = ""
+    skill_approvals: bool = True
 
 
 class PolicyDecision(Message, frozen=True, kw_only=True, tag="policy.decision"):
-    """Allow, ask or deny, why in a sentence, and the rule that decided."""
+    """Allow, ask or deny, why in a sentence, and the rule that decided.
+
+    - `rule`: `level.<L>.<effect>` for the level table, `preapproval:<rule>` when a
+      pre-approval turned ask into allow, `cedar:<policy>` when an operator policy
+      narrowed the call (the policy's `@id`, else `<file>:<index>`).
+    - `approved_by`: set only when the call runs because of a pre-approval: who granted
+      it and the rule (`skill release-notes: Write(notes/*)`), for the transcript.
+    - `asked_because_tainted`: the call asks only because the session is tainted: a
+      pre-approval would have let it run; the reason says so.
+    """
 
     outcome: Outcome
     reason: str
     rule: str
+    approved_by: str = ""
+    asked_because_tainted: bool = False
+
+
+class PolicyStatusQuery(Message, frozen=True, kw_only=True, tag="policy.status_query"):
+    """Ask a policy instance which operator policies it enforces."""
+
+
+class PolicyStatus(Message, frozen=True, kw_only=True, tag="policy.status"):
+    """The operator policies one policy instance enforces, and whether the files on disk are.
+
+    `error` is empty when the files on disk are the ones in force; otherwise it says why
+    they were rejected, and the last good set (`files`, `loaded_at`) stays in force.
+    `generation` counts the sets loaded so far (0: none yet).
+    """
+
+    policy_dir: str
+    files: tuple[str, ...] = ()
+    policies: int = 0
+    loaded_at: datetime | None = None
+    generation: int = 0
+    error: str = ""

@@ -19,6 +19,8 @@ MESSAGES: dict[str, Any] = {
     "CallResult": tools.CallResult,
     "PolicyRequest": policy.PolicyRequest,
     "PolicyDecision": policy.PolicyDecision,
+    "PolicyStatusQuery": policy.PolicyStatusQuery,
+    "PolicyStatus": policy.PolicyStatus,
     "ExecRequest": sandbox.ExecRequest,
     "ExecResult": sandbox.ExecResult,
     "FileRequest": sandbox.FileRequest,

@@ -9,6 +9,7 @@ __all__ = [
     "EVENTS_ALL",
     "MCP_CALL",
     "POLICY_DECIDE",
+    "POLICY_STATUS",
     "PREFIX",
     "SANDBOX_CHECK",
     "SANDBOX_CHECK_CODE",
@@ -33,6 +34,8 @@ SESSION_CALL_ANY: Final = f"{PREFIX}.session.*.call"
 """The orchestrator listens here; the `*` is the session id."""
 
 POLICY_DECIDE: Final = f"{PREFIX}.policy.decide"
+POLICY_STATUS: Final = f"{PREFIX}.policy.status"
+"""A policy instance answers with the operator policies it enforces and any rejected files."""
 SANDBOX_EXEC: Final = f"{PREFIX}.sandbox.exec"
 SANDBOX_FILES: Final = f"{PREFIX}.sandbox.files"
 SANDBOX_CHECK: Final = f"{PREFIX}.sandbox.check"

@@ -1,5 +1,6 @@
 """The policy service: decides allow / ask / deny for each call, with a reason and the rule.
 
-It holds nothing stateful but its rules. Today the rule is the autonomy-level table of
-DESIGN.md §4; taint, pre-approvals and operator (Cedar) policies narrow it in issue 4.
+It holds nothing stateful but its rules: the autonomy-level table of DESIGN.md §4
+(`levels`), the pre-approval grammar (`preapproval`), the operator's Cedar policies
+(`cedar_engine`, `cedar_store`), and the order they apply in (`decide`).
 """

@@ -1,31 +1,68 @@
-"""The policy service's endpoint: `policy.decide`."""
+"""The policy service's endpoints: `policy.decide` and `policy.status`."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
-from bastion.policy.levels import decide_by_level
+import anyio
+import anyio.to_thread
+import msgspec
+
+from bastion.policy.cedar_store import OperatorPolicies
+from bastion.policy.decide import decide
 from bastion.proto import subjects
-from bastion.proto.policy import PolicyDecision, PolicyRequest
+from bastion.proto.policy import PolicyDecision, PolicyRequest, PolicyStatus, PolicyStatusQuery
 from bastion.shared.bus import Client
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
+from bastion.shared.statedir import default_state_dir
 from bastion.shared.version import VERSION
 
 __all__ = ["PolicySettings", "policy_service"]
 
 
+def _default_state_dir() -> str:
+    return str(default_state_dir())
+
+
 class PolicySettings(BusSettings, frozen=True, kw_only=True):
-    """The policy service needs nothing beyond the bus today."""
+    """Where the operator's Cedar policies are, and how often to look for changes.
 
+    `policy_dir` (BASTION_POLICY_DIR) defaults to `<state dir>/policies`; a directory that
+    does not exist means no operator policies.
+    """
 
-async def decide(request: PolicyRequest, _: RequestContext) -> PolicyDecision:
-    return decide_by_level(request.autonomy, request.tool, request.effect)
+    state_dir: str = msgspec.field(default_factory=_default_state_dir)
+    policy_dir: str = ""
+    policy_poll_s: float = 1.0
+
+    def policies_path(self) -> Path:
+        """The policy directory these settings name."""
+        chosen = self.policy_dir or str(Path(self.state_dir) / "policies")
+        return Path(chosen).expanduser().resolve()
 
 
 @asynccontextmanager
-async def policy_service(_client: Client, _settings: PolicySettings) -> AsyncIterator[Service]:
+async def policy_service(_client: Client, settings: BusSettings) -> AsyncIterator[Service]:
+    """The policy service, its operator policies loaded, watching them until it stops."""
+    if not isinstance(settings, PolicySettings):
+        # Callers that only know the bus (tests of other services) get the defaults.
+        settings = PolicySettings(**msgspec.structs.asdict(settings))
+    policies = OperatorPolicies(settings.policies_path())
+    await anyio.to_thread.run_sync(policies.reload_if_changed)
+
+    async def decide_call(request: PolicyRequest, _: RequestContext) -> PolicyDecision:
+        return decide(request, policies)
+
+    async def status(_query: PolicyStatusQuery, _: RequestContext) -> PolicyStatus:
+        return policies.status()
+
     service = Service("policy", VERSION, "Decides whether each tool call runs, asks or is refused.")
-    service.add_endpoint("decide", subjects.POLICY_DECIDE, PolicyRequest, decide)
-    yield service
+    service.add_endpoint("decide", subjects.POLICY_DECIDE, PolicyRequest, decide_call)
+    service.add_endpoint("status", subjects.POLICY_STATUS, PolicyStatusQuery, status)
+    async with anyio.create_task_group() as watching:
+        watching.start_soon(policies.watch, settings.policy_poll_s)
+        yield service
+        watching.cancel_scope.cancel()

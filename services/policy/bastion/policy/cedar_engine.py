@@ -1,0 +1,232 @@
+"""Cedar through cedarpy: compile operator policy files once, then evaluate calls fast.
+
+This is the only module that touches cedarpy (untyped); what it returns is typed. The
+schema, each compiled policy set and each session's principal entities are parsed once
+and reused as handles: a decision only builds its small request and resource entity.
+A built-in `permit` for every call sits beside the operator's policies, so Cedar's
+answer is Deny exactly when an operator `forbid` holds: operators can only narrow.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Final
+
+import cedarpy
+
+from bastion.policy.narrowing import Verdict
+from bastion.policy.tools import normalised_target, target_kind
+from bastion.proto.policy import PolicyRequest
+from bastion.shared.errors import BastionError
+
+__all__ = ["SCHEMA_FILE", "CompiledPolicies", "PolicyRejected", "compile_files", "evaluate"]
+
+SCHEMA_FILE: Final = "bastion.cedarschema"
+_PERMIT_ALL: Final = "bastion:permit-all"
+_POLICY_IN_ERROR: Final = re.compile(r"policy `([^`]*)`")
+_MAX_ERROR: Final = 300
+
+
+class PolicyRejected(BastionError):
+    """The policy files do not make a valid set; the message names the file and the fault."""
+
+
+@dataclass(frozen=True)
+class _Meta:
+    name: str
+    ask: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class CompiledPolicies:
+    """A validated policy set, parsed once: its handle and what each policy is called."""
+
+    files: tuple[str, ...] = ()
+    count: int = 0
+    handle: Any = None
+    meta: dict[str, _Meta] = field(default_factory=dict)
+
+
+@functools.cache
+def _schema() -> Any:
+    text = resources.files("bastion.policy").joinpath(SCHEMA_FILE).read_text()
+    return cedarpy.Schema.from_str(text)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 3] + "..."
+
+
+def _compile_file(name: str, text: str) -> dict[str, tuple[dict[str, Any], _Meta]]:
+    """One file's policies, validated, keyed by `<file>:<n>` (n from 1)."""
+    try:
+        est = json.loads(cedarpy.policies_to_json_str(text))
+    except ValueError as error:
+        raise PolicyRejected(
+            f"{name} is not valid Cedar ({_cut(str(error))}): fix it; the last good set "
+            "stays in force meanwhile"
+        ) from None
+    if est.get("templates"):
+        raise PolicyRejected(
+            f"{name} holds a template (a policy with ?principal or ?resource): Bastion "
+            "takes static policies only; write the entity out"
+        )
+    result = cedarpy.validate_policies(text, _schema())
+    if not result.validation_passed:
+        first = result.errors[0]
+        index = first.policy_id.removeprefix("policy")
+        where = f"policy {int(index) + 1}" if index.isdigit() else "a policy"
+        label = result.id_annotations_by_policy_id.get(first.policy_id)
+        more = f" (and {len(result.errors) - 1} more errors)" if len(result.errors) > 1 else ""
+        raise PolicyRejected(
+            f"{name}: {where}{f' ({label})' if label else ''} does not validate against "
+            f"Bastion's Cedar schema: {_cut(first.error)}{more}; fix it, the last good set "
+            "stays in force meanwhile"
+        )
+    compiled: dict[str, tuple[dict[str, Any], _Meta]] = {}
+    for number, policy in enumerate(est["staticPolicies"].values(), start=1):
+        key = f"{name}:{number}"
+        notes = policy.get("annotations", {})
+        meta = _Meta(
+            name=notes.get("id") or key, ask=notes.get("ask"), reason=notes.get("reason", "")
+        )
+        compiled[key] = (policy, meta)
+    return compiled
+
+
+def compile_files(files: dict[str, str]) -> CompiledPolicies:
+    """The policies of `files` (name → Cedar text), validated and parsed into one set.
+
+    Raises:
+        PolicyRejected: a file does not parse, holds a template, or does not validate.
+    """
+    if not files:
+        return CompiledPolicies()
+    static: dict[str, Any] = {}
+    meta: dict[str, _Meta] = {}
+    for name in sorted(files):
+        for key, (policy, info) in _compile_file(name, files[name]).items():
+            static[key], meta[key] = policy, info
+    count = len(static)
+    static[_PERMIT_ALL] = {
+        "effect": "permit",
+        "principal": {"op": "All"},
+        "action": {"op": "All"},
+        "resource": {"op": "All"},
+        "conditions": [],
+    }
+    document = {"staticPolicies": static, "templates": {}, "templateLinks": []}
+    handle = cedarpy.PolicySet.from_json_str(json.dumps(document))
+    return CompiledPolicies(tuple(sorted(files)), count, handle, meta)
+
+
+def _cut_target(target: str) -> str:
+    return target if len(target) <= 120 else target[:117] + "..."
+
+
+def _uid(kind: str, name: str) -> dict[str, str]:
+    return {"type": kind, "id": name}
+
+
+@functools.lru_cache(maxsize=1024)
+def _principal(tenant: str, agent: str, session_id: str) -> Any:
+    """A session's entities (Session in Agent in Tenant), parsed once per session."""
+    agent_id = f"{tenant}/{agent}"
+    entities = [
+        {"uid": _uid("Tenant", tenant), "attrs": {}, "parents": []},
+        {"uid": _uid("Agent", agent_id), "attrs": {}, "parents": [_uid("Tenant", tenant)]},
+        {"uid": _uid("Session", session_id), "attrs": {}, "parents": [_uid("Agent", agent_id)]},
+    ]
+    return cedarpy.Entities.from_json_str(json.dumps(entities))
+
+
+def _resource(tool_name: str, target: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The call's resource, and the entities to add for it (it, inside its tool)."""
+    tool = _uid("Tool", tool_name)
+    entities: list[dict[str, Any]] = [{"uid": tool, "attrs": {}, "parents": []}]
+    kind = {"path": "Path", "host": "Host"}.get(target_kind(tool_name))
+    if kind is None or not target:
+        return tool, entities
+    resource = _uid(kind, target)
+    entities.append({"uid": resource, "attrs": {}, "parents": [tool]})
+    return resource, entities
+
+
+def evaluate(compiled: CompiledPolicies, request: PolicyRequest) -> Verdict | None:
+    """The operator policies' verdict on `request`: None, ask, or deny (also on any error)."""
+    if not compiled.count:
+        return None
+    target = normalised_target(request.tool, request.target)
+    resource, extra = _resource(request.tool, target)
+    entities = _principal(request.tenant, request.agent, request.session_id).with_added_json_str(
+        json.dumps(extra)
+    )
+    result = cedarpy.is_authorized(
+        {
+            "principal": _uid("Session", request.session_id),
+            "action": {"type": "Action", "id": request.effect},
+            "resource": resource,
+            "context": {
+                "tool": request.tool,
+                "target": target,
+                "level": int(request.autonomy[1:]),
+                "tainted": request.tainted,
+                "skill": request.skill,
+                "input_summary": request.input_summary,
+            },
+        },
+        compiled.handle,
+        entities,
+        _schema(),
+    )
+    errors: list[str] = list(result.diagnostics.errors)
+    if errors:
+        return _failed(compiled, errors)
+    if result.decision == cedarpy.Decision.Allow:
+        return None
+    return _forbidden(compiled, list(result.diagnostics.reasons), request)
+
+
+def _failed(compiled: CompiledPolicies, errors: list[str]) -> Verdict:
+    """Cedar skips a policy it cannot evaluate; a skipped forbid must not let a call run."""
+    found = _POLICY_IN_ERROR.search(errors[0])
+    meta = compiled.meta.get(found.group(1)) if found else None
+    name = meta.name if meta else "request"
+    what = f"operator policy {name}" if meta else "the operator policies"
+    return Verdict(
+        outcome="deny",
+        policy=name,
+        reason=(
+            f"{what} could not be evaluated for this call ({_cut(errors[0])}), and a call the "
+            "operator policies cannot judge is refused: an operator should fix the policy"
+        ),
+    )
+
+
+def _forbidden(compiled: CompiledPolicies, reasons: list[str], request: PolicyRequest) -> Verdict:
+    forbids = [compiled.meta[r] for r in reasons if r in compiled.meta]
+    on = f" on {_cut_target(request.target)}" if request.target else ""
+    refusing = [m for m in forbids if m.ask is None]
+    if refusing or not forbids:
+        meta = refusing[0] if refusing else _Meta("unknown", None, "")
+        why = f": {meta.reason}" if meta.reason else ""
+        return Verdict(
+            outcome="deny",
+            policy=meta.name,
+            reason=(
+                f"operator policy {meta.name} forbids {request.tool}{on}{why}; only an "
+                "operator can change that policy"
+            ),
+        )
+    meta = forbids[0]
+    why = f": {meta.ask}" if meta.ask else ""
+    return Verdict(
+        outcome="ask",
+        policy=meta.name,
+        reason=f"operator policy {meta.name} wants a person to approve {request.tool}{on}{why}",
+    )

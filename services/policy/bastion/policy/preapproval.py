@@ -1,0 +1,219 @@
+"""The pre-approval grammar: parse a rule such as `Bash(git log:*)`, and match it to a call.
+
+A rule is a tool name, alone (every call of that tool) or with an argument matched
+against the call's target: a command prefix (`Bash(git log:*)`) or exact command
+(`Bash(npm test)`), a path glob (`Write(notes/*)`, `*` within a directory, `**` across),
+a directory and everything under it (`Write(notes:*)`), a domain and its subdomains
+(`WebFetch(domain:docs.rs)`), or a skill's script (`skill_run(scripts/check.sh)`). Other
+runtimes' names are accepted for the same tools (`Bash`, `Write`, `Edit`, `Read`, `Glob`,
+`LS`, `Grep`, `WebFetch`). A rule that does not parse never matches anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from bastion.policy.tools import target_kind
+from bastion.shared.errors import InvalidInput
+
+__all__ = [
+    "InvalidPreApproval",
+    "Rule",
+    "covers",
+    "parse_rule",
+    "parsed",
+    "shell_metacharacter",
+]
+
+ALIASES: Final[dict[str, tuple[str, ...]]] = {
+    "Bash": ("shell",),
+    "Write": ("write_file", "apply_patch"),
+    "Edit": ("edit_file", "apply_patch"),
+    "Read": ("read_file",),
+    "Glob": ("find_files",),
+    "LS": ("list_files",),
+    "Grep": ("search_files",),
+    "WebFetch": ("fetch_url",),
+}
+"""Other runtimes' tool names, and the Bastion tools each stands for."""
+
+_METACHARACTERS: Final = (";", "&", "|", "`", "$(", "${", "<", ">", "\\", "\n", "\r")
+_RULE: Final = re.compile(r"^(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]*)(?:\((?P<arg>.*)\))?$", re.S)
+_DOMAIN: Final = re.compile(
+    r"^(?=.{1,253}$)([a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?)*$"
+)
+
+Kind = Literal["any", "prefix", "exact", "glob", "domain"]
+
+
+class InvalidPreApproval(InvalidInput):
+    """A pre-approval rule that does not parse; its message says what to write instead."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A parsed rule: the Bastion tools it names, and how it matches their target."""
+
+    text: str
+    tools: frozenset[str]
+    kind: Kind
+    argument: str = ""
+    pattern: re.Pattern[str] | None = None
+
+
+def shell_metacharacter(command: str) -> str | None:
+    """The first character sequence of `command` that could run more than one program."""
+    for sequence in _METACHARACTERS:
+        if sequence in command:
+            return sequence
+    return None
+
+
+def parse_rule(text: str) -> Rule:
+    """`text` parsed as a pre-approval rule.
+
+    Raises:
+        InvalidPreApproval: `text` is not a rule; the sentence says why and what works.
+    """
+    stripped = text.strip()
+    found = _RULE.match(stripped)
+    if found is None:
+        raise InvalidPreApproval(
+            f"the pre-approval {text!r} is not a rule: write a tool name, alone or followed "
+            "by its argument in parentheses, such as Bash(git log:*) or Write(notes/*)"
+        )
+    name, argument = found.group("name"), found.group("arg")
+    tools = frozenset(ALIASES.get(name, (name,)))
+    if argument is None:
+        return Rule(stripped, tools, "any")
+    argument = argument.strip()
+    if not argument:
+        raise InvalidPreApproval(
+            f"the pre-approval {text!r} has empty parentheses: write {name} alone to cover "
+            f"every call of it, or put what it covers between the parentheses"
+        )
+    kind = target_kind(next(iter(tools)))
+    if kind == "command":
+        return _command_rule(stripped, tools, argument)
+    if kind in ("path", "script"):
+        return _path_rule(stripped, tools, argument)
+    if kind == "host":
+        return _host_rule(stripped, tools, argument)
+    raise InvalidPreApproval(
+        f"the pre-approval {text!r} gives {name} an argument, but {name} is matched by name "
+        f"only: write {name} alone to cover every call of it"
+    )
+
+
+def _command_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
+    prefix = argument.removesuffix(":*")
+    kind: Kind = "prefix" if prefix != argument else "exact"
+    prefix = prefix.strip()
+    if not prefix:
+        raise InvalidPreApproval(
+            f"the pre-approval {text!r} has an empty command prefix: write the tool name "
+            "alone to cover every command, or name the command, as in Bash(git log:*)"
+        )
+    bad = shell_metacharacter(prefix)
+    if bad is not None:
+        raise InvalidPreApproval(
+            f"the pre-approval {text!r} holds {bad!r}, and a command holding it is never "
+            "covered: name one plain command, as in Bash(git log:*)"
+        )
+    return Rule(text, tools, kind, prefix)
+
+
+def _path_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
+    under = argument.removesuffix(":*")
+    glob = argument if under == argument else under.rstrip("/") + "/**"
+    if under != argument and not under.strip("/"):
+        raise InvalidPreApproval(
+            f"the pre-approval {text!r} names no directory: write the tool name alone to "
+            "cover every path, or name the directory, as in Write(notes:*)"
+        )
+    if glob.startswith("/") or ".." in glob.split("/") or "\x00" in glob:
+        raise InvalidPreApproval(
+            f"the pre-approval {text!r} reaches outside the workspace: write a path relative "
+            "to the workspace, without `..`, such as Write(notes/*)"
+        )
+    return Rule(text, tools, "glob", argument, re.compile(_glob_to_regex(glob)))
+
+
+def _host_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
+    domain = argument.removeprefix("domain:").strip().lower().rstrip(".")
+    if domain == argument.strip().lower().rstrip(".") or not _DOMAIN.match(domain):
+        raise InvalidPreApproval(
+            f"the pre-approval {text!r} names no domain: write domain: and a host name, "
+            "as in WebFetch(domain:docs.rs), which also covers its subdomains"
+        )
+    return Rule(text, tools, "domain", domain)
+
+
+def _glob_to_regex(glob: str) -> str:
+    """`*` and `?` stay within one directory; `**` crosses directories (`**/` may be none)."""
+    out: list[str] = []
+    index = 0
+    while index < len(glob):
+        if glob.startswith("**/", index):
+            out.append("(?:.*/)?")
+            index += 3
+        elif glob.startswith("**", index):
+            out.append(".*")
+            index += 2
+        elif glob[index] == "*":
+            out.append("[^/]*")
+            index += 1
+        elif glob[index] == "?":
+            out.append("[^/]")
+            index += 1
+        else:
+            out.append(re.escape(glob[index]))
+            index += 1
+    return "".join(out)
+
+
+def _workspace_path(target: str) -> str | None:
+    """`target` as a normalised relative path, or None if it is not one inside the workspace."""
+    if not target or target.startswith("/") or "\x00" in target:
+        return None
+    path = posixpath.normpath(target)
+    if path == ".." or path.startswith("../"):
+        return None
+    return path
+
+
+def covers(rule: Rule, tool: str, target: str) -> bool:
+    """Whether `rule` lets a call of `tool` on `target` run without asking."""
+    if tool not in rule.tools:
+        return False
+    if rule.kind == "any":
+        return True
+    if rule.kind in ("prefix", "exact"):
+        if shell_metacharacter(target) is not None:
+            return False
+        if rule.kind == "exact":
+            return target == rule.argument
+        rest = target.removeprefix(rule.argument)
+        return rest != target and (not rest or rest[0] in " \t")
+    if rule.kind == "domain":
+        host = target.lower().rstrip(".")
+        if not _DOMAIN.match(host):
+            return False
+        return host == rule.argument or host.endswith("." + rule.argument)
+    path = _workspace_path(target)
+    return (
+        path is not None and rule.pattern is not None and rule.pattern.fullmatch(path) is not None
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed(text: str) -> Rule | str:
+    """`text` parsed, or the sentence saying why it is not a rule (cached: rules repeat)."""
+    try:
+        return parse_rule(text)
+    except InvalidPreApproval as error:
+        return error.message

@@ -1,0 +1,63 @@
+"""What the policy knows of tool names: which take a path, a host, a command or a script."""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Final, Literal
+
+__all__ = [
+    "FETCH_TOOL",
+    "HOST_TOOLS",
+    "PATH_TOOLS",
+    "SHELL_TOOL",
+    "SKILL_RUN_TOOL",
+    "TargetKind",
+    "normalised_target",
+    "target_kind",
+]
+
+SHELL_TOOL: Final = "shell"
+FETCH_TOOL: Final = "fetch_url"
+SKILL_RUN_TOOL: Final = "skill_run"
+
+PATH_TOOLS: Final = frozenset(
+    {
+        "read_file",
+        "write_file",
+        "edit_file",
+        "apply_patch",
+        "list_files",
+        "find_files",
+        "search_files",
+    }
+)
+"""Tools whose target is a path relative to the workspace."""
+
+HOST_TOOLS: Final = frozenset({FETCH_TOOL})
+"""Tools whose target is a host name."""
+
+TargetKind = Literal["command", "path", "host", "script", "none"]
+
+
+def target_kind(tool: str) -> TargetKind:
+    """What a call of `tool` puts in `PolicyRequest.target`."""
+    if tool == SHELL_TOOL:
+        return "command"
+    if tool in PATH_TOOLS:
+        return "path"
+    if tool in HOST_TOOLS:
+        return "host"
+    if tool == SKILL_RUN_TOOL:
+        return "script"
+    return "none"
+
+
+def normalised_target(tool: str, target: str) -> str:
+    """`target` as policies should see it: a path tool's path without `.` or `a/..` detours.
+
+    A caller should send it so already; this keeps `notes/../secrets/key` from slipping
+    past a rule about `secrets/*`.
+    """
+    if target_kind(tool) != "path" or not target:
+        return target
+    return posixpath.normpath(target)
