@@ -35,6 +35,15 @@ async def raw_request(client: Client, subject: str, payload: bytes, timeout_s: f
         return await client.request(subject, payload, timeout=timeout_s)
 
 
+@pytest.fixture(autouse=True)
+def own_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test has a state dir of its own: nothing reads or writes the real one
+    (`~/.local/state/bastion`, where a user's own policies or a running Bastion live)."""
+    state_dir = tmp_path / "default-state"
+    monkeypatch.setenv("BASTION_STATE_DIR", str(state_dir))
+    return state_dir
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # nats-py runs on asyncio only
