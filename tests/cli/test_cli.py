@@ -81,3 +81,19 @@ def test_a_workspace_that_is_not_a_directory_is_refused(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "is not a directory" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "words"),
+    [
+        ("bogus=1", "NAME=VALUE with NAME one of: wall_s, cpu_s"),
+        ("cpu_s=1g", "cpu_s=1g is not a number"),
+        ("output_bytes=10", "a sandbox limit is out of bounds"),
+    ],
+)
+def test_a_sandbox_limit_that_is_not_one_or_out_of_bounds_is_refused(flag: str, words: str) -> None:
+    result = bastion(
+        "agent", "run", "--script", "-", "--sandbox-limit", flag, stdin='[{"say": "hi"}]'
+    )
+    assert result.returncode == 2
+    assert words in result.stderr and "Traceback" not in result.stderr

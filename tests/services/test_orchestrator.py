@@ -341,3 +341,29 @@ async def test_a_session_without_a_shell_has_the_file_tools_but_no_checks(
     assert "edit_file" in names and "find_files" in names
     assert not {"shell", "diagnostics", "run_tests"} & set(names)
     assert isinstance(refused, ErrorReply) and refused.code == "denied"
+
+
+async def test_a_sessions_limits_bound_every_command_and_a_call_may_only_lower_them(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    async with orchestrator(run_service, bus_settings):
+        session = await open_session(
+            client,
+            workspace=str(workspace),
+            shell=True,
+            autonomy="L3",
+            limits={"wall_s": 1, "output_bytes": 2048},
+        )
+        slept = await call(client, session.session_id, "shell", command="sleep 30", timeout_s=600)
+        printed = await call(
+            client, session.session_id, "shell", command="head -c 100000 /dev/zero | tr '\\0' x"
+        )
+    assert session.limits.wall_s == 1 and session.limits.output_bytes == 2048
+    assert session.limits.cpu_s == 120  # what was not asked keeps its default
+    assert isinstance(slept, ToolOutput) and slept.text.startswith("timed out")
+    assert isinstance(printed, ToolOutput) and "bytes cut" in printed.text
+    assert len(printed.text) < 4096

@@ -17,10 +17,11 @@ import anyio
 import msgspec
 
 from bastion.cli.common import add_location_options, bus, fail
+from bastion.cli.limits import add_limit_options, session_limits
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import AUTONOMY_LEVELS
-from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.proto.session import OpenSession, SessionInfo, SessionLimits, SessionRef
 from bastion.proto.tools import CallResult, ToolCall
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError
@@ -28,7 +29,7 @@ from bastion.shared.errors import BastionError
 __all__ = ["Step", "add_parser", "load_script"]
 
 CALL_MARGIN_S = 30.0
-"""Added to a shell call's own wall-clock limit when waiting for its answer."""
+"""Added to the session's wall-clock limit when waiting for a call's answer."""
 
 
 class Step(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -87,14 +88,13 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-async def _call(client: Client, session_id: str, step: Step) -> CallResult:
+async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
     assert step.tool is not None
-    wall = step.input.get("timeout_s") if step.tool == "shell" else None
-    budget = (wall if isinstance(wall, int | float) else 120.0) + CALL_MARGIN_S
+    budget = session.limits.wall_s + CALL_MARGIN_S
     try:
         result: CallResult = await request(
             client,
-            subjects.session_call(session_id),
+            subjects.session_call(session.session_id),
             ToolCall(tool=step.tool, input=step.input),
             CallResult,
             timeout_s=budget,
@@ -109,7 +109,9 @@ def _absolute(directory: str) -> str:
     return str(Path(directory).expanduser().absolute())
 
 
-async def _run(args: argparse.Namespace, steps: list[Step], workspace: str | None) -> int:
+async def _run(
+    args: argparse.Namespace, steps: list[Step], workspace: str | None, limits: SessionLimits
+) -> int:
     async with bus(args, "bastion-agent") as client:
         session: SessionInfo = await request(
             client,
@@ -124,6 +126,7 @@ async def _run(args: argparse.Namespace, steps: list[Step], workspace: str | Non
                 network=args.network,
                 read_only_dirs=tuple(_absolute(d) for d in args.sandbox_read),
                 skills_dir=_absolute(args.skills_dir) if args.skills_dir else None,
+                limits=limits,
             ),
             SessionInfo,
             timeout_s=CALL_MARGIN_S,
@@ -134,7 +137,7 @@ async def _run(args: argparse.Namespace, steps: list[Step], workspace: str | Non
                 _say(f"agent: {step.say}")
                 continue
             _say(f"→ {step.tool} {_show_input(step.input)}")
-            _say(f"← {_show_result(await _call(client, session.session_id, step))}")
+            _say(f"← {_show_result(await _call(client, session, step))}")
         await request(
             client,
             subjects.SESSION_CLOSE,
@@ -158,12 +161,16 @@ def run(args: argparse.Namespace) -> int:
         steps = load_script(text, source)
     except ScriptError as error:
         return fail(error.message, 2)
+    try:
+        limits = session_limits(args.sandbox_timeout, args.sandbox_limit)
+    except ValueError as error:
+        return fail(str(error), 2)
     workspace = None
     if args.workspace:
         if not Path(args.workspace).is_dir():
             return fail(f"the workspace {args.workspace} is not a directory: create it first", 2)
         workspace = str(Path(args.workspace).expanduser().resolve())
-    return anyio.run(_run, args, steps, workspace)
+    return anyio.run(_run, args, steps, workspace, limits)
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -207,5 +214,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run_parser.add_argument(
         "--skills-dir", metavar="DIR", help="the skills directory (apart from the workspace)"
     )
+    add_limit_options(run_parser)
     add_location_options(run_parser)
     run_parser.set_defaults(handler=run)

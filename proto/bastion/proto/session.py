@@ -9,12 +9,14 @@ import msgspec
 
 from bastion.proto._base import Identifier, Ingress, Message, PathText, SessionId
 from bastion.proto.policy import Autonomy, Effect
+from bastion.proto.sandbox import Limits
 
 __all__ = [
     "NetworkMode",
     "OpenSession",
     "SandboxBackend",
     "SessionInfo",
+    "SessionLimits",
     "SessionRef",
     "ToolSpec",
 ]
@@ -39,6 +41,18 @@ NetworkMode = Annotated[
 ]
 
 
+class SessionLimits(Ingress, frozen=True, kw_only=True):
+    """What each command of a session may use; a limit left out keeps its default (`Limits`)."""
+
+    wall_s: Annotated[float, msgspec.Meta(gt=0, le=86400)] | None = None
+    cpu_s: Annotated[int, msgspec.Meta(gt=0, le=86400)] | None = None
+    address_space_bytes: Annotated[int, msgspec.Meta(gt=0)] | None = None
+    file_size_bytes: Annotated[int, msgspec.Meta(gt=0)] | None = None
+    output_bytes: Annotated[int, msgspec.Meta(ge=1024, le=16 * 1024 * 1024)] | None = None
+    processes: Annotated[int, msgspec.Meta(ge=8, le=65536)] | None = None
+    memory_bytes: Annotated[int, msgspec.Meta(ge=16 * 1024 * 1024)] | None = None
+
+
 class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
     """Ask for a new session: who runs it, how much it may do, and where its tools run."""
 
@@ -53,6 +67,8 @@ class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
     """Host directories shown read-only in the sandbox at their own paths (`--sandbox-read`)."""
     skills_dir: PathText | None = None
     """The skills this session may run; never overlapping the workspace."""
+    limits: SessionLimits = SessionLimits()
+    """Limits of every command the session runs (`--sandbox-timeout`, `--sandbox-limit`)."""
 
 
 class SessionRef(Ingress, frozen=True, kw_only=True, tag="session.ref"):
@@ -87,3 +103,5 @@ class SessionInfo(Message, frozen=True, kw_only=True, tag="session.info"):
     tools: tuple[ToolSpec, ...] = ()
     read_only_dirs: tuple[str, ...] = ()
     skills_dir: str | None = None
+    limits: Limits = Limits()
+    """The limits every command of the session runs with (the defaults, or what it asked)."""

@@ -14,7 +14,6 @@ from bastion.proto.sandbox import (
     ExecResult,
     FileResult,
     FindFiles,
-    Limits,
     ListFiles,
     ReadFile,
     SearchFiles,
@@ -109,7 +108,9 @@ async def run_tool(
     assert session.workspace is not None  # only workspace sessions have these tools
     match tool_input:
         case ShellInput(command=command, timeout_s=wall_s):
-            limits = Limits() if wall_s is None else Limits(wall_s=wall_s)
+            limits = session.limits
+            if wall_s is not None and wall_s < limits.wall_s:
+                limits = msgspec.structs.replace(limits, wall_s=wall_s)
             result: ExecResult = await request(
                 client,
                 subjects.SANDBOX_EXEC,
@@ -128,7 +129,7 @@ async def run_tool(
             )
             return format_exec_result(result)
         case DiagnosticsInput() | RunTestsInput():
-            limits = Limits()
+            limits = session.limits
             report: CodeReport = await request(
                 client,
                 subjects.SANDBOX_CHECK_CODE,

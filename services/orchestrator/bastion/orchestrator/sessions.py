@@ -21,8 +21,14 @@ from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.events import CallDecided, CallFinished, SessionClosed, SessionOpened
 from bastion.proto.policy import PolicyDecision, PolicyRequest
-from bastion.proto.sandbox import SandboxCheck, SandboxReady, SandboxRelease, SandboxReleased
-from bastion.proto.session import OpenSession, SessionInfo
+from bastion.proto.sandbox import (
+    Limits,
+    SandboxCheck,
+    SandboxReady,
+    SandboxRelease,
+    SandboxReleased,
+)
+from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import describe_decode_error, encode
@@ -35,6 +41,12 @@ logger = logging.getLogger(__name__)
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def session_limits(asked: SessionLimits) -> Limits:
+    """The defaults, with what the session asked for in their place."""
+    given = {k: v for k, v in msgspec.structs.asdict(asked).items() if v is not None}
+    return msgspec.structs.replace(Limits(), **given)
 
 
 def _summary(tool_input: dict[str, Any]) -> str:
@@ -102,6 +114,7 @@ class Sessions:
             tools=catalogue_for(workspace=ask.workspace, shell=ask.shell, network=ask.network),
             read_only_dirs=ask.read_only_dirs,
             skills_dir=ask.skills_dir,
+            limits=session_limits(ask.limits),
         )
         await self._store.create(session)
         await self._publish(
