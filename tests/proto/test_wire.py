@@ -87,6 +87,7 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         error="paths.cedar: policy 0 does not validate",
     ),
     sandbox.Limits: sandbox.Limits(wall_s=1.5, cpu_s=2, output_bytes=2048),
+    session.SessionLimits: session.SessionLimits(wall_s=5.0, processes=64),
     sandbox.ExecRequest: sandbox.ExecRequest(
         session_id=SID,
         workspace="/tmp/ws",
@@ -188,6 +189,7 @@ TAGS: dict[type[msgspec.Struct], str] = {
     policy.PolicyStatusQuery: "policy.status_query",
     policy.PolicyStatus: "policy.status",
     sandbox.Limits: "Limits",
+    session.SessionLimits: "SessionLimits",
     sandbox.ExecRequest: "sandbox.exec",
     sandbox.ExecResult: "sandbox.exec_result",
     sandbox.ReadFile: "file.read",
@@ -242,7 +244,12 @@ def test_every_struct_of_the_wire_has_a_sample_and_a_pinned_tag() -> None:
 def test_every_struct_of_the_wire_is_in_the_schema_catalogue_or_nested_in_one() -> None:
     listed = {struct for _, struct in CATALOGUE}
     nested_only = wire_structs() - listed
-    assert nested_only == {session.ToolSpec, sandbox.Limits, policy.PreApproval}
+    assert nested_only == {
+        session.ToolSpec,
+        session.SessionLimits,
+        sandbox.Limits,
+        policy.PreApproval,
+    }
 
 
 @pytest.mark.parametrize("struct", sorted(TAGS, key=lambda s: s.__name__), ids=lambda s: s.__name__)
