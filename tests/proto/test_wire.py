@@ -325,7 +325,7 @@ def with_extra(struct: type[msgspec.Struct], **extra: Any) -> dict[str, Any]:
 
 
 INTERNAL = sorted((s for s in SAMPLES if not issubclass(s, Ingress)), key=lambda s: s.__name__)
-INGRESS = [session.OpenSession, session.SessionRef, tools.ToolCall]
+INGRESS = [session.OpenSession, session.SessionLimits, session.SessionRef, tools.ToolCall]
 
 
 def test_exactly_the_messages_an_agent_fills_are_ingress() -> None:
@@ -357,6 +357,8 @@ OVERSIZED: list[tuple[type[msgspec.Struct], dict[str, Any], str]] = [
     (session.OpenSession, {"sandbox": "docker:" + "x" * 600}, "$.sandbox"),
     (session.OpenSession, {"network": "n" * 129}, "$.network"),
     (session.OpenSession, {"agent": "../etc"}, "$.agent"),
+    (session.OpenSession, {"limits": {"wall_s": 86401}}, "$.limits.wall_s"),
+    (session.OpenSession, {"limits": {"output_bytes": 10}}, "$.limits.output_bytes"),
     (session.SessionRef, {"session_id": "0123456789abcdef0"}, "$.session_id"),
     (session.SessionRef, {"session_id": "*"}, "$.session_id"),
     (tools.ToolCall, {"tool": "t" * 129}, "$.tool"),
