@@ -3,7 +3,10 @@
 A container runs as the workspace's owner with no capabilities, no new privileges, a
 read-only root, a private `/tmp` tmpfs, the workspace at `/workspace`, and the limits of
 `ContainerLimits` plus a command's CPU seconds and file size (as `ulimit`s: Docker has no
-per-process address-space limit, the container's memory limit stands in for it). Its init
+per-process address-space limit, the container's memory limit stands in for it). Unless
+the operator lets commands write them (`git_writable`), the workspace's `.git/hooks` and
+`.git/config` are mounted read-only over it, as bubblewrap does: a hook or config written
+by a command would run later, outside any sandbox, when a person uses git. Its init
 is a shell loop: as the namespace's pid 1 it outlives `kill -9 -1` and reaps orphans.
 
 A call whose wall clock runs out ends with `kill -9 -1` run in the container as its user:
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
 import signal
 import time
@@ -38,6 +42,7 @@ from bastion.shared.sandboxing.docker_engine import (
     LABEL_MANAGED,
     ContainerConfig,
     DockerEngine,
+    ReadOnlyMount,
     engine_address,
 )
 from bastion.shared.sandboxing.docker_target import DOCKER_PREFIX, DockerTarget
@@ -106,6 +111,58 @@ def _owner(workspace: Path) -> tuple[int, int]:
             "unprivileged user (chown it)"
         )
     return info.st_uid, info.st_gid
+
+
+def _owned_dir(path: Path, uid: int, gid: int) -> None:
+    """Make `path` a directory of the workspace's owner, if it can be made."""
+    try:
+        path.mkdir(mode=0o755)
+        if os.geteuid() == 0:
+            os.chown(path, uid, gid, follow_symlinks=False)
+    except OSError:
+        pass  # an empty tmpfs goes there instead
+
+
+def _git_protection(workspace: Path, uid: int, gid: int) -> tuple[ReadOnlyMount, ...]:
+    """`.git/hooks` and `.git/config` of a real `.git` directory, mounted read-only.
+
+    As bubblewrap's (`argv._git_protection`): only paths that are not symlinks are bound
+    from the host (a symlink would bind whatever it names); a symlinked hooks directory
+    gets an empty read-only tmpfs instead, a symlinked config `/dev/null`. A missing hooks
+    directory is made, the workspace owner's, and bound: Docker would otherwise make the
+    mount point itself, as root, in the owner's repository.
+    """
+    git = workspace / ".git"
+    if git.is_symlink() or not git.is_dir():
+        return ()
+    inside = f"{WORKSPACE}/.git"
+    hooks, config = git / "hooks", git / "config"
+    mounts: list[ReadOnlyMount] = []
+    if not os.path.lexists(hooks):
+        _owned_dir(hooks, uid, gid)
+    if hooks.is_dir() and not hooks.is_symlink():
+        mounts.append(ReadOnlyMount(f"{inside}/hooks", str(hooks)))
+    else:
+        mounts.append(ReadOnlyMount(f"{inside}/hooks"))
+    if config.is_symlink():
+        mounts.append(ReadOnlyMount(f"{inside}/config", "/dev/null"))
+    elif config.is_file():
+        mounts.append(ReadOnlyMount(f"{inside}/config", str(config)))
+    return tuple(mounts)
+
+
+def _identity(mounts: tuple[ReadOnlyMount, ...]) -> str:
+    """What the mounts bind, down to the inodes: a `.git` made or replaced since the
+    container started gets a new container, protected, on the next call."""
+    parts = []
+    for mount in mounts:
+        try:
+            info = os.stat(mount.source) if mount.source else None
+        except OSError:
+            info = None
+        inode = f"{info.st_dev}:{info.st_ino}" if info else "-"
+        parts.append(f"{mount.target}={mount.source or 'tmpfs'}@{inode}")
+    return ",".join(parts)
 
 
 def _result(
@@ -255,9 +312,10 @@ class DockerSandboxes:
         self, target: DockerTarget, image_id: str, spec: SandboxSpec, session_id: str
     ) -> ContainerConfig:
         uid, gid = _owner(spec.workspace)
+        protected = () if spec.git_writable else _git_protection(spec.workspace, uid, gid)
         fingerprint = (
             f"{image_id} {target.network} {spec.workspace} {uid}:{gid} "
-            f"{spec.limits.cpu_s} {spec.limits.file_size_bytes}"
+            f"{spec.limits.cpu_s} {spec.limits.file_size_bytes} {_identity(protected)}"
         )
         return ContainerConfig(
             image_id=image_id,
@@ -280,6 +338,7 @@ class DockerSandboxes:
             tmp_bytes=self.limits.tmp_bytes,
             cpu_s=spec.limits.cpu_s,
             file_size_bytes=spec.limits.file_size_bytes,
+            read_only=protected,
         )
 
     async def exec(self, container_id: str, user: str, command: str, limits: Limits) -> ExecResult:

@@ -29,6 +29,7 @@ __all__ = [
     "DockerEngine",
     "ExecOutput",
     "ImageInfo",
+    "ReadOnlyMount",
 ]
 
 LABEL_MANAGED: Final = "io.bastion.managed"
@@ -44,6 +45,14 @@ class ImageInfo:
 
     id: str
     repo_digests: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReadOnlyMount:
+    """A read-only mount at `target` inside: the host path `source`, or an empty tmpfs."""
+
+    target: str
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,8 @@ class ContainerConfig:
     tmp_bytes: int
     cpu_s: int
     file_size_bytes: int
+    read_only: Sequence[ReadOnlyMount] = ()
+    """Mounted over the workspace's (read-write) one, in order."""
     hostname: str = "sandbox"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -205,7 +216,10 @@ class DockerEngine:
             nano_cpus=config.nano_cpus,
             network_mode=config.network,
             ipc_mode="private",
-            mounts=[docker.types.Mount(config.workdir, config.workspace, type="bind")],
+            mounts=[
+                docker.types.Mount(config.workdir, config.workspace, type="bind"),
+                *(_read_only_mount(mount) for mount in config.read_only),
+            ],
             ulimits=[
                 limit(name="cpu", soft=config.cpu_s, hard=config.cpu_s + 1),
                 limit(name="fsize", soft=config.file_size_bytes, hard=config.file_size_bytes),
@@ -316,6 +330,12 @@ class DockerEngine:
                 if client is not None:
                     client.close()
             self._control = self._stream = None
+
+
+def _read_only_mount(mount: ReadOnlyMount) -> Any:
+    if mount.source is None:
+        return docker.types.Mount(mount.target, None, type="tmpfs", read_only=True)
+    return docker.types.Mount(mount.target, mount.source, type="bind", read_only=True)
 
 
 def _explanation(error: Any) -> str:
