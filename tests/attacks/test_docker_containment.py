@@ -692,3 +692,18 @@ async def test_the_operator_can_let_commands_write_git_hooks(
     assert containers_of(engine, owner) == []
     assert result.exit_status == 0
     assert (host.workspace / ".git/hooks/pre-commit").read_text() == "true\n"
+
+
+async def test_an_extra_read_only_dir_is_shown_but_not_writable(box: Box) -> None:
+    shared = box.host.root / "reference"
+    shared.mkdir()
+    (shared / "doc.txt").write_text("reference\n")
+    _own(shared)
+    box.host.before = box.host.listing()
+    result = await box.shell(
+        f"cat {shared}/doc.txt; echo x > {shared}/doc.txt; touch {shared}/new",
+        read_only_dirs=(str(shared),),
+    )
+    assert result.stdout == "reference\n"
+    assert result.stderr.count("Read-only file system") == 2
+    assert (shared / "doc.txt").read_text() == "reference\n"

@@ -313,9 +313,13 @@ class DockerSandboxes:
     ) -> ContainerConfig:
         uid, gid = _owner(spec.workspace)
         protected = () if spec.git_writable else _git_protection(spec.workspace, uid, gid)
+        # The operator's extra read-only directories, each at its own path, as bubblewrap
+        # shows them; checked by the sandbox service before a spec is made.
+        shown = tuple(ReadOnlyMount(str(path), str(path)) for path in spec.read_only)
         fingerprint = (
             f"{image_id} {target.network} {spec.workspace} {uid}:{gid} "
-            f"{spec.limits.cpu_s} {spec.limits.file_size_bytes} {_identity(protected)}"
+            f"{spec.limits.cpu_s} {spec.limits.file_size_bytes} {_identity(protected)} "
+            f"{' '.join(m.target for m in shown)}"
         )
         return ContainerConfig(
             image_id=image_id,
@@ -338,7 +342,7 @@ class DockerSandboxes:
             tmp_bytes=self.limits.tmp_bytes,
             cpu_s=spec.limits.cpu_s,
             file_size_bytes=spec.limits.file_size_bytes,
-            read_only=protected,
+            read_only=shown + protected,
         )
 
     async def exec(self, container_id: str, user: str, command: str, limits: Limits) -> ExecResult:
