@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from nats.aio.msg import Msg
 
-from bastion.orchestrator.hooks import Hooks, pattern_matches
+from bastion.orchestrator.hooks import Hooks
 from bastion.policy.service import policy_service
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
@@ -19,6 +19,7 @@ from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode, encode
+from bastion.shared.patterns import pattern_matches
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.services.test_orchestrator import call, open_session, orchestrator

@@ -12,8 +12,6 @@ run hook that fails is logged and changes nothing.
 from __future__ import annotations
 
 import logging
-import re
-from functools import cache
 from typing import Any
 
 import anyio
@@ -29,8 +27,9 @@ from bastion.proto.session import SessionInfo
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError
+from bastion.shared.patterns import pattern_matches
 
-__all__ = ["HookBlocked", "Hooks", "pattern_matches"]
+__all__ = ["HookBlocked", "Hooks"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,16 +38,6 @@ class HookBlocked(BastionError):
     """A before-tool hook blocked the call, or failed to answer (which blocks too)."""
 
     code = codes.HOOK_BLOCKED
-
-
-@cache
-def _pattern(pattern: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
-
-
-def pattern_matches(patterns: tuple[str, ...], name: str) -> bool:
-    """Whether `name` matches one of `patterns`, where `*` stands for any characters."""
-    return any(_pattern(p).fullmatch(name) for p in patterns)
 
 
 class Hooks:
