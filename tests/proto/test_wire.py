@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 import bastion.proto
-from bastion.proto import events, policy, sandbox, session, stubs, tools
+from bastion.proto import audit, events, hooks, journal, policy, sandbox, session, stubs, tools
 from bastion.proto._base import Ingress, Message
 from bastion.proto.errors import ErrorReply
 from bastion.proto.schema import MESSAGES, json_schema
@@ -172,6 +172,51 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         at=AT,
     ),
     events.SessionClosed: events.SessionClosed(session_id=SID, tenant="acme", calls=2, at=AT),
+    audit.AuditRecord: audit.AuditRecord(
+        action="result",
+        session_id=SID,
+        tenant="acme",
+        at=AT,
+        tool="write_file",
+        call_id="c1",
+        outcome="ok",
+        rule="level.L3.write",
+        summary='{"content":"<5 bytes>","path":"a.txt"}',
+        by="hook guard",
+    ),
+    journal.JournalEntry: journal.JournalEntry(
+        session_id=SID,
+        tool="write_file",
+        call_id="c1",
+        state="done",
+        started_at=AT,
+        finished_at=AT,
+        text="wrote 5 bytes to a.txt",
+        decision=DECISION,
+        why="no answer within 10 s",
+    ),
+    hooks.HookRegistration: hooks.HookRegistration(
+        name="guard",
+        events=("before_tool", "after_tool"),
+        tools=("shell", "github_*"),
+        tenants=("acme",),
+        timeout_s=2.5,
+    ),
+    hooks.HookEvent: hooks.HookEvent(
+        event="after_tool",
+        session_id=SID,
+        tenant="acme",
+        agent="tester",
+        workspace="/tmp/ws",
+        tool="shell",
+        input={"command": "ls"},
+        outcome="allow",
+        text="exit status 0",
+        ended="done",
+    ),
+    hooks.HookAnswer: hooks.HookAnswer(block=True, reason="no shell today", text="noted"),
+    hooks.RunMark: hooks.RunMark(session_id=SID, event="run_end", task="fix it", ended="done"),
+    hooks.RunMarked: hooks.RunMarked(notes=("[hook guard] remember the tests",)),
 }
 """One representative instance of every struct, with every optional field set off default."""
 
@@ -213,6 +258,13 @@ TAGS: dict[type[msgspec.Struct], str] = {
     events.CallDecided: "event.call_decided",
     events.CallFinished: "event.call_finished",
     events.SessionClosed: "event.session_closed",
+    audit.AuditRecord: "audit.record",
+    journal.JournalEntry: "journal.entry",
+    hooks.HookRegistration: "hooks.registration",
+    hooks.HookEvent: "hooks.event",
+    hooks.HookAnswer: "hooks.answer",
+    hooks.RunMark: "session.run_mark",
+    hooks.RunMarked: "session.run_marked",
 }
 """The tag each struct travels with. A tag never changes: renaming a class must not move it."""
 
@@ -220,7 +272,8 @@ TAGS: dict[type[msgspec.Struct], str] = {
 def wire_structs() -> set[type[msgspec.Struct]]:
     """Every struct the proto package defines."""
     found: set[type[msgspec.Struct]] = set()
-    for module in (events, policy, sandbox, session, stubs, tools, bastion.proto.errors):
+    modules = (audit, events, hooks, journal, policy, sandbox, session, stubs, tools)
+    for module in (*modules, bastion.proto.errors):
         for _, value in inspect.getmembers(module, inspect.isclass):
             if issubclass(value, Message) and value not in (Message, Ingress):
                 found.add(value)
@@ -325,7 +378,13 @@ def with_extra(struct: type[msgspec.Struct], **extra: Any) -> dict[str, Any]:
 
 
 INTERNAL = sorted((s for s in SAMPLES if not issubclass(s, Ingress)), key=lambda s: s.__name__)
-INGRESS = [session.OpenSession, session.SessionLimits, session.SessionRef, tools.ToolCall]
+INGRESS = [
+    session.OpenSession,
+    session.SessionLimits,
+    session.SessionRef,
+    tools.ToolCall,
+    hooks.RunMark,
+]
 
 
 def test_exactly_the_messages_an_agent_fills_are_ingress() -> None:

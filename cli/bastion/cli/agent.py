@@ -20,6 +20,7 @@ from bastion.cli.common import add_location_options, bus, fail
 from bastion.cli.limits import add_limit_options, session_limits
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
+from bastion.proto.hooks import RunMark, RunMarked
 from bastion.proto.policy import AUTONOMY_LEVELS
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits, SessionRef
 from bastion.proto.tools import CallResult, ToolCall
@@ -104,6 +105,20 @@ async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
     return result
 
 
+async def _mark(client: Client, mark: RunMark) -> tuple[str, ...]:
+    """Tell the session a run starts or ends (its run hooks are asked); what they added.
+
+    A run hook that fails does not stop the run: only before-tool hooks block.
+    """
+    try:
+        marked: RunMarked = await request(
+            client, subjects.SESSION_RUN, mark, RunMarked, timeout_s=CALL_MARGIN_S
+        )
+    except BastionError:
+        return ()
+    return marked.notes
+
+
 def _absolute(directory: str) -> str:
     """A directory as the services need it: absolute, from wherever the CLI runs."""
     return str(Path(directory).expanduser().absolute())
@@ -132,12 +147,15 @@ async def _run(
             timeout_s=CALL_MARGIN_S,
         )
         _say(f"session {session.session_id} for agent {session.agent}")
+        for note in await _mark(client, RunMark(session_id=session.session_id, event="run_start")):
+            _say(note)
         for step in steps:
             if step.say is not None:
                 _say(f"agent: {step.say}")
                 continue
             _say(f"→ {step.tool} {_show_input(step.input)}")
             _say(f"← {_show_result(await _call(client, session, step))}")
+        await _mark(client, RunMark(session_id=session.session_id, event="run_end", ended="done"))
         await request(
             client,
             subjects.SESSION_CLOSE,

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from bastion.cli import agent, schema, status, up
+from bastion.cli import agent, audit, hooks, schema, status, up
 from bastion.cli.common import fail
 from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.version import VERSION
@@ -25,6 +25,8 @@ def parser() -> argparse.ArgumentParser:
     status.add_parser(commands)
     agent.add_parser(commands)
     schema.add_parser(commands)
+    audit.add_parser(commands)
+    hooks.add_parser(commands)
     return root
 
 

@@ -26,10 +26,14 @@ from typing import IO
 
 import anyio
 import msgspec
+import nats.js.errors
 
 from bastion.cli.common import fail, state_dir_of
+from bastion.cli.hookfile import hooks_path
+from bastion.cli.hookrunner import NAME as HOOK_RUNNER_NAME
 from bastion.cli.status import SERVICES
-from bastion.shared.bus import connect
+from bastion.proto import subjects
+from bastion.shared.bus import Client, connect
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
 from bastion.shared.natsserver import free_port, nats_server_binary, port_answers, write_config
@@ -129,13 +133,25 @@ def _nats_child(state_dir: Path, port: int, env: dict[str, str]) -> Child:
     )
 
 
-async def _wait_ready(url: str, stop: threading.Event) -> list[str]:
-    """The services still missing once all answered or the time ran out (empty when ready)."""
+async def _hooks_registered(client: Client) -> bool:
+    try:
+        kv = await client.jetstream().key_value(subjects.HOOKS_BUCKET)
+        await kv.get(HOOK_RUNNER_NAME)
+    except nats.js.errors.Error:  # no bucket, or no key yet
+        return False
+    return True
+
+
+async def _wait_ready(url: str, stop: threading.Event, hooks: bool) -> list[str]:
+    """What is still missing once everything answered or the time ran out (empty when ready):
+    the six services, and the hook runner's registration when it runs."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     async with connect(BusSettings(nats_url=url), "bastion-up") as client:
         while True:
             running = {i.name for i in await list_instances(client, window_s=0.3)}
             missing = [name for name in SERVICES if name not in running]
+            if hooks and not await _hooks_registered(client):
+                missing.append("the hook runner")
             if not missing or time.monotonic() > deadline or stop.is_set():
                 return missing
 
@@ -176,6 +192,11 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
         Child(name, [sys.executable, "-m", f"bastion.{name}"], logs / f"{name}.log", env)
         for name in SERVICES
     ]
+    hooks = hooks_path(state_dir).exists()
+    if hooks:
+        # Not a service: it runs the operator's command hooks (bastion.cli.hookrunner).
+        runner = [sys.executable, "-m", "bastion.cli.hookrunner"]
+        children.insert(0, Child("hooks", runner, logs / "hookrunner.log", env))
     _say(f"bastion up: state dir {state_dir}")
     nats.start()
     try:
@@ -193,7 +214,7 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
             child.start()
             assert child.process is not None
             _say(f"  {child.name:<13} pid {child.process.pid}  log {child.log_path}")
-        missing = anyio.run(_wait_ready, url, stop)
+        missing = anyio.run(_wait_ready, url, stop, hooks)
         if stop.is_set():
             return 0
         if missing:
@@ -201,7 +222,11 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
                 f"{', '.join(missing)} did not start within {READY_TIMEOUT_S:.0f} s: "
                 f"see the logs in {logs}"
             )
-        _say(f"ready: all {len(SERVICES)} services answer on {url}. Ctrl-C stops everything.")
+        with_hooks = " (and the hook runner)" if hooks else ""
+        _say(
+            f"ready: all {len(SERVICES)} services answer on {url}{with_hooks}. "
+            "Ctrl-C stops everything."
+        )
         reason = _supervise(children, nats, stop)
         if reason is not None:
             return fail(reason)

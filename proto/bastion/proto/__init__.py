@@ -15,8 +15,11 @@ Schema evolution (every message is msgpack on the bus, JSON at the edges):
 from __future__ import annotations
 
 from bastion.proto._base import Ingress, Message
+from bastion.proto.audit import AuditRecord
 from bastion.proto.errors import ErrorReply
 from bastion.proto.events import CallDecided, CallFinished, Event, SessionClosed, SessionOpened
+from bastion.proto.hooks import HookAnswer, HookEvent, HookRegistration, RunMark, RunMarked
+from bastion.proto.journal import JournalEntry
 from bastion.proto.policy import AUTONOMY_LEVELS, Autonomy, Effect, PolicyDecision, PolicyRequest
 from bastion.proto.sandbox import (
     ApplyPatch,
@@ -45,6 +48,7 @@ from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 __all__ = [
     "AUTONOMY_LEVELS",
     "ApplyPatch",
+    "AuditRecord",
     "Autonomy",
     "CallDecided",
     "CallFinished",
@@ -61,7 +65,11 @@ __all__ = [
     "FileRequest",
     "FileResult",
     "FindFiles",
+    "HookAnswer",
+    "HookEvent",
+    "HookRegistration",
     "Ingress",
+    "JournalEntry",
     "LeaseRequest",
     "Limits",
     "ListFiles",
@@ -71,6 +79,8 @@ __all__ = [
     "PolicyDecision",
     "PolicyRequest",
     "ReadFile",
+    "RunMark",
+    "RunMarked",
     "SandboxCheck",
     "SandboxReady",
     "SandboxRelease",

@@ -12,6 +12,7 @@ __all__ = [
     "BAD_REQUEST",
     "CONFLICT",
     "DENIED",
+    "HOOK_BLOCKED",
     "INTERNAL",
     "INVALID_INPUT",
     "NEEDS_APPROVAL",
@@ -21,6 +22,7 @@ __all__ = [
     "SESSION_CLOSED",
     "TIMEOUT",
     "UNAVAILABLE",
+    "UNCERTAIN",
     "UNKNOWN_TOOL",
     "ErrorCode",
     "ErrorReply",
@@ -55,6 +57,11 @@ SANDBOX_FAILED: Final = "sandbox_failed"
 """The sandbox could not be started (not the command inside it failing)."""
 INTERNAL: Final = "internal"
 """An unexpected fault inside a service; its log has the detail, the wire never does."""
+UNCERTAIN: Final = "uncertain"
+"""An identical earlier call got no answer (a timeout, a service died): it may or may not
+have taken effect, so it is not made again."""
+HOOK_BLOCKED: Final = "hook_blocked"
+"""An operator's before-tool hook blocked the call (or failed to answer, which blocks too)."""
 
 
 class ErrorReply(Message, frozen=True, kw_only=True, tag="error"):

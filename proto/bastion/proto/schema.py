@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from bastion.proto import events, policy, sandbox, session, stubs, tools
+from bastion.proto import audit, events, hooks, journal, policy, sandbox, session, stubs, tools
 from bastion.proto.errors import ErrorReply
 
 __all__ = ["MESSAGES", "json_schema"]
@@ -36,6 +36,13 @@ MESSAGES: dict[str, Any] = {
     "LeaseRequest": stubs.LeaseRequest,
     "Event": events.Event,
     "ErrorReply": ErrorReply,
+    "AuditRecord": audit.AuditRecord,
+    "JournalEntry": journal.JournalEntry,
+    "HookRegistration": hooks.HookRegistration,
+    "HookEvent": hooks.HookEvent,
+    "HookAnswer": hooks.HookAnswer,
+    "RunMark": hooks.RunMark,
+    "RunMarked": hooks.RunMarked,
 }
 """Every message (or union of messages) a subject carries, by the name its schema file takes."""
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "AUDIT_ALL",
+    "AUDIT_STREAM",
     "EGRESS_FETCH",
     "EVENTS_ALL",
+    "HOOKS_BUCKET",
+    "JOURNAL_BUCKET",
     "MCP_CALL",
     "POLICY_DECIDE",
     "POLICY_STATUS",
@@ -20,8 +24,11 @@ __all__ = [
     "SESSION_CLOSE",
     "SESSION_GET",
     "SESSION_OPEN",
+    "SESSION_RUN",
     "VAULT_LEASE",
+    "audit",
     "event",
+    "hook",
     "session_call",
 ]
 
@@ -46,7 +53,19 @@ EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
 MCP_CALL: Final = f"{PREFIX}.mcp.call"
 VAULT_LEASE: Final = f"{PREFIX}.vault.lease"
 
+SESSION_RUN: Final = f"{PREFIX}.session.run"
+"""An agent run starts or ends: run-start and run-end hooks are asked, the audit told."""
+
 EVENTS_ALL: Final = f"{PREFIX}.events.>"
+
+AUDIT_ALL: Final = f"{PREFIX}.audit.>"
+"""Every audit record: `bastion.v1.audit.<tenant>.<session>`, kept by `AUDIT_STREAM`."""
+AUDIT_STREAM: Final = "bastion_audit"
+"""The JetStream stream of the audit log (file storage; deletes and purges refused)."""
+JOURNAL_BUCKET: Final = "bastion_journal"
+"""The JetStream KV bucket of the journal (key: the call's canonical hash)."""
+HOOKS_BUCKET: Final = "bastion_hooks"
+"""The JetStream KV bucket where hook services register (key: the hook's name)."""
 
 
 def session_call(session_id: str) -> str:
@@ -57,3 +76,13 @@ def session_call(session_id: str) -> str:
 def event(kind: str, tenant: str) -> str:
     """The subject an event of `kind` (e.g. `call_finished`) for `tenant` is published on."""
     return f"{PREFIX}.events.{kind}.{tenant}"
+
+
+def audit(tenant: str, session_id: str) -> str:
+    """The subject of a session's audit records: `audit show` filters on it."""
+    return f"{PREFIX}.audit.{tenant}.{session_id}"
+
+
+def hook(event: str, tenant: str, name: str) -> str:
+    """The subject hook `name` answers for `event` (e.g. `before_tool`) of `tenant`."""
+    return f"{PREFIX}.hooks.{event}.{tenant}.{name}"

@@ -25,13 +25,23 @@ __all__ = ["ToolDefinition", "catalogue_for", "definition", "find_tool"]
 
 @dataclass(frozen=True)
 class ToolDefinition:
-    """A built-in tool; `effect` None means it runs programs (see `shell_effect`)."""
+    """A built-in tool; `effect` None means it runs programs (see `shell_effect`).
+
+    `journaled`: a call that is neither read-only nor idempotent goes in the journal, so
+    an identical call (same session, tool and input) is answered from it rather than
+    made again, and one that got no answer is never repeated. The rule: every tool whose
+    effect is not `read` — except `shell`, since a command given twice should run twice
+    (a test suite after a fix), and the checks `diagnostics` and `run_tests`, which are
+    asked again precisely to see what changed. A tool that declares itself idempotent
+    (an upstream MCP tool's `idempotentHint`, as reviewed) is not journaled either.
+    """
 
     name: str
     input_type: Any
     description: str
     effect: Effect | None
     needs_shell: bool = False
+    journaled: bool = False
 
 
 _DEFINITIONS = {
@@ -43,13 +53,16 @@ _DEFINITIONS = {
             "Read a stretch of a workspace file, its lines numbered.",
             "read",
         ),
-        ToolDefinition("write_file", WriteFileInput, "Write a whole workspace file.", "write"),
+        ToolDefinition(
+            "write_file", WriteFileInput, "Write a whole workspace file.", "write", journaled=True
+        ),
         ToolDefinition(
             "edit_file",
             EditFileInput,
             "Replace old_string with new_string in a workspace file: it must be there once, "
             "or every time with replace_all.",
             "write",
+            journaled=True,
         ),
         ToolDefinition(
             "apply_patch",
@@ -57,6 +70,7 @@ _DEFINITIONS = {
             "Apply a unified diff or a *** Begin Patch patch to workspace files: all of it, "
             "or nothing if any hunk does not fit.",
             "write",
+            journaled=True,
         ),
         ToolDefinition(
             "list_files",

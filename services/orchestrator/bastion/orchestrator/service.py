@@ -1,13 +1,19 @@
-"""The orchestrator's endpoints: `session.open|get|close` and `session.<id>.call`."""
+"""The orchestrator's endpoints: `session.open|get|close|run` and `session.<id>.call`."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
+
+from bastion.orchestrator.audit import AuditLog
+from bastion.orchestrator.hooks import Hooks
+from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.sessions import Sessions
 from bastion.orchestrator.store import SessionStore
 from bastion.proto import subjects
+from bastion.proto.hooks import RunMark, RunMarked
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall
 from bastion.shared.bus import Client
@@ -21,6 +27,10 @@ __all__ = ["OrchestratorSettings", "orchestrator_service"]
 
 class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     sessions_bucket: str = "bastion_sessions"
+    journal_bucket: str = subjects.JOURNAL_BUCKET
+    journal_ttl_s: float = 7 * 24 * 3600.0
+    """How long a journal entry is kept: an identical call after that runs again."""
+    hooks_bucket: str = subjects.HOOKS_BUCKET
 
 
 def _session_of(context: RequestContext) -> str:
@@ -36,7 +46,12 @@ async def orchestrator_service(
     client: Client, settings: OrchestratorSettings
 ) -> AsyncIterator[Service]:
     store = await SessionStore.open(client, settings.sessions_bucket)
-    sessions = Sessions(client, store, settings.request_timeout_s)
+    journal = await Journal.open(client, settings.journal_bucket, settings.journal_ttl_s)
+    audit = await AuditLog.open(client)
+    hooks = await Hooks.open(client, settings.hooks_bucket)
+    sessions = Sessions(
+        client, store, settings.request_timeout_s, journal=journal, audit=audit, hooks=hooks
+    )
 
     async def open_session(ask: OpenSession, _: RequestContext) -> SessionInfo:
         return await sessions.open(ask)
@@ -50,9 +65,18 @@ async def orchestrator_service(
     async def call(tool_call: ToolCall, context: RequestContext) -> CallResult:
         return await sessions.call(_session_of(context), tool_call)
 
+    async def run_mark(mark: RunMark, _: RequestContext) -> RunMarked:
+        session = await sessions.get(mark.session_id)
+        await audit.record(session, mark.event, outcome=mark.ended, summary=mark.task)
+        return RunMarked(notes=await hooks.run_mark(session, mark))
+
     service = Service("orchestrator", VERSION, "Sessions, and the route of every tool call.")
     service.add_endpoint("open", subjects.SESSION_OPEN, OpenSession, open_session)
     service.add_endpoint("get", subjects.SESSION_GET, SessionRef, get_session)
     service.add_endpoint("close", subjects.SESSION_CLOSE, SessionRef, close_session)
     service.add_endpoint("call", subjects.SESSION_CALL_ANY, ToolCall, call)
-    yield service
+    service.add_endpoint("run", subjects.SESSION_RUN, RunMark, run_mark)
+    async with anyio.create_task_group() as watching:
+        await watching.start(hooks.watch)
+        yield service
+        watching.cancel_scope.cancel()

@@ -13,8 +13,11 @@ from typing import Any
 import anyio
 import msgspec
 
+from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.catalogue import catalogue_for, definition, find_tool
 from bastion.orchestrator.execute import run_tool
+from bastion.orchestrator.hooks import Hooks
+from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.store import SessionStore
 from bastion.proto import errors as codes
 from bastion.proto import subjects
@@ -58,10 +61,22 @@ def _summary(tool_input: dict[str, Any]) -> str:
 class Sessions:
     """The actors of every session this orchestrator is asked about, backed by the store."""
 
-    def __init__(self, client: Client, store: SessionStore, timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: Client,
+        store: SessionStore,
+        timeout_s: float,
+        *,
+        journal: Journal,
+        audit: AuditLog,
+        hooks: Hooks,
+    ) -> None:
         self._client = client
         self._store = store
         self._timeout_s = timeout_s
+        self._journal = journal
+        self._audit = audit
+        self._hooks = hooks
         self._locks: dict[str, anyio.Lock] = {}
         self._waiting: dict[str, int] = {}
 
@@ -183,6 +198,7 @@ class Sessions:
                 result: CallResult = await self._call(session, call, call_id, started)
             except BastionError as error:
                 result = error.to_reply()
+            await self._audit.result(session, call_id, call.tool, result)
             await self._store.update(
                 session_id, lambda s: msgspec.structs.replace(s, calls=s.calls + 1)
             )
@@ -225,6 +241,9 @@ class Sessions:
             raise InvalidInput(
                 f"the input of {tool.name} is not valid: {reason} ({tool.name} takes: {fields})"
             ) from None
+        known = await self._journal.recall(session, tool, tool_input, call_id)
+        if known is not None:
+            return known
         decision: PolicyDecision = await request(
             self._client,
             subjects.POLICY_DECIDE,
@@ -253,6 +272,7 @@ class Sessions:
                 at=_now(),
             ),
         )
+        await self._audit.decision(session, call_id, tool.name, decision)
         if decision.outcome == "deny":
             raise RemoteError(codes.DENIED, f"refused: {decision.reason}")
         if decision.outcome == "ask":
@@ -261,7 +281,17 @@ class Sessions:
                 f"needs a person's approval: {decision.reason}; this session has nobody to "
                 "ask, so it did not run (raise --autonomy to let it run)",
             )
-        text = await run_tool(self._client, session, tool.name, tool_input, self._timeout_s)
+        await self._hooks.before_tool(session, tool.name, call.input, decision.outcome)
+        await self._audit.call(session, call_id, tool.name, call.input)
+        text = await self._journal.run(
+            session,
+            tool,
+            tool_input,
+            call_id,
+            decision=decision,
+            make=lambda: run_tool(self._client, session, tool.name, tool_input, self._timeout_s),
+        )
+        text = await self._hooks.after_tool(session, tool.name, call.input, text)
         return ToolOutput(
             call_id=call_id,
             tool=tool.name,

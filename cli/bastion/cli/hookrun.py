@@ -1,0 +1,95 @@
+"""Running one command hook: the event on stdin, a deadline, and what came of it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+import msgspec
+from anyio.abc import ByteReceiveStream
+
+__all__ = ["MAX_OUTPUT", "Ran", "run_command"]
+
+MAX_OUTPUT: Final = 64 * 1024
+"""The most of each of a hook's output streams that is kept."""
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How a hook command ended: its status (None if it did not start or ran out of time)."""
+
+    status: int | None
+    stdout: str
+    stderr: str
+    failure: str = ""
+    """Why it has no status, in words: `did not start (...)`, `ran out of its 30 s`."""
+
+    def said(self) -> str:
+        return self.stderr.strip() or self.stdout.strip()
+
+
+async def _read(stream: ByteReceiveStream | None, into: bytearray) -> None:
+    if stream is None:
+        return
+    async for chunk in stream:
+        room = MAX_OUTPUT - len(into)
+        if room > 0:
+            into.extend(chunk[:room])
+
+
+def _environment(event: str, session_id: str) -> dict[str, str]:
+    # The hook runs as the user who runs Bastion, but gets none of Bastion's own settings
+    # (a NATS password among them).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
+    env["BASTION_HOOK_EVENT"] = event
+    env["BASTION_SESSION"] = session_id
+    return env
+
+
+async def run_command(
+    command: list[str], event: dict[str, Any], cwd: str | None, timeout_s: float
+) -> Ran:
+    """Run `command` with `event` as JSON on its stdin, stopped (its whole process group)
+    after `timeout_s`."""
+    workdir = cwd if cwd and await anyio.Path(cwd).is_dir() else None
+    try:
+        process = await anyio.open_process(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=_environment(str(event["event"]), str(event["session"])),
+            start_new_session=True,
+        )
+    except OSError as error:
+        return Ran(None, "", "", f"did not start ({error.strerror or type(error).__name__})")
+    stdout, stderr = bytearray(), bytearray()
+    async with process:
+        with anyio.move_on_after(timeout_s) as deadline:
+            async with anyio.create_task_group() as streams:
+                streams.start_soon(_read, process.stdout, stdout)
+                streams.start_soon(_read, process.stderr, stderr)
+                if process.stdin is not None:
+                    # a hook need not read its event
+                    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        await process.stdin.send(msgspec.json.encode(event))
+                    await process.stdin.aclose()
+            await process.wait()
+        if deadline.cancelled_caught:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            with anyio.CancelScope(shield=True):
+                await process.wait()
+            return Ran(
+                None,
+                stdout.decode(errors="replace"),
+                stderr.decode(errors="replace"),
+                f"ran out of its {timeout_s:g} s",
+            )
+    return Ran(process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))

@@ -1,0 +1,147 @@
+"""The audit log: every decision, call and result of a session, into a stream nobody rewrites.
+
+Records go to the JetStream stream `bastion_audit` on `bastion.v1.audit.<tenant>.<session>`
+(so `bastion audit show SESSION` is a subject filter). The stream is file-backed and
+refuses deletes and purges. A record holds summaries, bounded to 200 characters: a call's
+input with every file content replaced by its size, a result's size or error code — never
+a tool's whole input or output, and never a secret value (the orchestrator holds none).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.api import StorageType, StreamConfig
+from nats.js.client import JetStreamContext
+
+from bastion.proto import subjects
+from bastion.proto.audit import MAX_SUMMARY, AuditRecord
+from bastion.proto.errors import ErrorReply
+from bastion.proto.policy import PolicyDecision
+from bastion.proto.session import SessionInfo
+from bastion.proto.tools import CallResult
+from bastion.shared.bus import Client
+from bastion.shared.codec import encode
+
+__all__ = ["CONTENT_FIELDS", "AuditLog", "bounded", "input_summary", "open_audit_stream"]
+
+logger = logging.getLogger(__name__)
+
+CONTENT_FIELDS: Final = frozenset({"content", "old_string", "new_string", "patch", "text"})
+"""Input fields that carry file contents: the audit keeps only their size."""
+
+PUBLISH_TIMEOUT_S: Final = 5.0
+
+
+def bounded(text: str, limit: int = MAX_SUMMARY) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def input_summary(tool_input: dict[str, Any]) -> str:
+    """A call's input for the audit: file contents as their size, the whole cut to 200."""
+    shown: dict[str, Any] = {}
+    for name, value in sorted(tool_input.items()):
+        if name in CONTENT_FIELDS and isinstance(value, str):
+            shown[name] = f"<{len(value.encode())} bytes>"
+        elif isinstance(value, str | int | float | bool) or value is None:
+            shown[name] = value
+        else:
+            shown[name] = f"<{type(value).__name__}>"
+    return bounded(msgspec.json.encode(shown).decode())
+
+
+def result_summary(result: CallResult) -> str:
+    """A result for the audit: its size, or its error's code and first line (never content)."""
+    if isinstance(result, ErrorReply):
+        return bounded(result.message.split("\n", 1)[0])
+    first = result.text.split("\n", 1)[0]
+    if first.startswith("[answered from the journal"):
+        return f"answered from the journal, {len(result.text)} characters"
+    return f"{len(result.text)} characters"
+
+
+async def open_audit_stream(client: Client) -> JetStreamContext:
+    """The JetStream context, with the audit stream created if it is missing."""
+    js = client.jetstream()
+    try:
+        await js.stream_info(subjects.AUDIT_STREAM)
+    except nats.js.errors.NotFoundError:
+        await js.add_stream(
+            StreamConfig(
+                name=subjects.AUDIT_STREAM,
+                subjects=[subjects.AUDIT_ALL],
+                storage=StorageType.FILE,
+                deny_delete=True,
+                deny_purge=True,
+            )
+        )
+    return js
+
+
+class AuditLog:
+    """Publishes a session's audit records; a record that cannot be stored is logged."""
+
+    def __init__(self, js: JetStreamContext) -> None:
+        self._js = js
+
+    @classmethod
+    async def open(cls, client: Client) -> AuditLog:
+        return cls(await open_audit_stream(client))
+
+    async def record(self, session: SessionInfo, action: str, **fields: str) -> None:
+        record = AuditRecord(
+            action=action,
+            session_id=session.session_id,
+            tenant=session.tenant,
+            at=datetime.now(UTC),
+            **{k: bounded(v) for k, v in fields.items()},
+        )
+        try:
+            await self._js.publish(
+                subjects.audit(session.tenant, session.session_id),
+                encode(record),
+                timeout=PUBLISH_TIMEOUT_S,
+            )
+        except (nats.errors.Error, TimeoutError):
+            logger.error(
+                "an audit record was not stored",
+                extra={"session": session.session_id, "action": action},
+            )
+
+    async def decision(
+        self, session: SessionInfo, call_id: str, tool: str, decision: PolicyDecision
+    ) -> None:
+        await self.record(
+            session,
+            "decision",
+            call_id=call_id,
+            tool=tool,
+            outcome=decision.outcome,
+            rule=decision.rule,
+            summary=decision.reason,
+        )
+
+    async def call(
+        self, session: SessionInfo, call_id: str, tool: str, tool_input: dict[str, Any]
+    ) -> None:
+        await self.record(
+            session, "call", call_id=call_id, tool=tool, summary=input_summary(tool_input)
+        )
+
+    async def result(
+        self, session: SessionInfo, call_id: str, tool: str, result: CallResult
+    ) -> None:
+        outcome = result.code if isinstance(result, ErrorReply) else "ok"
+        await self.record(
+            session,
+            "result",
+            call_id=call_id,
+            tool=tool,
+            outcome=outcome,
+            summary=result_summary(result),
+        )

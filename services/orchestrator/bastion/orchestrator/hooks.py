@@ -1,0 +1,178 @@
+"""Hooks: the operator's services asked before and after calls and at a run's start and end.
+
+A hook service registers in the KV bucket `bastion_hooks` (a `HookRegistration` under its
+name) and answers `bastion.v1.hooks.<event>.<tenant>.<name>`. This module watches the
+bucket, so the registrations are in memory: with none matching a call, no one is asked
+and nothing is added to the call's time. Matching hooks are asked one after another, in
+the order of their names. A before-tool hook that blocks, answers with an error, or does
+not answer within its `timeout_s` blocks the call (hooks fail closed); an after-tool or
+run hook that fails is logged and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import nats.js.errors
+from anyio.abc import TaskStatus
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
+
+from bastion.proto import errors as codes
+from bastion.proto import subjects
+from bastion.proto.hooks import HookAnswer, HookEvent, HookEventName, HookRegistration, RunMark
+from bastion.proto.session import SessionInfo
+from bastion.shared.bus import Client, request
+from bastion.shared.codec import decode
+from bastion.shared.errors import BastionError
+from bastion.shared.patterns import pattern_matches
+
+__all__ = ["HookBlocked", "Hooks"]
+
+logger = logging.getLogger(__name__)
+
+
+class HookBlocked(BastionError):
+    """A before-tool hook blocked the call, or failed to answer (which blocks too)."""
+
+    code = codes.HOOK_BLOCKED
+
+
+class Hooks:
+    """The registered hooks, kept current from the bucket, and asking them."""
+
+    def __init__(self, client: Client, kv: KeyValue) -> None:
+        self._client = client
+        self._kv = kv
+        self._registered: dict[str, HookRegistration] = {}
+
+    @classmethod
+    async def open(cls, client: Client, bucket: str) -> Hooks:
+        js = client.jetstream()
+        try:
+            kv = await js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            kv = await js.create_key_value(
+                KeyValueConfig(bucket=bucket, history=1, storage=StorageType.FILE)
+            )
+        return cls(client, kv)
+
+    async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Follow the bucket until cancelled; started once the registrations so far are read."""
+        watcher = await self._kv.watchall()
+        started = False
+        try:
+            async for entry in watcher:
+                if entry is not None:
+                    self._apply(entry.key, entry.operation, entry.value)
+                if not started and (entry is None or entry.delta == 0):
+                    started = True
+                    task_status.started()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+    def _apply(self, key: str, operation: str | None, value: bytes | None) -> None:
+        if operation in ("DEL", "PURGE") or not value:
+            self._registered.pop(key, None)
+            return
+        try:
+            self._registered[key] = decode(value, HookRegistration)
+        except BastionError:
+            logger.error("a hook registration does not decode; it is ignored", extra={"key": key})
+            self._registered.pop(key, None)
+
+    def _matching(self, event: HookEventName, tenant: str, tool: str) -> list[HookRegistration]:
+        return [
+            hook
+            for _, hook in sorted(self._registered.items())
+            if event in hook.events
+            and pattern_matches(hook.tenants, tenant)
+            and (not tool or pattern_matches(hook.tools, tool))
+        ]
+
+    async def _ask(self, hook: HookRegistration, event: HookEvent, tenant: str) -> HookAnswer:
+        answer: HookAnswer = await request(
+            self._client,
+            subjects.hook(event.event, tenant, hook.name),
+            event,
+            HookAnswer,
+            timeout_s=hook.timeout_s,
+        )
+        return answer
+
+    def _event(self, session: SessionInfo, event: HookEventName, **fields: Any) -> HookEvent:
+        return HookEvent(
+            event=event,
+            session_id=session.session_id,
+            tenant=session.tenant,
+            agent=session.agent,
+            workspace=session.workspace,
+            **fields,
+        )
+
+    async def before_tool(
+        self, session: SessionInfo, tool: str, tool_input: dict[str, Any], outcome: str
+    ) -> None:
+        """Ask each matching hook in turn.
+
+        Raises:
+            HookBlocked: a hook blocked the call, or failed to answer.
+        """
+        hooks = self._matching("before_tool", session.tenant, tool)
+        if not hooks:
+            return
+        event = self._event(session, "before_tool", tool=tool, input=tool_input, outcome=outcome)
+        for hook in hooks:
+            try:
+                answer = await self._ask(hook, event, session.tenant)
+            except BastionError as error:
+                raise HookBlocked(
+                    f"blocked: the before-tool hook {hook.name} failed ({error.message}), "
+                    "and a hook that fails blocks the call; the operator must fix the hook"
+                ) from None
+            if answer.block:
+                raise HookBlocked(
+                    f"blocked by the before-tool hook {hook.name}: "
+                    f"{answer.reason or 'it gave no reason'}"
+                )
+
+    async def after_tool(
+        self, session: SessionInfo, tool: str, tool_input: dict[str, Any], text: str
+    ) -> str:
+        """`text` with what each matching hook answered added, each marked as its hook's."""
+        hooks = self._matching("after_tool", session.tenant, tool)
+        if not hooks:
+            return text
+        event = self._event(session, "after_tool", tool=tool, input=tool_input, text=text)
+        for hook in hooks:
+            try:
+                answer = await self._ask(hook, event, session.tenant)
+            except BastionError as error:
+                logger.warning(
+                    "an after-tool hook failed",
+                    extra={"hook": hook.name, "code": error.code, "session": session.session_id},
+                )
+                continue
+            if answer.text:
+                text += f"\n[hook {hook.name}]\n{answer.text.rstrip()}"
+        return text
+
+    async def run_mark(self, session: SessionInfo, mark: RunMark) -> tuple[str, ...]:
+        """Tell each run hook a run started or ended; the notes run-start hooks added."""
+        notes: list[str] = []
+        event = self._event(session, mark.event, text=mark.task, ended=mark.ended)
+        for hook in self._matching(mark.event, session.tenant, ""):
+            try:
+                answer = await self._ask(hook, event, session.tenant)
+            except BastionError as error:
+                logger.warning(
+                    "a run hook failed",
+                    extra={"hook": hook.name, "code": error.code, "session": session.session_id},
+                )
+                continue
+            if answer.text and mark.event == "run_start":
+                notes.append(f"[hook {hook.name}] {answer.text.rstrip()}")
+        return tuple(notes)
