@@ -14,11 +14,12 @@ from bastion.proto import subjects
 from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, ReadFile, WriteFile
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
-from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
 
 # The Docker fixtures, for the Docker containment suite: they skip saying why when no engine
 # answers or the test image is not built.
+from bastion.shared.sandboxing.cgroup import cgroup_prefix
+from bastion.shared.settings import BusSettings
+from tests.conftest import ServiceRunner
 from tests.docker.conftest import backend_name, engine, image_id, owner  # noqa: F401
 
 SESSION = "0123456789abcdef"
@@ -28,12 +29,14 @@ SECRET = "hunter2-attack"
 
 
 def in_sandbox_cgroups() -> list[int]:
-    """Pids of processes in a per-command sandbox cgroup: none once every call has ended."""
+    """Pids of processes in a sandbox cgroup of this test run's sandbox service (it runs in
+    this process): none once every call has ended. Other runs on the machine are not ours."""
+    ours = "/" + cgroup_prefix()
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if "/bastion-" in (entry / "cgroup").read_text():
+                if ours in (entry / "cgroup").read_text():
                     found.append(int(entry.name))
             except OSError:
                 continue

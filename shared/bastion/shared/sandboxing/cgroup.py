@@ -35,7 +35,7 @@ import anyio
 
 from bastion.proto.sandbox import Limits
 
-__all__ = ["CgroupRoot", "CommandCgroup", "find_cgroup_root"]
+__all__ = ["CgroupRoot", "CommandCgroup", "cgroup_prefix", "find_cgroup_root"]
 
 CGROUP_MOUNT: Final = Path("/sys/fs/cgroup")
 _REMOVE_TRIES: Final = 100
@@ -109,11 +109,18 @@ def _count(path: Path, key: str) -> int:
     return 0
 
 
+def cgroup_prefix(pid: int | None = None) -> str:
+    """How the names of the cgroups a service process (this one by default) makes begin."""
+    return f"bastion-{os.getpid() if pid is None else pid}-"
+
+
 class CommandCgroup:
     """One command's group(s): made with its limits, joined by its launcher, then removed."""
 
     def __init__(self, root: CgroupRoot, limits: Limits) -> None:
-        name = f"bastion-{secrets.token_hex(6)}"
+        # Named after the service process that made it, so an operator (or a test) can
+        # tell whose sandbox a cgroup is when several services share a host.
+        name = f"{cgroup_prefix()}{secrets.token_hex(6)}"
         self._root = root
         self._dirs = (
             [root.pids / name]
