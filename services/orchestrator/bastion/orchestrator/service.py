@@ -1,13 +1,19 @@
-"""The orchestrator's endpoints: `session.open|get|close` and `session.<id>.call`."""
+"""The orchestrator's endpoints: `session.open|get|close`, `session.<id>.call` and
+`approvals.list|answer`."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Annotated
 
+import msgspec
+
+from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.sessions import Sessions
 from bastion.orchestrator.store import SessionStore
 from bastion.proto import subjects
+from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall
 from bastion.shared.bus import Client
@@ -20,7 +26,12 @@ __all__ = ["OrchestratorSettings", "orchestrator_service"]
 
 
 class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
+    """Where sessions and parked calls are kept, and how long a result from outside taints
+    a session (`BASTION_TAINT_S`; 0 turns taint off)."""
+
     sessions_bucket: str = "bastion_sessions"
+    approvals_bucket: str = "bastion_approvals"
+    taint_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
 
 
 def _session_of(context: RequestContext) -> str:
@@ -36,7 +47,9 @@ async def orchestrator_service(
     client: Client, settings: OrchestratorSettings
 ) -> AsyncIterator[Service]:
     store = await SessionStore.open(client, settings.sessions_bucket)
-    sessions = Sessions(client, store, settings.request_timeout_s)
+    approvals = await ApprovalStore.open(client, settings.approvals_bucket)
+    sessions = Sessions(client, store, settings.request_timeout_s, approvals, settings.taint_s)
+    await sessions.approvals.recover()
 
     async def open_session(ask: OpenSession, _: RequestContext) -> SessionInfo:
         return await sessions.open(ask)
@@ -50,9 +63,19 @@ async def orchestrator_service(
     async def call(tool_call: ToolCall, context: RequestContext) -> CallResult:
         return await sessions.call(_session_of(context), tool_call)
 
+    async def list_approvals(query: ApprovalQuery, _: RequestContext) -> ApprovalList:
+        return await sessions.approvals.list(query)
+
+    async def answer_approval(answer: ApprovalAnswer, _: RequestContext) -> ApprovalAnswered:
+        return await sessions.approvals.answer(answer)
+
     service = Service("orchestrator", VERSION, "Sessions, and the route of every tool call.")
     service.add_endpoint("open", subjects.SESSION_OPEN, OpenSession, open_session)
     service.add_endpoint("get", subjects.SESSION_GET, SessionRef, get_session)
     service.add_endpoint("close", subjects.SESSION_CLOSE, SessionRef, close_session)
     service.add_endpoint("call", subjects.SESSION_CALL_ANY, ToolCall, call)
+    service.add_endpoint("approvals_list", subjects.APPROVALS_LIST, ApprovalQuery, list_approvals)
+    service.add_endpoint(
+        "approvals_answer", subjects.APPROVALS_ANSWER, ApprovalAnswer, answer_approval
+    )
     yield service
