@@ -11,7 +11,18 @@ import msgspec
 import pytest
 
 import bastion.proto
-from bastion.proto import audit, events, hooks, journal, policy, sandbox, session, stubs, tools
+from bastion.proto import (
+    approvals,
+    audit,
+    events,
+    hooks,
+    journal,
+    policy,
+    sandbox,
+    session,
+    stubs,
+    tools,
+)
 from bastion.proto._base import Ingress, Message
 from bastion.proto.errors import ErrorReply
 from bastion.proto.schema import MESSAGES, json_schema
@@ -27,6 +38,25 @@ DECISION = policy.PolicyDecision(
     asked_because_tainted=True,
 )
 
+PARKED = approvals.ParkedCall(
+    request_id="fedcba9876543210",
+    session_id=SID,
+    tenant="acme",
+    agent="tester",
+    call_id="c1",
+    tool="write_file",
+    input={"path": "README.md", "content": "x"},
+    decision=DECISION,
+    created_at=AT,
+    state="declined",
+    answered_by="cli:alice",
+    answered_at=AT,
+    answer="leave it",
+    rule="write_file(README.md)",
+    result=ErrorReply(code="declined", message="a person (cli:alice) declined this call"),
+    runner="0a0b0c0d",
+)
+
 SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     session.OpenSession: session.OpenSession(
         agent="tester",
@@ -36,6 +66,8 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         shell=True,
         sandbox="docker:alpine@sha256:" + "a" * 64,
         network="declared",
+        skill_approvals=False,
+        ask=False,
     ),
     session.SessionRef: session.SessionRef(session_id=SID),
     session.ToolSpec: session.ToolSpec(name="shell", effect="write", description="Run a command"),
@@ -53,6 +85,11 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         closed_at=AT,
         calls=3,
         tools=(session.ToolSpec(name="read_file", effect="read", description="Read a file"),),
+        tainted_until=AT,
+        pre_approvals=(policy.PreApproval(rule="Write(notes/*)", source="skill notes"),),
+        skill_approvals=False,
+        ask=False,
+        waiting_for="fedcba9876543210",
     ),
     tools.ToolCall: tools.ToolCall(
         tool="shell", input={"command": "ls -la", "nested": {"n": [1, 2.5, None]}}, call_id="c1"
@@ -85,6 +122,33 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         loaded_at=AT,
         generation=3,
         error="paths.cedar: policy 0 does not validate",
+    ),
+    policy.RuleCheck: policy.RuleCheck(tool="shell", target="git log -1", rule="Bash(git:*)"),
+    policy.RuleChecked: policy.RuleChecked(rule="Bash(git:*)", problem="not a rule"),
+    approvals.ParkedCall: PARKED,
+    approvals.ApprovalQuery: approvals.ApprovalQuery(
+        session_id=SID, tenant="acme", every_state=True
+    ),
+    approvals.ApprovalList: approvals.ApprovalList(approvals=(PARKED,)),
+    approvals.ApprovalAnswer: approvals.ApprovalAnswer(
+        request_id="fedcba9876543210",
+        approve=True,
+        by="cli:alice",
+        always=True,
+        rule="Write(notes/*)",
+        reason="fine",
+    ),
+    approvals.ApprovalAnswered: approvals.ApprovalAnswered(
+        approval=PARKED, result=ErrorReply(code="declined", message="no")
+    ),
+    sandbox.ReadSkill: sandbox.ReadSkill(
+        session_id=SID, skills_dir="/srv/skills", name="release-notes"
+    ),
+    sandbox.SkillDocument: sandbox.SkillDocument(
+        name="release-notes",
+        text="---\nname: release-notes\n---\n",
+        description="Notes",
+        allowed_tools=("Write(notes/*)",),
     ),
     sandbox.Limits: sandbox.Limits(wall_s=1.5, cpu_s=2, output_bytes=2048),
     session.SessionLimits: session.SessionLimits(wall_s=5.0, processes=64),
@@ -233,6 +297,15 @@ TAGS: dict[type[msgspec.Struct], str] = {
     policy.PreApproval: "policy.preapproval",
     policy.PolicyStatusQuery: "policy.status_query",
     policy.PolicyStatus: "policy.status",
+    policy.RuleCheck: "policy.rule_check",
+    policy.RuleChecked: "policy.rule_checked",
+    approvals.ParkedCall: "approval.parked",
+    approvals.ApprovalQuery: "approval.query",
+    approvals.ApprovalList: "approval.list",
+    approvals.ApprovalAnswer: "approval.answer",
+    approvals.ApprovalAnswered: "approval.answered",
+    sandbox.ReadSkill: "sandbox.skill_read",
+    sandbox.SkillDocument: "sandbox.skill_document",
     sandbox.Limits: "Limits",
     session.SessionLimits: "SessionLimits",
     sandbox.ExecRequest: "sandbox.exec",
@@ -272,7 +345,7 @@ TAGS: dict[type[msgspec.Struct], str] = {
 def wire_structs() -> set[type[msgspec.Struct]]:
     """Every struct the proto package defines."""
     found: set[type[msgspec.Struct]] = set()
-    modules = (audit, events, hooks, journal, policy, sandbox, session, stubs, tools)
+    modules = (approvals, audit, events, hooks, journal, policy, sandbox, session, stubs, tools)
     for module in (*modules, bastion.proto.errors):
         for _, value in inspect.getmembers(module, inspect.isclass):
             if issubclass(value, Message) and value not in (Message, Ingress):
@@ -302,6 +375,7 @@ def test_every_struct_of_the_wire_is_in_the_schema_catalogue_or_nested_in_one() 
         session.SessionLimits,
         sandbox.Limits,
         policy.PreApproval,
+        approvals.ParkedCall,
     }
 
 
@@ -384,6 +458,8 @@ INGRESS = [
     session.SessionRef,
     tools.ToolCall,
     hooks.RunMark,
+    approvals.ApprovalQuery,
+    approvals.ApprovalAnswer,
 ]
 
 
@@ -423,6 +499,9 @@ OVERSIZED: list[tuple[type[msgspec.Struct], dict[str, Any], str]] = [
     (tools.ToolCall, {"tool": "t" * 129}, "$.tool"),
     (tools.ToolCall, {"input": {f"k{i}": i for i in range(65)}}, "$.input"),
     (tools.ToolCall, {"call_id": "c" * 65}, "$.call_id"),
+    (approvals.ApprovalAnswer, {"request_id": "../x"}, "$.request_id"),
+    (approvals.ApprovalAnswer, {"reason": "r" * 1025}, "$.reason"),
+    (approvals.ApprovalQuery, {"tenant": "t" * 65}, "$.tenant"),
 ]
 
 

@@ -129,7 +129,7 @@ async def test_a_restarted_orchestrator_still_knows_and_serves_an_open_session(
     ("autonomy", "tool", "code", "words"),
     [
         ("L1", "write_file", "denied", "runs from L3"),
-        ("L2", "write_file", "needs_approval", "raise --autonomy"),
+        ("L2", "write_file", "needs_approval", "--no-ask, so nobody can be asked"),
         ("L0", "read_file", "needs_approval", "runs without asking from L1"),
     ],
 )
@@ -145,7 +145,7 @@ async def test_a_call_the_level_does_not_run_is_refused_with_the_reason_and_not_
     words: str,
 ) -> None:
     async with orchestrator(run_service, bus_settings):
-        session = await open_session(client, workspace=str(workspace), autonomy=autonomy)
+        session = await open_session(client, workspace=str(workspace), autonomy=autonomy, ask=False)
         tool_input = {"path": "x.txt"} | ({"content": "no"} if tool == "write_file" else {})
         result = await call(client, session.session_id, tool, **tool_input)
     assert isinstance(result, ErrorReply)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bastion.policy.decide import coverage
-from bastion.policy.preapproval import InvalidPreApproval, covers, parse_rule
-from bastion.proto.policy import PolicyRequest, PreApproval
+from bastion.policy.preapproval import InvalidPreApproval, covers, exact_rule, parse_rule
+from bastion.policy.rulecheck import check_rule
+from bastion.proto.policy import PolicyRequest, PreApproval, RuleCheck
 
 
 def covered(rule: str, tool: str, target: str) -> bool:
@@ -201,3 +202,43 @@ def test_a_malformed_rule_never_matches_and_the_decision_says_it_was_ignored() -
     assert len(found.problems) == 1
     assert "skill release-notes" in found.problems[0]
     assert "ignored" in found.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("tool", "target", "rule"),
+    [
+        ("write_file", "README.md", "write_file(README.md)"),
+        ("shell", "git log -1", "shell(git log -1)"),
+        ("fetch_url", "docs.rs", "fetch_url(domain:docs.rs)"),
+        ("run_tests", "", "run_tests"),
+        ("skill_read", "", "skill_read"),
+    ],
+)
+def test_the_exact_rule_of_a_call_covers_it(tool: str, target: str, rule: str) -> None:
+    made = exact_rule(tool, target)
+    assert made.text == rule and covers(made, tool, target)
+
+
+@pytest.mark.parametrize(
+    ("tool", "target"),
+    [
+        ("shell", "git log; rm -rf ~"),
+        ("shell", "ls :*"),
+        ("write_file", "notes/*.md"),
+        ("shell", " padded"),
+    ],
+)
+def test_a_call_no_rule_covers_exactly_has_no_exact_rule(tool: str, target: str) -> None:
+    with pytest.raises(InvalidPreApproval):
+        exact_rule(tool, target)
+
+
+def test_a_persons_rule_is_checked_to_cover_the_call_it_approves() -> None:
+    assert check_rule(RuleCheck(tool="write_file", target="notes/a.md")).rule == (
+        "write_file(notes/a.md)"
+    )
+    assert check_rule(RuleCheck(tool="write_file", target="notes/a.md", rule="Write(notes/*)"))
+    wrong = check_rule(RuleCheck(tool="write_file", target="a.md", rule="Write(notes/*)"))
+    broken = check_rule(RuleCheck(tool="shell", target="ls", rule="Bash(ls; id:*)"))
+    assert "does not cover" in wrong.problem and "write_file(a.md)" in wrong.problem
+    assert broken.problem and not broken.rule

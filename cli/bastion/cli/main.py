@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from bastion.cli import agent, audit, hooks, schema, status, up
+from bastion.cli import agent, approvals, audit, hooks, schema, status, up
 from bastion.cli.common import fail
 from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.version import VERSION
@@ -24,6 +24,7 @@ def parser() -> argparse.ArgumentParser:
     up.add_parser(commands)
     status.add_parser(commands)
     agent.add_parser(commands)
+    approvals.add_parser(commands)
     schema.add_parser(commands)
     audit.add_parser(commands)
     hooks.add_parser(commands)

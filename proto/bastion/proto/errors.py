@@ -11,6 +11,7 @@ from bastion.proto._base import Message
 __all__ = [
     "BAD_REQUEST",
     "CONFLICT",
+    "DECLINED",
     "DENIED",
     "HOOK_BLOCKED",
     "INTERNAL",
@@ -24,6 +25,7 @@ __all__ = [
     "UNAVAILABLE",
     "UNCERTAIN",
     "UNKNOWN_TOOL",
+    "WAITING_FOR_APPROVAL",
     "ErrorCode",
     "ErrorReply",
 ]
@@ -47,6 +49,10 @@ DENIED: Final = "denied"
 """The policy refused the call."""
 NEEDS_APPROVAL: Final = "needs_approval"
 """The policy wants a person to approve the call and nobody can be asked."""
+WAITING_FOR_APPROVAL: Final = "waiting_for_approval"
+"""The call is parked until a person approves or declines it; the session waits meanwhile."""
+DECLINED: Final = "declined"
+"""A person declined the parked call; the message names who and why."""
 CONFLICT: Final = "conflict"
 """The state changed under the request (another writer won); retry."""
 TIMEOUT: Final = "timeout"

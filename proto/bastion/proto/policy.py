@@ -21,6 +21,8 @@ __all__ = [
     "PolicyStatus",
     "PolicyStatusQuery",
     "PreApproval",
+    "RuleCheck",
+    "RuleChecked",
 ]
 
 Autonomy = Literal["L0", "L1", "L2", "L3", "L4", "L5", "L6"]
@@ -127,3 +129,24 @@ class PolicyStatus(Message, frozen=True, kw_only=True, tag="policy.status"):
     loaded_at: datetime | None = None
     generation: int = 0
     error: str = ""
+
+
+class RuleCheck(Message, frozen=True, kw_only=True, tag="policy.rule_check"):
+    """Check a person's "always" rule against the call it was given for, or ask for one.
+
+    With `rule`: is it a rule of the pre-approval grammar, and does it cover a call of
+    `tool` on `target` (a person's rule must at least cover the call it approves)? Without
+    `rule`: the rule that covers exactly this call (`write_file(README.md)`,
+    `shell(git log -1)`, a bare tool name for a tool without a target), if one can.
+    """
+
+    tool: str
+    target: Annotated[str, msgspec.Meta(max_length=MAX_TARGET)] = ""
+    rule: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+
+
+class RuleChecked(Message, frozen=True, kw_only=True, tag="policy.rule_checked"):
+    """The rule checked (or made), or, in `problem`, why it cannot be used, in a sentence."""
+
+    rule: str = ""
+    problem: str = ""

@@ -22,11 +22,13 @@ __all__ = [
     "ListFiles",
     "ReadFile",
     "ReadOnlyDirs",
+    "ReadSkill",
     "SandboxCheck",
     "SandboxReady",
     "SandboxRelease",
     "SandboxReleased",
     "SearchFiles",
+    "SkillDocument",
     "WriteFile",
 ]
 
@@ -214,3 +216,30 @@ class SandboxReleased(Message, frozen=True, kw_only=True, tag="sandbox.released"
     """What was removed: how many containers (none for a session that kept nothing)."""
 
     containers: int = 0
+
+
+SkillName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+]
+"""A skill's directory name inside the skills dir: no `/`, no leading `.`."""
+
+
+class ReadSkill(Message, frozen=True, kw_only=True, tag="sandbox.skill_read"):
+    """Read `<skills_dir>/<name>/SKILL.md`, confined to the skills dir whatever its links say."""
+
+    session_id: SessionId
+    skills_dir: PathText
+    name: SkillName
+
+
+class SkillDocument(Message, frozen=True, kw_only=True, tag="sandbox.skill_document"):
+    """A skill's SKILL.md: its whole text and what its front matter declares.
+
+    `allowed_tools` holds the rules of `allowed-tools`, one per item, in the pre-approval
+    grammar (they are checked by the policy when they are used, not here).
+    """
+
+    name: str
+    text: Text
+    description: str = ""
+    allowed_tools: tuple[str, ...] = ()

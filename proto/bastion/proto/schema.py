@@ -6,7 +6,18 @@ from typing import Any
 
 import msgspec
 
-from bastion.proto import audit, events, hooks, journal, policy, sandbox, session, stubs, tools
+from bastion.proto import (
+    approvals,
+    audit,
+    events,
+    hooks,
+    journal,
+    policy,
+    sandbox,
+    session,
+    stubs,
+    tools,
+)
 from bastion.proto.errors import ErrorReply
 
 __all__ = ["MESSAGES", "json_schema"]
@@ -21,6 +32,12 @@ MESSAGES: dict[str, Any] = {
     "PolicyDecision": policy.PolicyDecision,
     "PolicyStatusQuery": policy.PolicyStatusQuery,
     "PolicyStatus": policy.PolicyStatus,
+    "RuleCheck": policy.RuleCheck,
+    "RuleChecked": policy.RuleChecked,
+    "ApprovalQuery": approvals.ApprovalQuery,
+    "ApprovalList": approvals.ApprovalList,
+    "ApprovalAnswer": approvals.ApprovalAnswer,
+    "ApprovalAnswered": approvals.ApprovalAnswered,
     "ExecRequest": sandbox.ExecRequest,
     "ExecResult": sandbox.ExecResult,
     "FileRequest": sandbox.FileRequest,
@@ -31,6 +48,8 @@ MESSAGES: dict[str, Any] = {
     "SandboxReady": sandbox.SandboxReady,
     "SandboxRelease": sandbox.SandboxRelease,
     "SandboxReleased": sandbox.SandboxReleased,
+    "ReadSkill": sandbox.ReadSkill,
+    "SkillDocument": sandbox.SkillDocument,
     "FetchRequest": stubs.FetchRequest,
     "McpCallRequest": stubs.McpCallRequest,
     "LeaseRequest": stubs.LeaseRequest,

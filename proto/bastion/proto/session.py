@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from bastion.proto._base import Identifier, Ingress, Message, PathText, SessionId
-from bastion.proto.policy import Autonomy, Effect
+from bastion.proto.policy import Autonomy, Effect, PreApproval
 from bastion.proto.sandbox import Limits
 
 __all__ = [
@@ -69,6 +69,10 @@ class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
     """The skills this session may run; never overlapping the workspace."""
     limits: SessionLimits = SessionLimits()
     """Limits of every command the session runs (`--sandbox-timeout`, `--sandbox-limit`)."""
+    skill_approvals: bool = True
+    """False (`--no-skill-approvals`): skills' `allowed-tools` pre-approve nothing."""
+    ask: bool = True
+    """False (`--no-ask`): nobody answers approvals, so a call that would ask is refused."""
 
 
 class SessionRef(Ingress, frozen=True, kw_only=True, tag="session.ref"):
@@ -105,3 +109,13 @@ class SessionInfo(Message, frozen=True, kw_only=True, tag="session.info"):
     skills_dir: str | None = None
     limits: Limits = Limits()
     """The limits every command of the session runs with (the defaults, or what it asked)."""
+    tainted_until: datetime | None = None
+    """Until when the session counts as tainted (it read content from outside); None: never."""
+    pre_approvals: tuple[PreApproval, ...] = ()
+    """Rules in force: skills' `allowed-tools` once read, and persons' "always" answers."""
+    skill_approvals: bool = True
+    """False (`--no-skill-approvals`): skills' rules are ignored by the policy."""
+    ask: bool = True
+    """False (`--no-ask`): a call that would ask is refused at once."""
+    waiting_for: str = ""
+    """The request id of the parked call the session waits on; empty when none."""

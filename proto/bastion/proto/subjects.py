@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "APPROVALS_ANSWER",
+    "APPROVALS_LIST",
     "AUDIT_ALL",
     "AUDIT_STREAM",
     "EGRESS_FETCH",
@@ -12,6 +14,7 @@ __all__ = [
     "HOOKS_BUCKET",
     "JOURNAL_BUCKET",
     "MCP_CALL",
+    "POLICY_CHECK_RULE",
     "POLICY_DECIDE",
     "POLICY_STATUS",
     "PREFIX",
@@ -20,6 +23,7 @@ __all__ = [
     "SANDBOX_EXEC",
     "SANDBOX_FILES",
     "SANDBOX_RELEASE",
+    "SANDBOX_SKILL_READ",
     "SESSION_CALL_ANY",
     "SESSION_CLOSE",
     "SESSION_GET",
@@ -40,7 +44,14 @@ SESSION_CLOSE: Final = f"{PREFIX}.session.close"
 SESSION_CALL_ANY: Final = f"{PREFIX}.session.*.call"
 """The orchestrator listens here; the `*` is the session id."""
 
+APPROVALS_LIST: Final = f"{PREFIX}.approvals.list"
+"""The orchestrator answers with the parked calls (all, or of one session or tenant)."""
+APPROVALS_ANSWER: Final = f"{PREFIX}.approvals.answer"
+"""A person approves (once, or always with a rule) or declines one parked call."""
+
 POLICY_DECIDE: Final = f"{PREFIX}.policy.decide"
+POLICY_CHECK_RULE: Final = f"{PREFIX}.policy.check_rule"
+"""Is this pre-approval rule valid and does it cover this call (or: the rule of exactly it)?"""
 POLICY_STATUS: Final = f"{PREFIX}.policy.status"
 """A policy instance answers with the operator policies it enforces and any rejected files."""
 SANDBOX_EXEC: Final = f"{PREFIX}.sandbox.exec"
@@ -49,6 +60,8 @@ SANDBOX_CHECK: Final = f"{PREFIX}.sandbox.check"
 SANDBOX_CHECK_CODE: Final = f"{PREFIX}.sandbox.check_code"
 """`diagnostics` and `run_tests`: the workspace's checker or tests, run in its sandbox."""
 SANDBOX_RELEASE: Final = f"{PREFIX}.sandbox.release"
+SANDBOX_SKILL_READ: Final = f"{PREFIX}.sandbox.skill_read"
+"""A skill's SKILL.md, read confined to the session's skills dir, with its front matter."""
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
 MCP_CALL: Final = f"{PREFIX}.mcp.call"
 VAULT_LEASE: Final = f"{PREFIX}.vault.lease"

@@ -22,6 +22,7 @@ __all__ = [
     "RunTestsInput",
     "SearchFilesInput",
     "ShellInput",
+    "SkillReadInput",
     "WriteFileInput",
 ]
 
@@ -109,3 +110,11 @@ class DiagnosticsInput(Ingress, frozen=True, kw_only=True):
 
 class RunTestsInput(Ingress, frozen=True, kw_only=True):
     """`run_tests`: run the project's tests in the sandbox; no input."""
+
+
+class SkillReadInput(Ingress, frozen=True, kw_only=True):
+    """`skill_read`: a skill's SKILL.md by the skill's name (its directory in the skills dir)."""
+
+    name: Annotated[
+        str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    ]

@@ -17,10 +17,13 @@ from bastion.proto.toolinput import (
     RunTestsInput,
     SearchFilesInput,
     ShellInput,
+    SkillReadInput,
     WriteFileInput,
 )
 
-__all__ = ["ToolDefinition", "catalogue_for", "definition", "find_tool"]
+__all__ = ["SKILL_READ", "ToolDefinition", "catalogue_for", "definition", "find_tool"]
+
+SKILL_READ = "skill_read"
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class ToolDefinition:
     effect: Effect | None
     needs_shell: bool = False
     journaled: bool = False
+    needs_skills: bool = False
 
 
 _DEFINITIONS = {
@@ -113,6 +117,14 @@ _DEFINITIONS = {
             None,
             needs_shell=True,
         ),
+        ToolDefinition(
+            SKILL_READ,
+            SkillReadInput,
+            "Read a skill's SKILL.md by its name; once read, the calls its allowed-tools "
+            "names may run without asking.",
+            "read",
+            needs_skills=True,
+        ),
     )
 }
 
@@ -126,7 +138,9 @@ def shell_effect(network: str) -> Effect:
     return "external" if network == "host" else "write"
 
 
-def catalogue_for(*, workspace: str | None, shell: bool, network: str) -> tuple[ToolSpec, ...]:
+def catalogue_for(
+    *, workspace: str | None, shell: bool, network: str, skills_dir: str | None = None
+) -> tuple[ToolSpec, ...]:
     """The tools a session with these settings gets, and each one's effect."""
     if workspace is None:
         return ()
@@ -137,7 +151,7 @@ def catalogue_for(*, workspace: str | None, shell: bool, network: str) -> tuple[
             description=d.description,
         )
         for d in _DEFINITIONS.values()
-        if shell or not d.needs_shell
+        if (shell or not d.needs_shell) and (skills_dir is not None or not d.needs_skills)
     )
 
 

@@ -1,18 +1,23 @@
-"""The orchestrator's endpoints: `session.open|get|close|run` and `session.<id>.call`."""
+"""The orchestrator's endpoints: `session.open|get|close|run`, `session.<id>.call` and
+`approvals.list|answer`."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Annotated
 
 import anyio
+import msgspec
 
+from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.sessions import Sessions
 from bastion.orchestrator.store import SessionStore
 from bastion.proto import subjects
+from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.proto.hooks import RunMark, RunMarked
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall
@@ -26,11 +31,16 @@ __all__ = ["OrchestratorSettings", "orchestrator_service"]
 
 
 class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
+    """Where sessions and parked calls are kept, and how long a result from outside taints
+    a session (`BASTION_TAINT_S`; 0 turns taint off)."""
+
     sessions_bucket: str = "bastion_sessions"
     journal_bucket: str = subjects.JOURNAL_BUCKET
     journal_ttl_s: float = 7 * 24 * 3600.0
     """How long a journal entry is kept: an identical call after that runs again."""
     hooks_bucket: str = subjects.HOOKS_BUCKET
+    approvals_bucket: str = "bastion_approvals"
+    taint_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
 
 
 def _session_of(context: RequestContext) -> str:
@@ -49,9 +59,18 @@ async def orchestrator_service(
     journal = await Journal.open(client, settings.journal_bucket, settings.journal_ttl_s)
     audit = await AuditLog.open(client)
     hooks = await Hooks.open(client, settings.hooks_bucket)
+    approvals = await ApprovalStore.open(client, settings.approvals_bucket)
     sessions = Sessions(
-        client, store, settings.request_timeout_s, journal=journal, audit=audit, hooks=hooks
+        client,
+        store,
+        settings.request_timeout_s,
+        approvals,
+        settings.taint_s,
+        journal=journal,
+        audit=audit,
+        hooks=hooks,
     )
+    await sessions.approvals.recover()
 
     async def open_session(ask: OpenSession, _: RequestContext) -> SessionInfo:
         return await sessions.open(ask)
@@ -70,12 +89,22 @@ async def orchestrator_service(
         await audit.record(session, mark.event, outcome=mark.ended, summary=mark.task)
         return RunMarked(notes=await hooks.run_mark(session, mark))
 
+    async def list_approvals(query: ApprovalQuery, _: RequestContext) -> ApprovalList:
+        return await sessions.approvals.list(query)
+
+    async def answer_approval(answer: ApprovalAnswer, _: RequestContext) -> ApprovalAnswered:
+        return await sessions.approvals.answer(answer)
+
     service = Service("orchestrator", VERSION, "Sessions, and the route of every tool call.")
     service.add_endpoint("open", subjects.SESSION_OPEN, OpenSession, open_session)
     service.add_endpoint("get", subjects.SESSION_GET, SessionRef, get_session)
     service.add_endpoint("close", subjects.SESSION_CLOSE, SessionRef, close_session)
     service.add_endpoint("call", subjects.SESSION_CALL_ANY, ToolCall, call)
     service.add_endpoint("run", subjects.SESSION_RUN, RunMark, run_mark)
+    service.add_endpoint("approvals_list", subjects.APPROVALS_LIST, ApprovalQuery, list_approvals)
+    service.add_endpoint(
+        "approvals_answer", subjects.APPROVALS_ANSWER, ApprovalAnswer, answer_approval
+    )
     async with anyio.create_task_group() as watching:
         await watching.start(hooks.watch)
         yield service

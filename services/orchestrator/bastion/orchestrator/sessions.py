@@ -8,22 +8,23 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import anyio
 import msgspec
 
+from bastion.orchestrator.approvals import Approvals
+from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.catalogue import catalogue_for, definition, find_tool
-from bastion.orchestrator.execute import run_tool
+from bastion.orchestrator.gate import ask_policy, policy_request
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
+from bastion.orchestrator.running import Runner
 from bastion.orchestrator.store import SessionStore
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.events import CallDecided, CallFinished, SessionClosed, SessionOpened
-from bastion.proto.policy import PolicyDecision, PolicyRequest
 from bastion.proto.sandbox import (
     Limits,
     SandboxCheck,
@@ -52,12 +53,6 @@ def session_limits(asked: SessionLimits) -> Limits:
     return msgspec.structs.replace(Limits(), **given)
 
 
-def _summary(tool_input: dict[str, Any]) -> str:
-    """A short, bounded description of a call's input for the policy (never logged whole)."""
-    text = msgspec.json.encode(tool_input).decode()
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
 class Sessions:
     """The actors of every session this orchestrator is asked about, backed by the store."""
 
@@ -66,6 +61,8 @@ class Sessions:
         client: Client,
         store: SessionStore,
         timeout_s: float,
+        approvals: ApprovalStore,
+        taint_s: float,
         *,
         journal: Journal,
         audit: AuditLog,
@@ -76,9 +73,14 @@ class Sessions:
         self._timeout_s = timeout_s
         self._journal = journal
         self._audit = audit
-        self._hooks = hooks
         self._locks: dict[str, anyio.Lock] = {}
         self._waiting: dict[str, int] = {}
+        self._runner = Runner(
+            client, store, timeout_s, taint_s, journal=journal, audit=audit, hooks=hooks
+        )
+        self.approvals = Approvals(
+            client, approvals, store, self._runner, turn=self._turn, timeout_s=timeout_s
+        )
 
     @asynccontextmanager
     async def _turn(self, session_id: str) -> AsyncIterator[None]:
@@ -126,10 +128,17 @@ class Sessions:
             network=ask.network,
             state="open",
             opened_at=_now(),
-            tools=catalogue_for(workspace=ask.workspace, shell=ask.shell, network=ask.network),
+            tools=catalogue_for(
+                workspace=ask.workspace,
+                shell=ask.shell,
+                network=ask.network,
+                skills_dir=ask.skills_dir,
+            ),
             read_only_dirs=ask.read_only_dirs,
             skills_dir=ask.skills_dir,
             limits=session_limits(ask.limits),
+            skill_approvals=ask.skill_approvals,
+            ask=ask.ask,
         )
         await self._store.create(session)
         await self._publish(
@@ -159,6 +168,7 @@ class Sessions:
                 session_id,
                 lambda s: msgspec.structs.replace(s, state="closed", closed_at=_now()),
             )
+        await self.approvals.session_closed(closed)
         if closed.workspace is not None:
             await self._release(session_id)
         await self._publish(
@@ -225,6 +235,7 @@ class Sessions:
                 codes.SESSION_CLOSED,
                 f"session {session.session_id} is closed: open a new session to make calls",
             )
+        await self.approvals.refuse_if_waiting(session)
         tool = find_tool(session, call.tool)
         if tool is None:
             offered = ", ".join(t.name for t in session.tools) or "none"
@@ -244,20 +255,10 @@ class Sessions:
         known = await self._journal.recall(session, tool, tool_input, call_id)
         if known is not None:
             return known
-        decision: PolicyDecision = await request(
+        decision = await ask_policy(
             self._client,
-            subjects.POLICY_DECIDE,
-            PolicyRequest(
-                session_id=session.session_id,
-                tenant=session.tenant,
-                agent=session.agent,
-                autonomy=session.autonomy,
-                tool=tool.name,
-                effect=tool.effect,
-                input_summary=_summary(call.input),
-            ),
-            PolicyDecision,
-            timeout_s=self._timeout_s,
+            policy_request(session, tool, tool_input, call.input, _now()),
+            self._timeout_s,
         )
         await self._publish(
             "call_decided",
@@ -276,22 +277,10 @@ class Sessions:
         if decision.outcome == "deny":
             raise RemoteError(codes.DENIED, f"refused: {decision.reason}")
         if decision.outcome == "ask":
-            raise RemoteError(
-                codes.NEEDS_APPROVAL,
-                f"needs a person's approval: {decision.reason}; this session has nobody to "
-                "ask, so it did not run (raise --autonomy to let it run)",
-            )
-        await self._hooks.before_tool(session, tool.name, call.input, decision.outcome)
-        await self._audit.call(session, call_id, tool.name, call.input)
-        text = await self._journal.run(
-            session,
-            tool,
-            tool_input,
-            call_id,
-            decision=decision,
-            make=lambda: run_tool(self._client, session, tool.name, tool_input, self._timeout_s),
+            await self.approvals.ask(session, call, call_id, tool, decision)
+        text = await self._runner.run(
+            session, tool, tool_input, call_input=call.input, call_id=call_id, decision=decision
         )
-        text = await self._hooks.after_tool(session, tool.name, call.input, text)
         return ToolOutput(
             call_id=call_id,
             tool=tool.name,

@@ -24,6 +24,7 @@ __all__ = [
     "InvalidPreApproval",
     "Rule",
     "covers",
+    "exact_rule",
     "parse_rule",
     "parsed",
     "shell_metacharacter",
@@ -217,3 +218,32 @@ def parsed(text: str) -> Rule | str:
         return parse_rule(text)
     except InvalidPreApproval as error:
         return error.message
+
+
+def exact_rule(tool: str, target: str) -> Rule:
+    """The rule that covers a call of `tool` on `target` and as little else as the grammar
+    allows: the bare name of a tool without a target, else `tool(target)`.
+
+    Raises:
+        InvalidPreApproval: no rule covers just this call (a command that could run more
+            than one program, a path holding a glob character); the sentence says so.
+    """
+    kind = target_kind(tool)
+    if kind == "none":
+        return parse_rule(tool)
+    widening = target.endswith(":*") or (
+        kind in ("path", "script") and any(c in target for c in "*?")
+    )
+    if widening or target != target.strip() or not target:
+        raise InvalidPreApproval(
+            f"no rule covers exactly this call of {tool} (its target {target[:80]!r} would "
+            "read as a pattern): give a rule yourself, or approve it once"
+        )
+    argument = f"domain:{target}" if kind == "host" else target
+    rule = parse_rule(f"{tool}({argument})")
+    if not covers(rule, tool, target):
+        raise InvalidPreApproval(
+            f"no rule can cover this call of {tool}: a command holding one of "
+            "; & | ` $( ${ < > \\ or a line break is never covered; approve it once instead"
+        )
+    return rule

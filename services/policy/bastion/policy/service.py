@@ -1,4 +1,4 @@
-"""The policy service's endpoints: `policy.decide` and `policy.status`."""
+"""The policy service's endpoints: `policy.decide`, `policy.status` and `policy.check_rule`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,16 @@ import msgspec
 
 from bastion.policy.cedar_store import OperatorPolicies
 from bastion.policy.decide import decide
+from bastion.policy.rulecheck import check_rule
 from bastion.proto import subjects
-from bastion.proto.policy import PolicyDecision, PolicyRequest, PolicyStatus, PolicyStatusQuery
+from bastion.proto.policy import (
+    PolicyDecision,
+    PolicyRequest,
+    PolicyStatus,
+    PolicyStatusQuery,
+    RuleCheck,
+    RuleChecked,
+)
 from bastion.shared.bus import Client
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
@@ -59,9 +67,13 @@ async def policy_service(_client: Client, settings: BusSettings) -> AsyncIterato
     async def status(_query: PolicyStatusQuery, _: RequestContext) -> PolicyStatus:
         return policies.status()
 
+    async def rule_check(check: RuleCheck, _: RequestContext) -> RuleChecked:
+        return check_rule(check)
+
     service = Service("policy", VERSION, "Decides whether each tool call runs, asks or is refused.")
     service.add_endpoint("decide", subjects.POLICY_DECIDE, PolicyRequest, decide_call)
     service.add_endpoint("status", subjects.POLICY_STATUS, PolicyStatusQuery, status)
+    service.add_endpoint("check_rule", subjects.POLICY_CHECK_RULE, RuleCheck, rule_check)
     async with anyio.create_task_group() as watching:
         watching.start_soon(policies.watch, settings.policy_poll_s)
         yield service

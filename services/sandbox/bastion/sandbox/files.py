@@ -27,7 +27,7 @@ from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput, NotFound
 from bastion.shared.sandboxing import WORKSPACE
 
-__all__ = ["MAX_LINE_CHARS", "MAX_READ_CHARS", "read_file", "write_file"]
+__all__ = ["MAX_LINE_CHARS", "MAX_READ_CHARS", "read_file", "read_text", "write_file"]
 
 MAX_LINE_CHARS: Final = 2000
 """A longer line is shown cut, with a note."""
@@ -280,3 +280,33 @@ def write_file(workspace: Path, request: WriteFile) -> str:
     finally:
         os.close(parent)
     return f"wrote {len(data)} bytes to {request.path}"
+
+
+def read_text(root: Path, path: str, max_bytes: int) -> str:
+    """A whole text file under `root`, reached like a workspace file (no link leads out).
+
+    Raises:
+        NotFound: there is no such file.
+        InvalidInput: it is not a regular file, holds no UTF-8 text, or exceeds `max_bytes`.
+    """
+    parent, name = _locate(root, path, make_dirs=False)
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=parent
+        )
+    except FileNotFoundError:
+        raise NotFound(f"there is no file {shown(path)}: check the name") from None
+    except OSError as error:
+        raise InvalidInput(f"{shown(path)} cannot be read: {error.strerror}") from None
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidInput(f"{shown(path)} is not a regular file: give a file's path")
+        data = stream.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InvalidInput(f"{shown(path)} is larger than {max_bytes} bytes: keep it shorter")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{shown(path)} is not UTF-8 text") from None

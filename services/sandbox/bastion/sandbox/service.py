@@ -1,5 +1,5 @@
-"""The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code` and
-`.release`."""
+"""The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code`,
+`.release` and `.skill_read`."""
 
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ from bastion.proto.sandbox import (
     Limits,
     ListFiles,
     ReadFile,
+    ReadSkill,
     SandboxCheck,
     SandboxReady,
     SandboxRelease,
     SandboxReleased,
     SearchFiles,
+    SkillDocument,
     WriteFile,
 )
 from bastion.sandbox.codecheck import check_code
@@ -40,6 +42,7 @@ from bastion.sandbox.editing import edit_file
 from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
 from bastion.sandbox.patching import apply_patch
+from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.walking import list_files
 from bastion.sandbox.workspace import (
@@ -200,6 +203,11 @@ class Sandboxes:
         text = await anyio.to_thread.run_sync(tool, workspace, request)
         return FileResult(text=text)
 
+    async def skill_read(self, request: ReadSkill, _context: RequestContext) -> SkillDocument:
+        """A skill's SKILL.md and its front matter, read confined to the skills dir."""
+        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
+        return await anyio.to_thread.run_sync(read_skill, skills_dir, request)
+
     async def _search(self, workspace: Path, request: SearchFiles) -> str:
         """A search in a worker process, killed at the deadline: a pattern with nested
         repetition can backtrack for ever, and a thread cannot be stopped, a process can."""
@@ -272,6 +280,7 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
     service.add_endpoint("check", subjects.SANDBOX_CHECK, SandboxCheck, sandboxes.check)
     service.add_endpoint("check_code", subjects.SANDBOX_CHECK_CODE, CodeCheck, sandboxes.check_code)
     service.add_endpoint("release", subjects.SANDBOX_RELEASE, SandboxRelease, sandboxes.release)
+    service.add_endpoint("skill_read", subjects.SANDBOX_SKILL_READ, ReadSkill, sandboxes.skill_read)
     try:
         yield service
     finally:

@@ -1,0 +1,101 @@
+"""Driving a session through a script's steps, stopping when a call waits for a person."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bastion.cli.runs import KeptRun, forget_run, keep_run
+from bastion.cli.script import Step
+from bastion.cli.transcript import say, show_input, show_result, show_waiting
+from bastion.proto import errors as codes
+from bastion.proto import subjects
+from bastion.proto.approvals import ApprovalList, ApprovalQuery, ParkedCall
+from bastion.proto.errors import ErrorReply
+from bastion.proto.hooks import RunMark, RunMarked
+from bastion.proto.session import SessionInfo, SessionRef
+from bastion.proto.tools import CallResult, ToolCall
+from bastion.shared.bus import Client, request
+from bastion.shared.errors import BastionError
+
+__all__ = ["CALL_MARGIN_S", "drive", "mark_run", "parked_of"]
+
+CALL_MARGIN_S = 30.0
+"""Added to the session's wall-clock limit when waiting for a call's answer."""
+
+
+async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
+    assert step.tool is not None
+    try:
+        result: CallResult = await request(
+            client,
+            subjects.session_call(session.session_id),
+            ToolCall(tool=step.tool, input=step.input),
+            CallResult,
+            timeout_s=session.limits.wall_s + CALL_MARGIN_S,
+        )
+    except BastionError as error:
+        return error.to_reply()
+    return result
+
+
+async def mark_run(client: Client, mark: RunMark) -> tuple[str, ...]:
+    """Tell the session a run starts or ends (its run hooks are asked); what they added.
+
+    A run hook that fails does not stop the run: only before-tool hooks block.
+    """
+    try:
+        marked: RunMarked = await request(
+            client, subjects.SESSION_RUN, mark, RunMarked, timeout_s=CALL_MARGIN_S
+        )
+    except BastionError:
+        return ()
+    return marked.notes
+
+
+async def parked_of(client: Client, session_id: str) -> ParkedCall | None:
+    """The session's call that waits for a person, if one does."""
+    found: ApprovalList = await request(
+        client,
+        subjects.APPROVALS_LIST,
+        ApprovalQuery(session_id=session_id),
+        ApprovalList,
+        timeout_s=CALL_MARGIN_S,
+    )
+    return found.approvals[0] if found.approvals else None
+
+
+async def drive(client: Client, session: SessionInfo, steps: list[Step], state_dir: Path) -> int:
+    """Make each step's call and print it; on a call that waits, keep the rest and stop
+    (the session stays open); at the end, close the session."""
+    for index, step in enumerate(steps):
+        if step.say is not None:
+            say(f"agent: {step.say}")
+            continue
+        say(f"→ {step.tool} {show_input(step.input)}")
+        result = await _call(client, session, step)
+        waiting = isinstance(result, ErrorReply) and result.code == codes.WAITING_FOR_APPROVAL
+        parked = await parked_of(client, session.session_id) if waiting else None
+        if parked is None:
+            say(show_result(result))
+            continue
+        keep_run(
+            state_dir,
+            KeptRun(
+                session_id=session.session_id,
+                request_id=parked.request_id,
+                steps=tuple(steps[index + 1 :]),
+            ),
+        )
+        show_waiting(parked)
+        return 0
+    await mark_run(client, RunMark(session_id=session.session_id, event="run_end", ended="done"))
+    await request(
+        client,
+        subjects.SESSION_CLOSE,
+        SessionRef(session_id=session.session_id),
+        SessionInfo,
+        timeout_s=CALL_MARGIN_S,
+    )
+    forget_run(state_dir, session.session_id)
+    say(f"session {session.session_id}: done")
+    return 0

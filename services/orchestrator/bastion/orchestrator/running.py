@@ -1,0 +1,95 @@
+"""Running an allowed (or approved) call, and what its result changes in the session.
+
+Both paths that run a call — one the policy allows, one a person approved — come here,
+so taint and a skill's pre-approvals are recorded the same way for both.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from bastion.orchestrator.audit import AuditLog
+from bastion.orchestrator.execute import run_tool
+from bastion.orchestrator.hooks import Hooks
+from bastion.orchestrator.journal import Journal
+from bastion.orchestrator.skills import fetch_skill, skill_pre_approvals, with_pre_approvals
+from bastion.orchestrator.store import SessionStore
+from bastion.orchestrator.taint import tainted_by
+from bastion.proto.policy import PolicyDecision
+from bastion.proto.session import SessionInfo, ToolSpec
+from bastion.proto.toolinput import SkillReadInput
+from bastion.shared.bus import Client
+
+__all__ = ["Runner"]
+
+
+class Runner:
+    """Runs a call on the service that owns it — hooks, audit and journal around it — then
+    records taint and skills' rules."""
+
+    def __init__(
+        self,
+        client: Client,
+        store: SessionStore,
+        timeout_s: float,
+        taint_s: float,
+        *,
+        journal: Journal,
+        audit: AuditLog,
+        hooks: Hooks,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._timeout_s = timeout_s
+        self._taint_s = taint_s
+        self._journal = journal
+        self._audit = audit
+        self._hooks = hooks
+
+    async def run(
+        self,
+        session: SessionInfo,
+        tool: ToolSpec,
+        tool_input: msgspec.Struct,
+        *,
+        call_input: dict[str, Any],
+        call_id: str,
+        decision: PolicyDecision,
+    ) -> str:
+        """The call's text, in the order of DESIGN.md §2: before-tool hooks (which may block),
+        the audit record, the call itself through the journal, then after-tool hooks."""
+        await self._hooks.before_tool(session, tool.name, call_input, decision.outcome)
+        await self._audit.call(session, call_id, tool.name, call_input)
+        text = await self._journal.run(
+            session,
+            tool,
+            tool_input,
+            call_id,
+            decision=decision,
+            make=lambda: self._execute(session, tool, tool_input),
+        )
+        return await self._hooks.after_tool(session, tool.name, call_input, text)
+
+    async def _execute(
+        self, session: SessionInfo, tool: ToolSpec, tool_input: msgspec.Struct
+    ) -> str:
+        """The call's text; a result from outside taints the session even when it failed,
+        since what came back (an error page, a command's output) may carry the outside."""
+        try:
+            if isinstance(tool_input, SkillReadInput):
+                document = await fetch_skill(
+                    self._client, session, tool_input.name, self._timeout_s
+                )
+                added = skill_pre_approvals(tool_input.name, document)
+                await self._store.update(session.session_id, lambda s: with_pre_approvals(s, added))
+                return document.text
+            return await run_tool(self._client, session, tool.name, tool_input, self._timeout_s)
+        finally:
+            if tool.effect == "external":
+                now = datetime.now(UTC)
+                await self._store.update(
+                    session.session_id, lambda s: tainted_by(s, tool.effect, now, self._taint_s)
+                )
