@@ -30,6 +30,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.services.test_audit import records_of
 from tests.services.test_orchestrator import call, open_session
 
 SKILL = """---
@@ -363,3 +364,26 @@ async def test_with_the_policy_service_stopped_calls_fail_closed_and_say_why(
     assert "the policy service does not answer" in refused.message
     assert "no call runs until a policy service answers" in refused.message
     assert not (workspace / "a").exists()
+
+
+async def test_every_approval_asked_and_answered_is_in_the_audit_log(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace))
+        sid = session.session_id
+        await call(client, sid, "write_file", path="a.txt", content="a")
+        [first] = (await pending(client, sid)).approvals
+        await answer(client, first.request_id, approve=True)
+        await call(client, sid, "write_file", path="b.txt", content="b")
+        [second] = (await pending(client, sid)).approvals
+        await answer(client, second.request_id, approve=False, reason="not b")
+        records = [r for _, r in await records_of(client, "default", sid)]
+    approvals = [(r.outcome, r.by, r.tool) for r in records if r.action == "approval"]
+    assert approvals == [
+        ("parked", "", "write_file"),
+        ("approved", "cli:tester", "write_file"),
+        ("parked", "", "write_file"),
+        ("declined", "cli:tester", "write_file"),
+    ]
+    assert any(r.action == "result" and r.outcome == "ok" for r in records)

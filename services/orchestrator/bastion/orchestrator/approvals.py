@@ -22,6 +22,7 @@ from typing import NoReturn
 import msgspec
 
 from bastion.orchestrator.approvalstore import ApprovalStore
+from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.catalogue import definition, find_tool
 from bastion.orchestrator.gate import ask_policy, policy_request, target_of
 from bastion.orchestrator.running import Runner
@@ -83,7 +84,9 @@ class Approvals:
         *,
         turn: Turn,
         timeout_s: float,
+        audit: AuditLog,
     ) -> None:
+        self._audit = audit
         self._client = client
         self._approvals = approvals
         self._sessions = sessions
@@ -145,6 +148,15 @@ class Approvals:
             created_at=_now(),
         )
         await self._approvals.create(parked)
+        await self._audit.record(
+            session,
+            "approval",
+            tool=tool.name,
+            call_id=call_id,
+            outcome="parked",
+            rule=decision.rule,
+            summary=f"request {parked.request_id}: {decision.reason}",
+        )
         await self._sessions.update(
             session.session_id,
             lambda s: msgspec.structs.replace(s, waiting_for=parked.request_id),
@@ -197,6 +209,7 @@ class Approvals:
         )
         if declined is None:
             raise _already((await self._approvals.get(parked.request_id))[0])
+        await self._audited(parked, "declined", by=by, summary=reason)
         await self._release(parked.session_id, parked.request_id)
         return ApprovalAnswered(approval=declined, result=result)
 
@@ -251,6 +264,8 @@ class Approvals:
             ("running", "uncertain"),
             lambda p: msgspec.structs.replace(p, state="done", result=result),
         )
+        await self._audited(parked, "approved", by=answer.by, rule=rule)
+        await self._audit.result(session_info, parked.call_id, parked.tool, result)
         await self._release(parked.session_id, parked.request_id)
         return ApprovalAnswered(approval=done or running, result=result)
 
@@ -287,6 +302,18 @@ class Approvals:
             text=text,
             decision=decision,
             duration_s=time.perf_counter() - started,
+        )
+
+    async def _audited(self, parked: ParkedCall, outcome: str, **fields: str) -> None:
+        """An answer to a parked call, in the audit log."""
+        session, _ = await self._sessions.get(parked.session_id)
+        await self._audit.record(
+            session,
+            "approval",
+            tool=parked.tool,
+            call_id=parked.call_id,
+            outcome=outcome,
+            **fields,
         )
 
     async def _rule(

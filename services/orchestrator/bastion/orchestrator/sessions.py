@@ -79,7 +79,13 @@ class Sessions:
             client, store, timeout_s, taint_s, journal=journal, audit=audit, hooks=hooks
         )
         self.approvals = Approvals(
-            client, approvals, store, self._runner, turn=self._turn, timeout_s=timeout_s
+            client,
+            approvals,
+            store,
+            self._runner,
+            turn=self._turn,
+            timeout_s=timeout_s,
+            audit=audit,
         )
 
     @asynccontextmanager
