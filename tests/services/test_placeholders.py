@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
 
 from bastion.egress.service import setup as egress_setup
+from bastion.mcp.service import McpSettings
 from bastion.mcp.service import setup as mcp_setup
 from bastion.policy.service import policy_service
 from bastion.proto import subjects
@@ -16,10 +18,18 @@ from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import RemoteError
+from bastion.shared.service import Service
+from bastion.shared.settings import BusSettings
 from bastion.vault.service import setup as vault_setup
 from tests.conftest import ServiceRunner, raw_request
 
 SESSION = "0123456789abcdef"
+
+
+def mcp_on_any_port(client: Client, settings: BusSettings) -> AbstractAsyncContextManager[Service]:
+    """The mcp service with its front door on a port the system picks (none is asked here)."""
+    return mcp_setup(client, McpSettings(nats_url=settings.nats_url, http_listen="127.0.0.1:0"))
+
 
 PLACEHOLDERS: list[tuple[str, Any, str, object, int]] = [
     (
@@ -31,7 +41,7 @@ PLACEHOLDERS: list[tuple[str, Any, str, object, int]] = [
     ),
     (
         "mcp",
-        mcp_setup,
+        mcp_on_any_port,
         subjects.MCP_CALL,
         McpCallRequest(session_id=SESSION, server="notes", tool="list"),
         6,

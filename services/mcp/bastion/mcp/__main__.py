@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from bastion.mcp.service import setup
+from bastion.mcp.service import McpSettings, setup
 from bastion.shared.runner import run_service
-from bastion.shared.settings import BusSettings
 
 if __name__ == "__main__":
-    run_service("mcp", BusSettings, setup)
+    run_service("mcp", McpSettings, setup)

@@ -1,0 +1,97 @@
+"""The mcp service's settings, and the front door's HTTP address, tokens and origins from them."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from bastion.shared.errors import BastionError
+from bastion.shared.httptokens import read_tokens, tokens_path
+from bastion.shared.settings import BusSettings
+from bastion.shared.statedir import default_state_dir
+
+__all__ = ["FrontDoor", "McpSettings", "UnsafeListen", "front_door_of"]
+
+
+def _default_state_dir() -> str:
+    return str(default_state_dir())
+
+
+class McpSettings(BusSettings, frozen=True, kw_only=True):
+    """The bus, and the front door: `http_listen` (`host:port`), `http_tokens_file` (default
+    `<state_dir>/http-tokens`), `http_origins` (comma-separated; none by default, so a request
+    carrying an `Origin` is refused) and how long an approval's answer may take."""
+
+    state_dir: str = msgspec.field(default_factory=_default_state_dir)
+    http_listen: str = "127.0.0.1:8787"
+    http_tokens_file: str = ""
+    http_origins: str = ""
+    http_answer_timeout_s: float = 900.0
+    http_max_body_bytes: int = 64 * 1024
+
+
+class UnsafeListen(BastionError):
+    """The front door's listen address is not valid, or is not loopback with no tokens."""
+
+
+@dataclass(frozen=True)
+class FrontDoor:
+    """What the HTTP server needs: where to listen, the tokens by label, allowed origins."""
+
+    host: str
+    port: int
+    tokens: dict[str, str]
+    origins: frozenset[str]
+    answer_timeout_s: float
+    max_body_bytes: int
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UnsafeListen(
+            f"BASTION_HTTP_LISTEN={listen!r} is not `host:port` (e.g. 127.0.0.1:8787, [::1]:8787)"
+        )
+    return host, int(port)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def front_door_of(settings: McpSettings) -> FrontDoor:
+    """The front door `settings` describe.
+
+    Raises:
+        UnsafeListen: the address is malformed, or not loopback while no token is configured.
+        UnsafeTokensFile: the tokens file is readable by others or has a bad line.
+    """
+    host, port = _split_listen(settings.http_listen)
+    path = Path(settings.http_tokens_file or tokens_path(Path(settings.state_dir)))
+    tokens = read_tokens(path.expanduser())
+    if not tokens and not _loopback(host):
+        raise UnsafeListen(
+            f"the front door would listen on {host}, which is not a loopback address, with no "
+            f"token configured, so anyone who reaches it could answer approvals: put a token "
+            f"in {path} (`label:token`, mode 600) or listen on 127.0.0.1"
+        )
+    origins = frozenset(
+        o.strip().rstrip("/") for o in settings.http_origins.split(",") if o.strip()
+    )
+    return FrontDoor(
+        host=host,
+        port=port,
+        tokens=tokens,
+        origins=origins,
+        answer_timeout_s=settings.http_answer_timeout_s,
+        max_body_bytes=settings.http_max_body_bytes,
+    )
