@@ -21,6 +21,7 @@ from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import connect, request
 from bastion.shared.errors import BastionError
+from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 
 pytestmark = pytest.mark.e2e
@@ -79,7 +80,7 @@ def up(tmp_path: Path) -> Iterator[Up]:
     state_dir = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
     process = subprocess.Popen(
-        [*BASTION, "up", "--state-dir", str(state_dir)],
+        [*BASTION, "up", "--state-dir", str(state_dir), "--http-port", str(free_port())],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -217,3 +218,19 @@ def test_ctrl_c_stops_every_process_it_started(up: Up) -> None:
         time.sleep(0.05)
     assert not [name for name, pid in children.items() if alive(pid)]
     assert not (up.state_dir / "run" / "up.json").exists()
+
+
+def test_up_writes_a_private_http_token_and_refuses_a_front_door_port_in_use(
+    up: Up, tmp_path: Path
+) -> None:
+    tokens = up.state_dir / "http-tokens"
+    [line] = [o for o in up.output if o.startswith("front door: ")]
+    assert re.fullmatch(rf"front door: http://127\.0\.0\.1:\d+ \(token in {tokens}\)", line)
+    assert tokens.stat().st_mode & 0o777 == 0o600
+    assert re.fullmatch(r"local:[A-Za-z0-9_-]{40,}\n", tokens.read_text())
+    taken = re.search(r":(\d+) ", line)
+    assert taken is not None
+    second = bastion("up", "--http-port", taken.group(1), state_dir=tmp_path / "other")
+    assert second.returncode == 1
+    assert f"port {taken.group(1)} is already in use" in second.stderr
+    assert "--http-port" in second.stderr and "Traceback" not in second.stderr

@@ -22,6 +22,7 @@ from bastion.shared.bus import Client, connect, request
 from bastion.shared.codec import decode
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
+from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 from tests.e2e.test_bastion_up import BASTION, Up, bastion
 
@@ -35,7 +36,7 @@ def start_up(state_dir: Path) -> Up:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
     env["BASTION_REQUEST_TIMEOUT_S"] = REQUEST_TIMEOUT_S
     process = subprocess.Popen(
-        [*BASTION, "up", "--state-dir", str(state_dir)],
+        [*BASTION, "up", "--state-dir", str(state_dir), "--http-port", str(free_port())],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -36,6 +36,7 @@ from bastion.proto import subjects
 from bastion.shared.bus import Client, connect
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
+from bastion.shared.httptokens import create_tokens_file, read_tokens, tokens_path
 from bastion.shared.natsserver import free_port, nats_server_binary, port_answers, write_config
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import RunRecord, run_record_path
@@ -185,8 +186,23 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
     port = args.nats_port or free_port()
     if port_answers(port):
         return fail(f"port {port} is already in use: give another --nats-port, or omit it")
+    if port_answers(args.http_port):
+        return fail(
+            f"port {args.http_port} is already in use, so the front door cannot listen there: "
+            "give another --http-port"
+        )
+    tokens = tokens_path(state_dir)
+    create_tokens_file(tokens)
+    read_tokens(tokens)  # refuses a file others can read before the mcp service does
     url = f"nats://127.0.0.1:{port}"
-    env = dict(os.environ, BASTION_NATS_URL=url, BASTION_STATE_DIR=str(state_dir))
+    front_door = f"127.0.0.1:{args.http_port}"
+    env = dict(
+        os.environ,
+        BASTION_NATS_URL=url,
+        BASTION_STATE_DIR=str(state_dir),
+        BASTION_HTTP_LISTEN=front_door,
+        BASTION_HTTP_TOKENS_FILE=str(tokens),
+    )
     nats = _nats_child(state_dir, port, env)
     children = [
         Child(name, [sys.executable, "-m", f"bastion.{name}"], logs / f"{name}.log", env)
@@ -223,6 +239,7 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
                 f"see the logs in {logs}"
             )
         with_hooks = " (and the hook runner)" if hooks else ""
+        _say(f"front door: http://{front_door} (token in {tokens})")
         _say(
             f"ready: all {len(SERVICES)} services answer on {url}{with_hooks}. "
             "Ctrl-C stops everything."
@@ -270,5 +287,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     up.add_argument(
         "--nats-port", type=int, default=0, help="the port NATS listens on (default: a free one)"
+    )
+    up.add_argument(
+        "--http-port",
+        type=int,
+        default=8787,
+        help="the loopback port of the front door's HTTP API (default 8787)",
     )
     up.set_defaults(handler=run)

@@ -1,0 +1,45 @@
+"""A call parked under `bastion up`, approved over the front door's HTTP API with its token."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e import test_bastion_up
+from tests.e2e.test_approvals_up import WAITING, notes_run
+from tests.e2e.test_bastion_up import Up, bastion
+
+up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_parked_call_approved_over_http_runs_and_nothing_waits_any_more(
+    up: Up, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    waiting = WAITING.match(notes_run(up, workspace)[-1])
+    assert waiting and not (workspace / "README.md").exists()
+    [line] = [o for o in up.output if o.startswith("front door: ")]
+    found = re.match(r"front door: (\S+) \(token in (.+)\)$", line)
+    assert found is not None
+    url, token_line = found[1], Path(found[2]).read_text().strip()
+    token = token_line.removeprefix("local:")
+
+    with httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as http:
+        listed = http.get("/v1/approvals").json()
+        approved = http.post(f"/v1/approvals/{waiting['rid']}", json={"approve": True})
+
+    assert [a["request_id"] for a in listed["approvals"]] == [waiting["rid"]]
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["approval"]["answered_by"] == "http:local"
+    assert approved.json()["result"]["text"] == "wrote 12 bytes to README.md"
+    assert (workspace / "README.md").read_text() == "See notes/.\n"
+    after = bastion("approvals", "list", state_dir=up.state_dir)
+    assert after.returncode == 0 and after.stdout == "nothing waits for a person\n"
