@@ -26,6 +26,7 @@ bench:
     python -m bench.bench_calls
     python -m bench.bench_sessions
     python -m bench.bench_policy
+    python -m bench.bench_egress
 
 # Write the JSON Schema of every wire message to schema/
 schema:

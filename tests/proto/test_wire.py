@@ -14,6 +14,7 @@ import bastion.proto
 from bastion.proto import (
     approvals,
     audit,
+    egress,
     events,
     hooks,
     journal,
@@ -214,6 +215,28 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     sandbox.SandboxRelease: sandbox.SandboxRelease(session_id="0123456789abcdef"),
     sandbox.SandboxReleased: sandbox.SandboxReleased(containers=1),
     stubs.FetchRequest: stubs.FetchRequest(session_id=SID, url="https://docs.rs", format="text"),
+    egress.GrantRequest: egress.GrantRequest(
+        session_id=SID, tenant="acme", hosts=("pypi.org", "*.example.org:8443"), ttl_s=60
+    ),
+    egress.EgressGrant: egress.EgressGrant(
+        grant_id="0" * 32, secret="s" * 43, expires_at=AT, proxy="127.0.0.1:3128"
+    ),
+    egress.GrantRecord: egress.GrantRecord(
+        grant_id="0" * 32,
+        secret_sha256="a" * 64,
+        session_id=SID,
+        tenant="acme",
+        hosts=("pypi.org",),
+        any_public_host=False,
+        expires_at=AT,
+    ),
+    egress.ConnectionsRequest: egress.ConnectionsRequest(grant_id="0" * 32),
+    egress.ConnectionLog: egress.ConnectionLog(
+        grant_id="0" * 32, lines=("pypi.org:443 allowed", "example.com:443 refused: x")
+    ),
+    egress.FetchedPage: egress.FetchedPage(
+        url="https://docs.rs/", status=200, content_type="text/html", text="# Docs", cut=3
+    ),
     stubs.McpCallRequest: stubs.McpCallRequest(
         session_id=SID, server="github", tool="search", arguments={"q": "x", "n": 3}
     ),
@@ -325,6 +348,12 @@ TAGS: dict[type[msgspec.Struct], str] = {
     sandbox.SandboxRelease: "sandbox.release",
     sandbox.SandboxReleased: "sandbox.released",
     stubs.FetchRequest: "egress.fetch",
+    egress.GrantRequest: "egress.grant_request",
+    egress.EgressGrant: "egress.grant",
+    egress.GrantRecord: "egress.grant_record",
+    egress.ConnectionsRequest: "egress.connections_request",
+    egress.ConnectionLog: "egress.connection_log",
+    egress.FetchedPage: "egress.fetched_page",
     stubs.McpCallRequest: "mcp.call",
     stubs.LeaseRequest: "vault.lease",
     events.SessionOpened: "event.session_opened",
@@ -345,7 +374,19 @@ TAGS: dict[type[msgspec.Struct], str] = {
 def wire_structs() -> set[type[msgspec.Struct]]:
     """Every struct the proto package defines."""
     found: set[type[msgspec.Struct]] = set()
-    modules = (approvals, audit, events, hooks, journal, policy, sandbox, session, stubs, tools)
+    modules = (
+        approvals,
+        audit,
+        egress,
+        events,
+        hooks,
+        journal,
+        policy,
+        sandbox,
+        session,
+        stubs,
+        tools,
+    )
     for module in (*modules, bastion.proto.errors):
         for _, value in inspect.getmembers(module, inspect.isclass):
             if issubclass(value, Message) and value not in (Message, Ingress):

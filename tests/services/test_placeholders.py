@@ -1,4 +1,4 @@
-"""egress, mcp and vault register and answer with a typed `not_implemented` until their issues."""
+"""mcp and vault register and answer with a typed `not_implemented` until their issues."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ from typing import Any
 
 import pytest
 
-from bastion.egress.service import setup as egress_setup
 from bastion.mcp.service import McpSettings
 from bastion.mcp.service import setup as mcp_setup
 from bastion.policy.service import policy_service
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.stubs import FetchRequest, LeaseRequest, McpCallRequest
+from bastion.proto.stubs import LeaseRequest, McpCallRequest
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.discovery import list_instances
@@ -32,13 +31,6 @@ def mcp_on_any_port(client: Client, settings: BusSettings) -> AbstractAsyncConte
 
 
 PLACEHOLDERS: list[tuple[str, Any, str, object, int]] = [
-    (
-        "egress",
-        egress_setup,
-        subjects.EGRESS_FETCH,
-        FetchRequest(session_id=SESSION, url="https://example.org"),
-        5,
-    ),
     (
         "mcp",
         mcp_on_any_port,

@@ -56,6 +56,7 @@ async def _run(
                 limits=limits,
                 skill_approvals=not args.no_skill_approvals,
                 ask=not args.no_ask,
+                web=args.web,
             ),
             SessionInfo,
             timeout_s=CALL_MARGIN_S,
@@ -122,6 +123,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     run_parser.add_argument(
         "--network", default="none", help="none (default), declared, host, or a Docker network"
+    )
+    run_parser.add_argument(
+        "--web",
+        action="store_true",
+        help="offer fetch_url (public pages through the egress service; taints the session)",
     )
     run_parser.add_argument(
         "--sandbox-read",

@@ -73,6 +73,8 @@ class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
     """False (`--no-skill-approvals`): skills' `allowed-tools` pre-approve nothing."""
     ask: bool = True
     """False (`--no-ask`): nobody answers approvals, so a call that would ask is refused."""
+    web: bool = False
+    """True (`--web`): the session gets `fetch_url`, run by the egress service."""
 
 
 class SessionRef(Ingress, frozen=True, kw_only=True, tag="session.ref"):

@@ -17,11 +17,14 @@ __all__ = ["FetchRequest", "LeaseRequest", "McpCallRequest"]
 
 
 class FetchRequest(Message, frozen=True, kw_only=True, tag="egress.fetch"):
-    """Fetch a public page for a session (issue 5)."""
+    """Fetch a public page for a session; answered with an `egress.FetchedPage`."""
 
     session_id: SessionId
     url: Annotated[str, msgspec.Meta(min_length=1, max_length=8192)]
     format: str = "markdown"
+    """`markdown`, `text` or `html`."""
+    tenant: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    """Whose session: the connection is recorded in its audit log (issue 5)."""
 
 
 class McpCallRequest(Message, frozen=True, kw_only=True, tag="mcp.call"):

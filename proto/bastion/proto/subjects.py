@@ -9,7 +9,11 @@ __all__ = [
     "APPROVALS_LIST",
     "AUDIT_ALL",
     "AUDIT_STREAM",
+    "EGRESS_CONNECTIONS",
+    "EGRESS_CONNECTIONS_BUCKET",
     "EGRESS_FETCH",
+    "EGRESS_GRANT",
+    "EGRESS_GRANTS_BUCKET",
     "EVENTS_ALL",
     "HOOKS_BUCKET",
     "JOURNAL_BUCKET",
@@ -63,6 +67,10 @@ SANDBOX_RELEASE: Final = f"{PREFIX}.sandbox.release"
 SANDBOX_SKILL_READ: Final = f"{PREFIX}.sandbox.skill_read"
 """A skill's SKILL.md, read confined to the session's skills dir, with its front matter."""
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
+EGRESS_GRANT: Final = f"{PREFIX}.egress.grant"
+"""Issue a grant: one call's programs may reach its declared hosts through the proxy."""
+EGRESS_CONNECTIONS: Final = f"{PREFIX}.egress.connections"
+"""The connections made or refused under one grant, to append to a script's result."""
 MCP_CALL: Final = f"{PREFIX}.mcp.call"
 VAULT_LEASE: Final = f"{PREFIX}.vault.lease"
 
@@ -77,6 +85,10 @@ AUDIT_STREAM: Final = "bastion_audit"
 """The JetStream stream of the audit log (file storage; deletes and purges refused)."""
 JOURNAL_BUCKET: Final = "bastion_journal"
 """The JetStream KV bucket of the journal (key: the call's canonical hash)."""
+EGRESS_GRANTS_BUCKET: Final = "bastion_egress_grants"
+"""The JetStream KV bucket of egress grants (key: grant id; the bucket's TTL expires them)."""
+EGRESS_CONNECTIONS_BUCKET: Final = "bastion_egress_connections"
+"""The JetStream KV bucket of each grant's connection log (key: grant id)."""
 HOOKS_BUCKET: Final = "bastion_hooks"
 """The JetStream KV bucket where hook services register (key: the hook's name)."""
 

@@ -6,7 +6,7 @@ runs, and the same structs give the JSON Schema a client is shown for each tool.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -16,6 +16,7 @@ __all__ = [
     "ApplyPatchInput",
     "DiagnosticsInput",
     "EditFileInput",
+    "FetchUrlInput",
     "FindFilesInput",
     "ListFilesInput",
     "ReadFileInput",
@@ -118,3 +119,10 @@ class SkillReadInput(Ingress, frozen=True, kw_only=True):
     name: Annotated[
         str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     ]
+
+
+class FetchUrlInput(Ingress, frozen=True, kw_only=True):
+    """`fetch_url`: a public page, as markdown (default), text or html."""
+
+    url: Annotated[str, msgspec.Meta(min_length=1, max_length=8192)]
+    format: Literal["markdown", "text", "html"] = "markdown"

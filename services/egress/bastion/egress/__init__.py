@@ -1,5 +1,6 @@
-"""The egress service: the only way out (filtering proxy, fetch_url, web_search).
+"""The egress service: the only way out (the filtering proxy for sandboxes, and fetch_url).
 
-Until issue 5 lands it registers on the bus and answers its endpoints with a typed
-`not_implemented` error.
+Every connection is resolved by the service itself, each address classified
+(`bastion.shared.netclass`), and the connection made to the address checked.
+`web_search` is not offered yet: it needs a configured provider.
 """

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bastion.egress.service import setup
+from bastion.egress.settings import EgressSettings
 from bastion.shared.runner import run_service
-from bastion.shared.settings import BusSettings
 
 if __name__ == "__main__":
-    run_service("egress", BusSettings, setup)
+    run_service("egress", EgressSettings, setup)

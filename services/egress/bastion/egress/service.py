@@ -1,16 +1,103 @@
-"""The egress service's setup: its endpoints, refusing until their issue lands."""
+"""The egress service's setup: the proxy listening, and its endpoints on the bus
+(`egress.grant`, `egress.connections`, `egress.fetch`)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+from bastion.egress.connlog import ConnectionRecorder
+from bastion.egress.dial import Dialer
+from bastion.egress.fetch import Fetcher, Hop
+from bastion.egress.grants import GrantStore
+from bastion.egress.pipe import Bounds
+from bastion.egress.proxy import EgressProxy
+from bastion.egress.resolver import Resolver, SystemResolver
+from bastion.egress.settings import EgressSettings
 from bastion.proto import subjects
-from bastion.proto.stubs import FetchRequest
-from bastion.shared.placeholder import placeholder_service
-
-__all__ = ["setup"]
-
-setup = placeholder_service(
-    "egress",
-    "The only way out: the filtering proxy for sandboxes, fetch_url and web_search.",
-    issue=5,
-    endpoints={"fetch": (subjects.EGRESS_FETCH, FetchRequest)},
+from bastion.proto.egress import (
+    ConnectionLog,
+    ConnectionsRequest,
+    EgressGrant,
+    FetchedPage,
+    GrantRequest,
 )
+from bastion.proto.stubs import FetchRequest
+from bastion.shared.bus import Client
+from bastion.shared.netclass import parse_ranges
+from bastion.shared.service import RequestContext, Service
+from bastion.shared.version import VERSION
+
+__all__ = ["egress_service", "setup"]
+
+Setup = Callable[[Client, EgressSettings], AbstractAsyncContextManager[Service]]
+
+
+def egress_service(resolver: Resolver | None = None) -> Setup:
+    """The service's setup; `resolver` replaces the system's (tests give fixed answers)."""
+
+    @asynccontextmanager
+    async def setup(client: Client, settings: EgressSettings) -> AsyncIterator[Service]:
+        dialer = Dialer(
+            resolver=resolver or SystemResolver(settings.egress_resolve_timeout_s),
+            allowed=parse_ranges(settings.egress_allow_ranges),
+            upstream=settings.egress_upstream,
+            connect_timeout_s=settings.egress_connect_timeout_s,
+        )
+        recorder = await ConnectionRecorder.open(client, settings.egress_grant_max_ttl_s * 2)
+        grants = await GrantStore.open(client, settings.egress_grant_max_ttl_s, proxy="")
+        proxy = EgressProxy(
+            grants,
+            recorder,
+            dialer,
+            Bounds(
+                settings.egress_max_bytes,
+                settings.egress_max_duration_s,
+                settings.egress_idle_timeout_s,
+            ),
+        )
+        fetcher = Fetcher(
+            dialer,
+            settings.egress_fetch_max_bytes,
+            settings.egress_fetch_max_chars,
+            settings.egress_fetch_timeout_s,
+        )
+
+        async def grant(request: GrantRequest, _: RequestContext) -> EgressGrant:
+            return await grants.issue(request)
+
+        async def connections(request: ConnectionsRequest, _: RequestContext) -> ConnectionLog:
+            return await recorder.connections(request.grant_id)
+
+        async def fetch(request: FetchRequest, _: RequestContext) -> FetchedPage:
+            hops: list[Hop] = []
+            try:
+                return await fetcher.fetch(request.url, request.format, hops)
+            finally:
+                for hop in hops:
+                    await recorder.record(
+                        session_id=request.session_id,
+                        tenant=request.tenant or "default",
+                        target=hop.target,
+                        refused=hop.refused,
+                        tool="fetch_url",
+                    )
+
+        async with proxy.serving(settings.egress_listen) as address:
+            grants.proxy = address
+            service = Service(
+                "egress",
+                VERSION,
+                "The only way out: the filtering proxy for sandboxes, and fetch_url.",
+            )
+            service.add_endpoint("grant", subjects.EGRESS_GRANT, GrantRequest, grant)
+            service.add_endpoint(
+                "connections", subjects.EGRESS_CONNECTIONS, ConnectionsRequest, connections
+            )
+            service.add_endpoint("fetch", subjects.EGRESS_FETCH, FetchRequest, fetch)
+            yield service
+
+    return setup
+
+
+setup = egress_service()

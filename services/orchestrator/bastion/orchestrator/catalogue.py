@@ -11,6 +11,7 @@ from bastion.proto.toolinput import (
     ApplyPatchInput,
     DiagnosticsInput,
     EditFileInput,
+    FetchUrlInput,
     FindFilesInput,
     ListFilesInput,
     ReadFileInput,
@@ -21,9 +22,10 @@ from bastion.proto.toolinput import (
     WriteFileInput,
 )
 
-__all__ = ["SKILL_READ", "ToolDefinition", "catalogue_for", "definition", "find_tool"]
+__all__ = ["FETCH_URL", "SKILL_READ", "ToolDefinition", "catalogue_for", "definition", "find_tool"]
 
 SKILL_READ = "skill_read"
+FETCH_URL = "fetch_url"
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class ToolDefinition:
     needs_shell: bool = False
     journaled: bool = False
     needs_skills: bool = False
+    needs_web: bool = False
+    """Offered only to a session opened with `web` (fetch_url), workspace or not."""
 
 
 _DEFINITIONS = {
@@ -118,6 +122,14 @@ _DEFINITIONS = {
             needs_shell=True,
         ),
         ToolDefinition(
+            FETCH_URL,
+            FetchUrlInput,
+            "Fetch a public web page (http or https) as markdown, text or html; private and "
+            "internal addresses are refused.",
+            "external",
+            needs_web=True,
+        ),
+        ToolDefinition(
             SKILL_READ,
             SkillReadInput,
             "Read a skill's SKILL.md by its name; once read, the calls its allowed-tools "
@@ -139,11 +151,24 @@ def shell_effect(network: str) -> Effect:
 
 
 def catalogue_for(
-    *, workspace: str | None, shell: bool, network: str, skills_dir: str | None = None
+    *,
+    workspace: str | None,
+    shell: bool,
+    network: str,
+    skills_dir: str | None = None,
+    web: bool = False,
 ) -> tuple[ToolSpec, ...]:
     """The tools a session with these settings gets, and each one's effect."""
-    if workspace is None:
-        return ()
+
+    def offered(d: ToolDefinition) -> bool:
+        if d.needs_web:
+            return web
+        return (
+            workspace is not None
+            and (shell or not d.needs_shell)
+            and (skills_dir is not None or not d.needs_skills)
+        )
+
     return tuple(
         ToolSpec(
             name=d.name,
@@ -151,7 +176,7 @@ def catalogue_for(
             description=d.description,
         )
         for d in _DEFINITIONS.values()
-        if (shell or not d.needs_shell) and (skills_dir is not None or not d.needs_skills)
+        if offered(d)
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import posixpath
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -15,7 +16,7 @@ from bastion.orchestrator.taint import is_tainted
 from bastion.proto import subjects
 from bastion.proto.policy import PolicyDecision, PolicyRequest
 from bastion.proto.session import SessionInfo, ToolSpec
-from bastion.proto.toolinput import ShellInput
+from bastion.proto.toolinput import FetchUrlInput, ShellInput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import Unavailable
 
@@ -37,9 +38,12 @@ def _relative(path: str) -> str:
 
 def target_of(tool_input: msgspec.Struct) -> str:
     """The call's target: the whole command of a shell call (never cut), a file tool's
-    workspace-relative path, else empty (only a bare tool name then covers the call)."""
+    workspace-relative path, a fetch's host name, else empty (only a bare tool name then
+    covers the call)."""
     if isinstance(tool_input, ShellInput):
         return tool_input.command
+    if isinstance(tool_input, FetchUrlInput):
+        return (urlsplit(tool_input.url).hostname or "").rstrip(".").lower()
     for name in _PATH_FIELDS:
         value = getattr(tool_input, name, None)
         if isinstance(value, str):

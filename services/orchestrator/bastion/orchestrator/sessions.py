@@ -139,6 +139,7 @@ class Sessions:
                 shell=ask.shell,
                 network=ask.network,
                 skills_dir=ask.skills_dir,
+                web=ask.web,
             ),
             read_only_dirs=ask.read_only_dirs,
             skills_dir=ask.skills_dir,

@@ -1,0 +1,212 @@
+"""`fetch_url`: one public page, each hop resolved, classified and connected to as checked.
+
+The HTTP client is httpcore with a network backend that ignores the host it is asked for
+and connects to the address `Dialer.check` approved (TLS still verifies the URL's name,
+which httpcore sends as SNI). Redirects are followed here, at most five, each hop checked
+again; only text is read, at most `max_bytes` of it.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+import anyio
+import httpcore
+
+from bastion.egress.dial import Dialer, connect_head, upstream_accepted
+from bastion.egress.errors import Refused, Unreachable
+from bastion.egress.hosts import normalize_host, split_target
+from bastion.egress.htmltext import html_to_text
+from bastion.proto.egress import FetchedPage
+from bastion.shared.errors import InvalidInput
+from bastion.shared.netclass import IPAddress
+
+__all__ = ["Fetcher", "Hop"]
+
+MAX_REDIRECTS = 5
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
+_FORMATS = ("markdown", "text", "html")
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One request of a fetch: where it went, and whether it was allowed."""
+
+    target: str
+    refused: str | None
+
+
+class _PinnedBackend(httpcore.AsyncNetworkBackend):
+    """Connects to the checked address whatever host httpcore names (directly or through
+    the upstream proxy's CONNECT to that address)."""
+
+    def __init__(self, address: IPAddress, upstream: str) -> None:
+        self._inner = httpcore.AnyIOBackend()
+        self._address = address
+        self._upstream = upstream
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        if not self._upstream:
+            return await self._inner.connect_tcp(
+                str(self._address), port, timeout, local_address, socket_options
+            )
+        up_host, up_port = split_target(self._upstream)
+        stream = await self._inner.connect_tcp(up_host, up_port, timeout)
+        await stream.write(connect_head(self._address, port), timeout)
+        head = b""
+        while b"\r\n\r\n" not in head and len(head) < 16384:
+            chunk = await stream.read(1, timeout)  # byte by byte: nothing past the head
+            if not chunk:
+                break
+            head += chunk
+        if not upstream_accepted(head):
+            await stream.aclose()
+            raise httpcore.ConnectError("the upstream proxy refused the connection")
+        return stream
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class Fetcher:
+    """Fetches pages the way the proxy connects: resolve, classify, connect as checked."""
+
+    def __init__(self, dialer: Dialer, max_bytes: int, max_chars: int, timeout_s: float) -> None:
+        self._dialer = dialer
+        self._max_bytes = max_bytes
+        self._max_chars = max_chars
+        self._timeout_s = timeout_s
+        self._ssl = ssl.create_default_context()
+
+    async def fetch(self, url: str, fmt: str, hops: list[Hop]) -> FetchedPage:
+        """The page at `url` as `fmt`; every hop tried is appended to `hops`.
+
+        Raises:
+            InvalidInput: not an http(s) URL, an unknown format, or a page that is not text.
+            Refused: a hop's address is refused (before any connection to it).
+            Unreachable: a hop does not resolve, answer, or finish in time.
+        """
+        if fmt not in _FORMATS:
+            raise InvalidInput(f"format {fmt!r} is not one of markdown, text, html")
+        redirects: list[str] = []
+        try:
+            with anyio.fail_after(self._timeout_s):
+                for _ in range(MAX_REDIRECTS + 1):
+                    status, headers, body, truncated = await self._one(url, hops)
+                    location = headers.get("location")
+                    if status in (301, 302, 303, 307, 308) and location:
+                        url = urljoin(url, location)
+                        redirects.append(url)
+                        continue
+                    return self._page(url, status, headers, body, fmt, redirects, truncated)
+        except TimeoutError:
+            raise Unreachable(
+                f"{url} did not finish within {self._timeout_s:g} s: try a smaller page"
+            ) from None
+        raise InvalidInput(f"{url} redirects more than {MAX_REDIRECTS} times: not followed")
+
+    async def _one(self, url: str, hops: list[Hop]) -> tuple[int, dict[str, str], bytes, bool]:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(f"{url[:200]} is not an http:// or https:// URL")
+        host = normalize_host(parts.hostname)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise InvalidInput(f"{url[:200]} names a port that is not one") from None
+        target = f"{host}:{port}"
+        try:
+            address = await self._dialer.check(host, port)
+        except Refused as error:
+            hops.append(Hop(error.target, error.reason))
+            raise
+        except Unreachable:
+            hops.append(Hop(target, "does not resolve"))
+            raise
+        hops.append(Hop(target, None))
+        backend = _PinnedBackend(address, self._dialer.upstream)
+        request_headers = [
+            (b"Host", parts.netloc.rsplit("@", 1)[-1].encode("idna")),
+            (b"User-Agent", b"bastion-fetch/1"),
+            (b"Accept", b"text/html, text/plain, text/markdown, application/json;q=0.9, */*;q=0.1"),
+            (b"Accept-Encoding", b"identity"),
+            (b"Connection", b"close"),
+        ]
+        try:
+            async with (
+                httpcore.AsyncConnectionPool(
+                    ssl_context=self._ssl, network_backend=backend, max_connections=1
+                ) as pool,
+                pool.stream("GET", url, headers=request_headers) as response,
+            ):
+                headers = {
+                    k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers
+                }
+                if response.status in (301, 302, 303, 307, 308):
+                    return response.status, headers, b"", False
+                _require_text(url, headers.get("content-type", ""))
+                body = bytearray()
+                async for chunk in response.aiter_stream():
+                    body.extend(chunk)
+                    if len(body) >= self._max_bytes:
+                        return response.status, headers, bytes(body[: self._max_bytes]), True
+                return response.status, headers, bytes(body), False
+        except httpcore.TimeoutException:
+            raise TimeoutError from None
+        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol):
+            raise Unreachable(f"{target} did not answer with a page") from None
+
+    def _page(  # noqa: PLR0917 - one private call site
+        self,
+        url: str,
+        status: int,
+        headers: dict[str, str],
+        body: bytes,
+        fmt: str,
+        redirects: list[str],
+        truncated: bool,
+    ) -> FetchedPage:
+        content_type = headers.get("content-type", "")
+        charset = "utf-8"
+        for param in content_type.split(";")[1:]:
+            key, _, value = param.strip().partition("=")
+            if key.lower() == "charset" and value:
+                charset = value.strip('"')
+        try:
+            text = body.decode(charset, errors="replace")
+        except LookupError:
+            text = body.decode("utf-8", errors="replace")
+        if fmt != "html" and "html" in content_type.lower():
+            text = html_to_text(text, markdown=fmt == "markdown")
+        cut = max(0, len(text) - self._max_chars)
+        if cut:
+            text = text[: self._max_chars]
+        if truncated:
+            text += f"\n[the page is longer than {self._max_bytes} bytes: the rest was not read]"
+        return FetchedPage(
+            url=url[:8192],
+            status=status,
+            content_type=content_type[:256],
+            text=text,
+            cut=cut,
+            redirects=tuple(r[:8192] for r in redirects),
+        )
+
+
+def _require_text(url: str, content_type: str) -> None:
+    kind = content_type.split(";", maxsplit=1)[0].strip().lower()
+    if kind and not kind.startswith(_TEXT_TYPES):
+        raise InvalidInput(
+            f"{url[:200]} is {kind}, not text: fetch_url reads pages only (download files "
+            "with a skill that declares the host)"
+        )

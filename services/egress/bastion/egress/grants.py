@@ -1,0 +1,132 @@
+"""Grants: issued per call over NATS, kept in a KV bucket with a TTL, checked per connection."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+from datetime import UTC, datetime, timedelta
+
+import nats.js.errors
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
+
+from bastion.egress.errors import GrantRefused, Refused
+from bastion.egress.hosts import Declared
+from bastion.proto import subjects
+from bastion.proto.egress import EgressGrant, GrantRecord, GrantRequest
+from bastion.shared.bus import Client
+from bastion.shared.codec import decode, encode
+from bastion.shared.errors import InvalidInput
+
+__all__ = ["GrantStore", "credentials"]
+
+_HOW = (
+    "send Proxy-Authorization: Basic base64(<grant id>:<secret>) with a grant from "
+    f"{subjects.EGRESS_GRANT}"
+)
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def credentials(header: str | None) -> tuple[str, str]:
+    """The grant id and secret of a `Proxy-Authorization: Basic` header.
+
+    Raises:
+        GrantRefused: there is none, or it is not Basic credentials.
+    """
+    if not header:
+        raise GrantRefused(f"this proxy lets nothing through without a grant: {_HOW}")
+    scheme, _, value = header.strip().partition(" ")
+    try:
+        grant_id, sep, secret = (
+            base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        )
+    except (binascii.Error, UnicodeDecodeError):
+        sep = ""
+    if scheme.lower() != "basic" or not sep:
+        raise GrantRefused(f"the proxy credentials are not a grant: {_HOW}")
+    return grant_id, secret
+
+
+class GrantStore:
+    """Grants in the KV bucket `bastion_egress_grants`; the bucket's TTL bounds every grant."""
+
+    def __init__(self, kv: KeyValue, max_ttl_s: float, proxy: str) -> None:
+        self._kv = kv
+        self._max_ttl_s = max_ttl_s
+        self.proxy = proxy
+
+    @classmethod
+    async def open(cls, client: Client, max_ttl_s: float, proxy: str) -> GrantStore:
+        js = client.jetstream()
+        try:
+            kv = await js.key_value(subjects.EGRESS_GRANTS_BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            kv = await js.create_key_value(
+                KeyValueConfig(
+                    bucket=subjects.EGRESS_GRANTS_BUCKET,
+                    history=1,
+                    ttl=max_ttl_s,
+                    storage=StorageType.FILE,
+                )
+            )
+        return cls(kv, max_ttl_s, proxy)
+
+    async def issue(self, request: GrantRequest) -> EgressGrant:
+        """A new grant for `request`'s hosts, expiring after its TTL (at most the bucket's).
+
+        Raises:
+            InvalidInput: a declared host does not parse.
+        """
+        for host in request.hosts:
+            try:
+                Declared.parse(host)
+            except Refused:
+                raise InvalidInput(
+                    f"{host!r} is not a declared host: write it as name, *.name or name:port"
+                ) from None
+        grant_id, secret = secrets.token_hex(16), secrets.token_urlsafe(32)
+        ttl = min(request.ttl_s, self._max_ttl_s)
+        expires_at = datetime.now(UTC) + timedelta(seconds=ttl)
+        record = GrantRecord(
+            grant_id=grant_id,
+            secret_sha256=_digest(secret),
+            session_id=request.session_id,
+            tenant=request.tenant,
+            hosts=request.hosts,
+            any_public_host=request.any_public_host,
+            expires_at=expires_at,
+            call_id=request.call_id,
+        )
+        await self._kv.put(grant_id, encode(record))
+        return EgressGrant(
+            grant_id=grant_id, secret=secret, expires_at=expires_at, proxy=self.proxy
+        )
+
+    async def check(self, grant_id: str, secret: str) -> GrantRecord:
+        """The grant these credentials name, if they are its own and it has not expired.
+
+        Raises:
+            GrantRefused: unknown, expired, or the secret is not the grant's.
+        """
+        record: GrantRecord | None = None
+        if len(grant_id) == 32 and all(c in "0123456789abcdef" for c in grant_id):
+            try:
+                entry = await self._kv.get(grant_id)
+            except nats.js.errors.KeyNotFoundError:
+                entry = None
+            if entry is not None and entry.value:
+                record = decode(entry.value, GrantRecord)
+        if record is None or record.expires_at <= datetime.now(UTC):
+            raise GrantRefused(
+                "the grant is unknown or has expired: each call gets its own grant, ask for a "
+                "new one"
+            )
+        if not hmac.compare_digest(record.secret_sha256, _digest(secret)):
+            raise GrantRefused("the grant's secret is wrong: use the secret issued with it")
+        return record
