@@ -22,6 +22,7 @@ from bastion.proto import (
     session,
     stubs,
     tools,
+    vault,
 )
 from bastion.proto._base import Ingress, Message
 from bastion.proto.errors import ErrorReply
@@ -220,6 +221,25 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     stubs.LeaseRequest: stubs.LeaseRequest(
         session_id=SID, tenant="acme", call_id="c1", names=("API_TOKEN",)
     ),
+    vault.VaultKeyQuery: vault.VaultKeyQuery(),
+    vault.VaultKey: vault.VaultKey(public_key=b"k" * 32),
+    vault.AddSecret: vault.AddSecret(tenant="acme", name="API_TOKEN", sealed_value=b"sealed"),
+    vault.SecretAdded: vault.SecretAdded(name="API_TOKEN", size=40),
+    vault.ListSecrets: vault.ListSecrets(tenant="acme"),
+    vault.SecretInfo: vault.SecretInfo(name="API_TOKEN", added_at=AT),
+    vault.SecretList: vault.SecretList(
+        tenant="acme", secrets=(vault.SecretInfo(name="API_TOKEN", added_at=AT),)
+    ),
+    vault.RemoveSecret: vault.RemoveSecret(tenant="acme", name="API_TOKEN"),
+    vault.SecretRemoved: vault.SecretRemoved(name="API_TOKEN"),
+    vault.RotateKey: vault.RotateKey(sealed_key=b"sealed"),
+    vault.KeyRotated: vault.KeyRotated(tenants=2, key_id="0123456789abcdef"),
+    vault.Lease: vault.Lease(names=("API_TOKEN",), sealed=b"sealed"),
+    vault.LeasedValues: vault.LeasedValues(values=(("API_TOKEN", "not-a-real-token"),)),
+    vault.WrappedKey: vault.WrappedKey(
+        key_id="0123456789abcdef", nonce=b"n" * 12, wrapped=b"w" * 48, created_at=AT
+    ),
+    vault.StoredSecret: vault.StoredSecret(added_at=AT, nonce=b"n" * 12, ciphertext=b"c" * 40),
     events.SessionOpened: events.SessionOpened(
         session_id=SID, tenant="acme", agent="tester", autonomy="L2", at=AT
     ),
@@ -327,6 +347,21 @@ TAGS: dict[type[msgspec.Struct], str] = {
     stubs.FetchRequest: "egress.fetch",
     stubs.McpCallRequest: "mcp.call",
     stubs.LeaseRequest: "vault.lease",
+    vault.VaultKeyQuery: "vault.key_query",
+    vault.VaultKey: "vault.key",
+    vault.AddSecret: "vault.add",
+    vault.SecretAdded: "vault.added",
+    vault.ListSecrets: "vault.list",
+    vault.SecretInfo: "vault.secret_info",
+    vault.SecretList: "vault.secret_list",
+    vault.RemoveSecret: "vault.remove",
+    vault.SecretRemoved: "vault.removed",
+    vault.RotateKey: "vault.rotate",
+    vault.KeyRotated: "vault.rotated",
+    vault.Lease: "vault.leased",
+    vault.LeasedValues: "vault.values",
+    vault.WrappedKey: "vault.wrapped_key",
+    vault.StoredSecret: "vault.stored_secret",
     events.SessionOpened: "event.session_opened",
     events.CallDecided: "event.call_decided",
     events.CallFinished: "event.call_finished",
@@ -345,7 +380,19 @@ TAGS: dict[type[msgspec.Struct], str] = {
 def wire_structs() -> set[type[msgspec.Struct]]:
     """Every struct the proto package defines."""
     found: set[type[msgspec.Struct]] = set()
-    modules = (approvals, audit, events, hooks, journal, policy, sandbox, session, stubs, tools)
+    modules = (
+        approvals,
+        audit,
+        events,
+        hooks,
+        journal,
+        policy,
+        sandbox,
+        session,
+        stubs,
+        tools,
+        vault,
+    )
     for module in (*modules, bastion.proto.errors):
         for _, value in inspect.getmembers(module, inspect.isclass):
             if issubclass(value, Message) and value not in (Message, Ingress):
@@ -376,6 +423,7 @@ def test_every_struct_of_the_wire_is_in_the_schema_catalogue_or_nested_in_one() 
         sandbox.Limits,
         policy.PreApproval,
         approvals.ParkedCall,
+        vault.SecretInfo,
     }
 
 
@@ -447,7 +495,8 @@ def test_a_json_instance_validates_against_its_own_schema_and_a_broken_one_does_
 
 
 def with_extra(struct: type[msgspec.Struct], **extra: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = msgspec.to_builtins(SAMPLES[struct])
+    # bytes stay bytes, as msgpack carries them (JSON would make them base64 text)
+    fields: dict[str, Any] = msgspec.to_builtins(SAMPLES[struct], builtin_types=(bytes,))
     return {**fields, **extra}
 
 

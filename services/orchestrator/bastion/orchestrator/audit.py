@@ -14,19 +14,16 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
-import nats.errors
-import nats.js.errors
-from nats.js.api import StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
-from bastion.proto import subjects
 from bastion.proto.audit import MAX_SUMMARY, AuditRecord
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo
 from bastion.proto.tools import CallResult
+from bastion.shared.audit import open_audit_stream, store_record
 from bastion.shared.bus import Client
-from bastion.shared.codec import encode
+from bastion.shared.errors import Unavailable
 
 __all__ = ["CONTENT_FIELDS", "AuditLog", "bounded", "input_summary", "open_audit_stream"]
 
@@ -34,8 +31,6 @@ logger = logging.getLogger(__name__)
 
 CONTENT_FIELDS: Final = frozenset({"content", "old_string", "new_string", "patch", "text"})
 """Input fields that carry file contents: the audit keeps only their size."""
-
-PUBLISH_TIMEOUT_S: Final = 5.0
 
 
 def bounded(text: str, limit: int = MAX_SUMMARY) -> str:
@@ -65,24 +60,6 @@ def result_summary(result: CallResult) -> str:
     return f"{len(result.text)} characters"
 
 
-async def open_audit_stream(client: Client) -> JetStreamContext:
-    """The JetStream context, with the audit stream created if it is missing."""
-    js = client.jetstream()
-    try:
-        await js.stream_info(subjects.AUDIT_STREAM)
-    except nats.js.errors.NotFoundError:
-        await js.add_stream(
-            StreamConfig(
-                name=subjects.AUDIT_STREAM,
-                subjects=[subjects.AUDIT_ALL],
-                storage=StorageType.FILE,
-                deny_delete=True,
-                deny_purge=True,
-            )
-        )
-    return js
-
-
 class AuditLog:
     """Publishes a session's audit records; a record that cannot be stored is logged."""
 
@@ -102,12 +79,8 @@ class AuditLog:
             **{k: bounded(v) for k, v in fields.items()},
         )
         try:
-            await self._js.publish(
-                subjects.audit(session.tenant, session.session_id),
-                encode(record),
-                timeout=PUBLISH_TIMEOUT_S,
-            )
-        except (nats.errors.Error, TimeoutError):
+            await store_record(self._js, record)
+        except Unavailable:
             logger.error(
                 "an audit record was not stored",
                 extra={"session": session.session_id, "action": action},
