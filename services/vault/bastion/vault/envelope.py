@@ -33,7 +33,7 @@ def _secret_context(tenant: str, name: str) -> bytes:
 
 
 class Keyring:
-    """The current master key, and the previous one while a rotation is under way."""
+    """The current master key (it wraps), and during a rotation another that only opens."""
 
     def __init__(self, current: MasterKey, previous: tuple[MasterKey, ...] = ()) -> None:
         self.current = current
@@ -74,8 +74,8 @@ class Keyring:
             f"the master key does not open the vault's keys: tenant {tenant}'s data key is "
             f"wrapped under master key {wrapped.key_id}, and this vault holds {held}; give "
             "the vault the master key its secrets were added with (BASTION_VAULT_MASTER_KEY_FILE "
-            "or BASTION_VAULT_MASTER_KEY), and during a rotation the previous one as well "
-            "(BASTION_VAULT_PREVIOUS_MASTER_KEY_FILE)"
+            "or BASTION_VAULT_MASTER_KEY), and during a rotation the other one as well "
+            "(BASTION_VAULT_OTHER_MASTER_KEY_FILE)"
         )
 
 

@@ -61,7 +61,7 @@ class Keeper:
         return key
 
     def open_transport(self, sealed: bytes, context: bytes) -> bytes:
-        """Bytes sealed to the vault's transport key (of the current or previous master key).
+        """Bytes sealed to the vault's transport key (of either master key held).
 
         Raises:
             SealError: sealed to no key this vault holds.

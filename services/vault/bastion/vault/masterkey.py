@@ -3,9 +3,9 @@
 It comes, in this order, from `BASTION_VAULT_MASTER_KEY` (32 bytes, base64), or from the
 file `BASTION_VAULT_MASTER_KEY_FILE` (default `<state dir>/vault/master.key`: 32 raw bytes
 or their base64 on one line; a Kubernetes Secret mounted as a file is read the same way).
-A file that others than its owner may read is refused. During a rotation the previous key
-(`BASTION_VAULT_PREVIOUS_MASTER_KEY_FILE`) is accepted too, to open what is not re-wrapped
-yet; a key wraps nothing until it is the current one.
+A file that others than its owner may read is refused. During a rotation a second key
+(`BASTION_VAULT_OTHER_MASTER_KEY_FILE`: the new one before the rotation, or the old one
+after) is accepted for opening, never for wrapping.
 """
 
 from __future__ import annotations

@@ -27,14 +27,14 @@ def default_key_file(state_dir: Path) -> Path:
 
 class VaultSettings(BusSettings, frozen=True, kw_only=True):
     """`vault_master_key` (base64) wins over `vault_master_key_file` (default
-    `<state dir>/vault/master.key`); `vault_previous_master_key_file` is accepted for
-    opening during a rotation; `vault_lease_keys` (base64 X25519 public keys, comma
+    `<state dir>/vault/master.key`); `vault_other_master_key_file` is accepted for
+    opening (never wrapping) during a rotation; `vault_lease_keys` (base64 X25519 public keys, comma
     separated) are the only keys a lease is sealed to, when set."""
 
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
     vault_master_key: str = ""
     vault_master_key_file: str = ""
-    vault_previous_master_key_file: str = ""
+    vault_other_master_key_file: str = ""
     vault_lease_keys: str = ""
 
 
@@ -56,8 +56,8 @@ def load_keys(settings: VaultSettings) -> tuple[MasterKey, tuple[MasterKey, ...]
     else:
         current = read_key_file(key_file(settings))
     previous: tuple[MasterKey, ...] = ()
-    if settings.vault_previous_master_key_file:
-        previous = (read_key_file(Path(settings.vault_previous_master_key_file).expanduser()),)
+    if settings.vault_other_master_key_file:
+        previous = (read_key_file(Path(settings.vault_other_master_key_file).expanduser()),)
     return current, previous
 
 
