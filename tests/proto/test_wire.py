@@ -23,6 +23,7 @@ from bastion.proto import (
     session,
     stubs,
     tools,
+    vault,
 )
 from bastion.proto._base import Ingress, Message
 from bastion.proto.errors import ErrorReply
@@ -243,6 +244,25 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     stubs.LeaseRequest: stubs.LeaseRequest(
         session_id=SID, tenant="acme", call_id="c1", names=("API_TOKEN",)
     ),
+    vault.VaultKeyQuery: vault.VaultKeyQuery(),
+    vault.VaultKey: vault.VaultKey(public_key=b"k" * 32),
+    vault.AddSecret: vault.AddSecret(tenant="acme", name="API_TOKEN", sealed_value=b"sealed"),
+    vault.SecretAdded: vault.SecretAdded(name="API_TOKEN", size=40),
+    vault.ListSecrets: vault.ListSecrets(tenant="acme"),
+    vault.SecretInfo: vault.SecretInfo(name="API_TOKEN", added_at=AT),
+    vault.SecretList: vault.SecretList(
+        tenant="acme", secrets=(vault.SecretInfo(name="API_TOKEN", added_at=AT),)
+    ),
+    vault.RemoveSecret: vault.RemoveSecret(tenant="acme", name="API_TOKEN"),
+    vault.SecretRemoved: vault.SecretRemoved(name="API_TOKEN"),
+    vault.RotateKey: vault.RotateKey(sealed_key=b"sealed"),
+    vault.KeyRotated: vault.KeyRotated(tenants=2, key_id="0123456789abcdef"),
+    vault.Lease: vault.Lease(names=("API_TOKEN",), sealed=b"sealed"),
+    vault.LeasedValues: vault.LeasedValues(values=(("API_TOKEN", "not-a-real-token"),)),
+    vault.WrappedKey: vault.WrappedKey(
+        key_id="0123456789abcdef", nonce=b"n" * 12, wrapped=b"w" * 48, created_at=AT
+    ),
+    vault.StoredSecret: vault.StoredSecret(added_at=AT, nonce=b"n" * 12, ciphertext=b"c" * 40),
     events.SessionOpened: events.SessionOpened(
         session_id=SID, tenant="acme", agent="tester", autonomy="L2", at=AT
     ),
@@ -356,6 +376,21 @@ TAGS: dict[type[msgspec.Struct], str] = {
     egress.FetchedPage: "egress.fetched_page",
     stubs.McpCallRequest: "mcp.call",
     stubs.LeaseRequest: "vault.lease",
+    vault.VaultKeyQuery: "vault.key_query",
+    vault.VaultKey: "vault.key",
+    vault.AddSecret: "vault.add",
+    vault.SecretAdded: "vault.added",
+    vault.ListSecrets: "vault.list",
+    vault.SecretInfo: "vault.secret_info",
+    vault.SecretList: "vault.secret_list",
+    vault.RemoveSecret: "vault.remove",
+    vault.SecretRemoved: "vault.removed",
+    vault.RotateKey: "vault.rotate",
+    vault.KeyRotated: "vault.rotated",
+    vault.Lease: "vault.leased",
+    vault.LeasedValues: "vault.values",
+    vault.WrappedKey: "vault.wrapped_key",
+    vault.StoredSecret: "vault.stored_secret",
     events.SessionOpened: "event.session_opened",
     events.CallDecided: "event.call_decided",
     events.CallFinished: "event.call_finished",
@@ -386,6 +421,7 @@ def wire_structs() -> set[type[msgspec.Struct]]:
         session,
         stubs,
         tools,
+        vault,
     )
     for module in (*modules, bastion.proto.errors):
         for _, value in inspect.getmembers(module, inspect.isclass):
@@ -417,6 +453,7 @@ def test_every_struct_of_the_wire_is_in_the_schema_catalogue_or_nested_in_one() 
         sandbox.Limits,
         policy.PreApproval,
         approvals.ParkedCall,
+        vault.SecretInfo,
     }
 
 
@@ -488,7 +525,8 @@ def test_a_json_instance_validates_against_its_own_schema_and_a_broken_one_does_
 
 
 def with_extra(struct: type[msgspec.Struct], **extra: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = msgspec.to_builtins(SAMPLES[struct])
+    # bytes stay bytes, as msgpack carries them (JSON would make them base64 text)
+    fields: dict[str, Any] = msgspec.to_builtins(SAMPLES[struct], builtin_types=(bytes,))
     return {**fields, **extra}
 
 

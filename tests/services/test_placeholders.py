@@ -1,4 +1,4 @@
-"""mcp and vault register and answer with a typed `not_implemented` until their issues."""
+"""mcp registers and answers `mcp.call` with a typed `not_implemented` until issue 6."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ from bastion.mcp.service import setup as mcp_setup
 from bastion.policy.service import policy_service
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.stubs import LeaseRequest, McpCallRequest
+from bastion.proto.stubs import McpCallRequest
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import RemoteError
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
-from bastion.vault.service import setup as vault_setup
 from tests.conftest import ServiceRunner, raw_request
 
 SESSION = "0123456789abcdef"
@@ -37,13 +36,6 @@ PLACEHOLDERS: list[tuple[str, Any, str, object, int]] = [
         subjects.MCP_CALL,
         McpCallRequest(session_id=SESSION, server="notes", tool="list"),
         6,
-    ),
-    (
-        "vault",
-        vault_setup,
-        subjects.VAULT_LEASE,
-        LeaseRequest(session_id=SESSION, tenant="t", call_id="c"),
-        5,
     ),
 ]
 

@@ -9,6 +9,7 @@ services first, then NATS. A lock on the state dir keeps a second `bastion up` o
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import ctypes
 import fcntl
@@ -37,7 +38,9 @@ from bastion.shared.bus import Client, connect
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
 from bastion.shared.httptokens import create_tokens_file, read_tokens, tokens_path
+from bastion.shared.keyfiles import create_key_file, read_x25519_key
 from bastion.shared.natsserver import free_port, nats_server_binary, port_answers, write_config
+from bastion.shared.sealing import public_bytes
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import RunRecord, run_record_path
 
@@ -180,6 +183,23 @@ def _supervise(children: list[Child], nats: Child, stop: threading.Event) -> str
     return None
 
 
+def key_files(state_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    """The vault's master key and the sandbox's lease key, each created (0600) if missing,
+    and the variables that tell the services where they are."""
+    added: dict[str, str] = {}
+    if not env.get("BASTION_VAULT_MASTER_KEY") and not env.get("BASTION_VAULT_MASTER_KEY_FILE"):
+        master = state_dir / "vault" / "master.key"
+        create_key_file(master)
+        added["BASTION_VAULT_MASTER_KEY_FILE"] = str(master)
+    lease_key = Path(env.get("BASTION_SANDBOX_KEY_FILE") or state_dir / "sandbox" / "lease.key")
+    create_key_file(lease_key)
+    added["BASTION_SANDBOX_KEY_FILE"] = str(lease_key)
+    if not env.get("BASTION_VAULT_LEASE_KEYS"):
+        public = public_bytes(read_x25519_key(lease_key))
+        added["BASTION_VAULT_LEASE_KEYS"] = base64.b64encode(public).decode()
+    return added
+
+
 def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int:
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -203,16 +223,24 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
         BASTION_HTTP_LISTEN=front_door,
         BASTION_HTTP_TOKENS_FILE=str(tokens),
     )
-    nats = _nats_child(state_dir, port, env)
+    env.update(key_files(state_dir, env))
+    # A master key given in the environment is the vault's alone.
+    others = {k: v for k, v in env.items() if k != "BASTION_VAULT_MASTER_KEY"}
+    nats = _nats_child(state_dir, port, others)
     children = [
-        Child(name, [sys.executable, "-m", f"bastion.{name}"], logs / f"{name}.log", env)
+        Child(
+            name,
+            [sys.executable, "-m", f"bastion.{name}"],
+            logs / f"{name}.log",
+            env if name == "vault" else others,
+        )
         for name in SERVICES
     ]
     hooks = hooks_path(state_dir).exists()
     if hooks:
         # Not a service: it runs the operator's command hooks (bastion.cli.hookrunner).
         runner = [sys.executable, "-m", "bastion.cli.hookrunner"]
-        children.insert(0, Child("hooks", runner, logs / "hookrunner.log", env))
+        children.insert(0, Child("hooks", runner, logs / "hookrunner.log", others))
     _say(f"bastion up: state dir {state_dir}")
     nats.start()
     try:

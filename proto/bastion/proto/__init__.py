@@ -42,8 +42,9 @@ from bastion.proto.sandbox import (
     WriteFile,
 )
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef, ToolSpec
-from bastion.proto.stubs import FetchRequest, LeaseRequest, McpCallRequest
+from bastion.proto.stubs import FetchRequest, McpCallRequest
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.proto.vault import LeaseRequest
 
 __all__ = [
     "AUTONOMY_LEVELS",

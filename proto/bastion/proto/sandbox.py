@@ -64,6 +64,14 @@ class ExecRequest(Message, frozen=True, kw_only=True, tag="sandbox.exec"):
     limits: Limits = Limits()
     read_only_dirs: ReadOnlyDirs = ()
     tenant: Identifier = "default"
+    call_id: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    """The call the command runs for: a lease of its secrets is for this call only."""
+    secrets: Annotated[
+        tuple[Annotated[str, msgspec.Meta(pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=128)], ...],
+        msgspec.Meta(max_length=12),
+    ] = ()
+    """Names of the tenant's secrets leased from the vault for this one command: set as its
+    environment variables, and cut out of everything it answers (`[secret NAME]`)."""
 
 
 class ExecResult(Message, frozen=True, kw_only=True, tag="sandbox.exec_result"):

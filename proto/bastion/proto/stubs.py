@@ -1,4 +1,4 @@
-"""Requests of the services whose capability lands in a later issue (egress, mcp, vault).
+"""Requests of the services whose capability lands in a later issue (egress, mcp).
 
 Their shapes are the minimum a caller needs today; each service answers them with a typed
 `not_implemented` error until its issue builds it, and may widen them (new fields last,
@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import msgspec
 
 from bastion.proto._base import Identifier, Message, SessionId
+from bastion.proto.vault import LeaseRequest  # built in issue 5; kept importable from here
 
 __all__ = ["FetchRequest", "LeaseRequest", "McpCallRequest"]
 
@@ -34,12 +35,3 @@ class McpCallRequest(Message, frozen=True, kw_only=True, tag="mcp.call"):
     server: Identifier
     tool: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
-
-
-class LeaseRequest(Message, frozen=True, kw_only=True, tag="vault.lease"):
-    """Lease the named secrets for one call, sealed to the sandbox service (issue 5)."""
-
-    session_id: SessionId
-    tenant: Identifier
-    call_id: Annotated[str, msgspec.Meta(max_length=64)]
-    names: tuple[Annotated[str, msgspec.Meta(pattern=r"^[A-Z_][A-Z0-9_]*$")], ...] = ()

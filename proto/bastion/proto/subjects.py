@@ -33,7 +33,14 @@ __all__ = [
     "SESSION_GET",
     "SESSION_OPEN",
     "SESSION_RUN",
+    "VAULT_ADD",
+    "VAULT_KEY",
+    "VAULT_KEYS_BUCKET",
     "VAULT_LEASE",
+    "VAULT_LIST",
+    "VAULT_REMOVE",
+    "VAULT_ROTATE",
+    "VAULT_SECRETS_BUCKET",
     "audit",
     "event",
     "hook",
@@ -73,6 +80,18 @@ EGRESS_CONNECTIONS: Final = f"{PREFIX}.egress.connections"
 """The connections made or refused under one grant, to append to a script's result."""
 MCP_CALL: Final = f"{PREFIX}.mcp.call"
 VAULT_LEASE: Final = f"{PREFIX}.vault.lease"
+"""The sandbox service asks for one call's secrets, sealed to its public key."""
+VAULT_KEY: Final = f"{PREFIX}.vault.key"
+"""The vault's transport public key: values are sealed to it on their way in."""
+VAULT_ADD: Final = f"{PREFIX}.vault.add"
+VAULT_LIST: Final = f"{PREFIX}.vault.list"
+VAULT_REMOVE: Final = f"{PREFIX}.vault.remove"
+VAULT_ROTATE: Final = f"{PREFIX}.vault.rotate"
+"""Operator operations: a secret added, the names listed, one removed, the master key rotated."""
+VAULT_KEYS_BUCKET: Final = "bastion_vault_keys"
+"""The JetStream KV bucket of each tenant's data key, wrapped by the master key."""
+VAULT_SECRETS_BUCKET: Final = "bastion_vault_secrets"
+"""The JetStream KV bucket of secrets' ciphertexts (key: `<tenant>.<name>`)."""
 
 SESSION_RUN: Final = f"{PREFIX}.session.run"
 """An agent run starts or ends: run-start and run-end hooks are asked, the audit told."""

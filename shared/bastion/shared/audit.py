@@ -1,8 +1,10 @@
 """Writing to the audit log, for every service that records what happened to a session.
 
-The stream `bastion_audit` keeps `bastion.v1.audit.<tenant>.<session>`; it is file-backed
-and refuses deletes and purges. A record that cannot be stored is logged, never raised:
-the call it describes has already happened.
+Shared by the services that audit (the orchestrator: decisions, calls, results, approvals;
+the egress service: connections; the vault: every secret read). The stream `bastion_audit`
+keeps `bastion.v1.audit.<tenant>.<session>`; it is file-backed and refuses deletes and
+purges. `store_record` raises when a record is not stored (the vault refuses a lease it
+cannot audit); `publish_audit` logs it instead (the call it describes already happened).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.shared.bus import Client
 from bastion.shared.codec import encode
+from bastion.shared.errors import Unavailable
 
-__all__ = ["PUBLISH_TIMEOUT_S", "open_audit_stream", "publish_audit"]
+__all__ = ["PUBLISH_TIMEOUT_S", "open_audit_stream", "publish_audit", "store_record"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +51,12 @@ async def open_audit_stream(client: Client) -> JetStreamContext:
     return js
 
 
-async def publish_audit(js: JetStreamContext, record: AuditRecord) -> None:
-    """Store `record` under its session's subject; a failure is logged, not raised."""
+async def store_record(js: JetStreamContext, record: AuditRecord) -> None:
+    """Store `record` on its session's audit subject, acknowledged by the stream.
+
+    Raises:
+        Unavailable: the stream did not acknowledge it in time.
+    """
     try:
         await js.publish(
             subjects.audit(record.tenant, record.session_id),
@@ -57,6 +64,16 @@ async def publish_audit(js: JetStreamContext, record: AuditRecord) -> None:
             timeout=PUBLISH_TIMEOUT_S,
         )
     except (nats.errors.Error, TimeoutError):
+        raise Unavailable(
+            "the audit log did not store a record: is JetStream running with room left?"
+        ) from None
+
+
+async def publish_audit(js: JetStreamContext, record: AuditRecord) -> None:
+    """Store `record`; a failure is logged, not raised."""
+    try:
+        await store_record(js, record)
+    except Unavailable:
         logger.error(
             "an audit record was not stored",
             extra={"session": record.session_id, "action": record.action},

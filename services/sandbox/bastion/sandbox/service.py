@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -41,6 +42,7 @@ from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
 from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
+from bastion.sandbox.leases import LeaseClient, SessionSecrets, sandbox_key
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.tenants import TenantSlots
@@ -51,7 +53,8 @@ from bastion.sandbox.workspace import (
     checked_workspace,
 )
 from bastion.shared.bus import Client
-from bastion.shared.errors import InvalidInput
+from bastion.shared.errors import InvalidInput, NotImplementedYet
+from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing import (
     BwrapBackend,
     ContainerLimits,
@@ -68,7 +71,7 @@ from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
 from bastion.shared.version import VERSION
 
-__all__ = ["SandboxSettings", "Sandboxes", "output_cap", "sandbox_service"]
+__all__ = ["SandboxSettings", "Sandboxes", "output_cap", "redacted", "sandbox_service"]
 
 _FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
     ReadFile: read_file,
@@ -113,6 +116,9 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     docker_pids: int = ContainerLimits.pids
     docker_cpus: float = ContainerLimits.cpus
     docker_tmp_bytes: int = ContainerLimits.tmp_bytes
+    sandbox_key_file: str = ""
+    """The X25519 private key leases are sealed to (`BASTION_SANDBOX_KEY_FILE`); without
+    one, a key is made at start and lives as long as the process."""
 
 
 def output_cap(max_payload: int) -> int:
@@ -124,6 +130,15 @@ def output_cap(max_payload: int) -> int:
     return max(1024, (max_payload - 16 * 1024) // 6)
 
 
+def redacted(result: ExecResult, redactor: Redactor | None) -> ExecResult:
+    """`result` with the session's leased values cut out of both streams."""
+    if redactor is None:
+        return result
+    return msgspec.structs.replace(
+        result, stdout=redactor.redact(result.stdout), stderr=redactor.redact(result.stderr)
+    )
+
+
 class Sandboxes:
     """The endpoints' handlers: each checks the workspace, then runs in a sandbox or on it."""
 
@@ -132,6 +147,7 @@ class Sandboxes:
         settings: SandboxSettings,
         backend: SandboxBackend | None = None,
         max_payload: int = 1024 * 1024,
+        leases: LeaseClient | None = None,
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
@@ -150,6 +166,8 @@ class Sandboxes:
         self._search_timeout_s = settings.search_timeout_s
         self._git_writable = settings.git_writable
         self._slots = TenantSlots(settings.max_sandboxes_per_tenant, settings.tenant_wait_s)
+        self._leases = leases
+        self.secrets = SessionSecrets()
 
     def _spec(
         self,
@@ -191,17 +209,37 @@ class Sandboxes:
             read_only_dirs=request.read_only_dirs,
             session_id=request.session_id,
         )
+        if not request.secrets:
+            async with self._slots.slot(request.tenant):
+                return redacted(await backend.run(spec, request.command), self._redactor(request))
+        if request.backend != "bwrap":
+            raise NotImplementedYet(
+                "secrets are given to commands of the bwrap backend only for now: run this "
+                "skill with the bwrap backend"
+            )
+        if self._leases is None:
+            raise InvalidInput("this sandbox service cannot lease secrets (no vault connection)")
+        pairs = await self._leases.lease(
+            request.tenant, request.session_id, request.call_id, request.secrets
+        )
+        redactor = self.secrets.remember(request.session_id, pairs)
+        spec = dataclasses.replace(spec, secret_environment=tuple(pairs))
         async with self._slots.slot(request.tenant):
-            return await backend.run(spec, request.command)
+            return redacted(await backend.run(spec, request.command), redactor)
+
+    def _redactor(self, request: ExecRequest | FileRequest | CodeCheck) -> Redactor | None:
+        return self.secrets.redactor(request.session_id)
 
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Run one file tool on the workspace, confined to it."""
         workspace = checked_workspace(request.workspace, self._state_dir)
         if isinstance(request, SearchFiles):
-            return FileResult(text=await self._search(workspace, request))
-        tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
-        text = await anyio.to_thread.run_sync(tool, workspace, request)
-        return FileResult(text=text)
+            text = await self._search(workspace, request)
+        else:
+            tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
+            text = await anyio.to_thread.run_sync(tool, workspace, request)
+        redactor = self._redactor(request)
+        return FileResult(text=redactor.redact(text) if redactor else text)
 
     async def skill_read(self, request: ReadSkill, _context: RequestContext) -> SkillDocument:
         """A skill's SKILL.md and its front matter, read confined to the skills dir."""
@@ -238,7 +276,8 @@ class Sandboxes:
                 return await backend.run(spec, command)
 
         program, text = await check_code(spec.workspace, request, run)
-        return CodeReport(program=program, text=text)
+        redactor = self._redactor(request)
+        return CodeReport(program=program, text=redactor.redact(text) if redactor else text)
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:
         """Run `true` in the sandbox a session would get; `sandbox_failed` if it does not."""
@@ -256,6 +295,7 @@ class Sandboxes:
 
     async def release(self, request: SandboxRelease, _context: RequestContext) -> SandboxReleased:
         """Remove what a closed session kept (its Docker container); nothing held is fine."""
+        self.secrets.forget(request.session_id)
         return SandboxReleased(containers=await self.docker.release(request.session_id))
 
     async def sweep(self) -> None:
@@ -270,7 +310,8 @@ class Sandboxes:
 
 @asynccontextmanager
 async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
-    sandboxes = Sandboxes(settings, max_payload=client.max_payload)
+    leases = LeaseClient(client, sandbox_key(settings.sandbox_key_file), settings.request_timeout_s)
+    sandboxes = Sandboxes(settings, max_payload=client.max_payload, leases=leases)
     await sandboxes.sweep()
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."

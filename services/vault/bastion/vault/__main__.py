@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bastion.shared.runner import run_service
-from bastion.shared.settings import BusSettings
-from bastion.vault.service import setup
+from bastion.vault.service import vault_service
+from bastion.vault.settings import VaultSettings
 
 if __name__ == "__main__":
-    run_service("vault", BusSettings, setup)
+    run_service("vault", VaultSettings, vault_service)

@@ -18,6 +18,7 @@ __all__ = [
     "PROGRAM_DIRS",
     "bwrap_argv",
     "prlimit_argv",
+    "secret_args",
     "shell_argv",
 ]
 
@@ -124,8 +125,11 @@ def bwrap_argv(
     *,
     status_fd: int,
     data_fds: Sequence[tuple[int, str]],
+    args_fd: int | None = None,
 ) -> list[str]:
     """bwrap's arguments for `spec`, running `command` as uid 10001 in `/workspace`.
+
+    `args_fd`, when given, is a pipe of further options (`secret_args`) read last.
 
     `status_fd` receives bwrap's JSON status (its `child-pid` line proves the sandbox
     started); each `(fd, path)` of `data_fds` is a pipe whose content bwrap writes,
@@ -192,4 +196,15 @@ def bwrap_argv(
     args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
     for name, value in ENVIRONMENT:
         args += ["--setenv", name, value]
+    if args_fd is not None:
+        # More options (the secrets' --setenv) read from a pipe: never on the command line.
+        args += ["--args", str(args_fd)]
     return [*args, "--", *command]
+
+
+def secret_args(environment: Sequence[tuple[str, str]]) -> bytes:
+    """bwrap's `--setenv NAME VALUE` for each secret, NUL-separated, for `--args FD`."""
+    parts: list[str] = []
+    for name, value in environment:
+        parts += ["--setenv", name, value]
+    return b"".join(part.encode() + b"\0" for part in parts)

@@ -26,7 +26,7 @@ import anyio
 
 from bastion.proto._base import MAX_TEXT
 from bastion.proto.sandbox import ExecResult, Limits
-from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, shell_argv
+from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, secret_args, shell_argv
 from bastion.shared.sandboxing.cgroup import CgroupRoot, CommandCgroup, find_cgroup_root
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import generated_etc
@@ -59,7 +59,9 @@ def _pipes(contents: list[bytes]) -> Iterator[list[tuple[int, int]]]:
             read_end, write_end = os.pipe()
             opened.append(read_end)
             with os.fdopen(write_end, "wb") as writer:
-                writer.write(content)  # a few hundred bytes: far below a pipe's buffer
+                # Generated files are a few hundred bytes, secrets' options at most ~50 KiB
+                # (12 values of 4 KiB): below a pipe's 64 KiB buffer, so this never blocks.
+                writer.write(content)
             pairs.append((read_end, -1))
         read_end, write_end = os.pipe()
         opened += [read_end, write_end]
@@ -188,8 +190,13 @@ class BwrapBackend:
         cgroup: CommandCgroup | None,
     ) -> Finished:
         data = generated_etc(spec.network)
-        with _pipes([file.content for file in data]) as pipes:
+        contents = [file.content for file in data]
+        secrets = secret_args(spec.secret_environment) if spec.secret_environment else b""
+        if secrets:
+            contents.append(secrets)
+        with _pipes(contents) as pipes:
             *data_pipes, (status_read, status_write) = pipes
+            args_fd = data_pipes.pop()[0] if secrets else None
             join = cgroup.join_argv() if cgroup else []
             limits = prlimit_argv(prlimit, spec.limits, nproc=cgroup is None)
             argv = (
@@ -203,6 +210,7 @@ class BwrapBackend:
                     data_fds=[
                         (read, file.path) for (read, _), file in zip(data_pipes, data, strict=True)
                     ],
+                    args_fd=args_fd,
                 )
             )
             finished = await run_limited(
@@ -210,7 +218,9 @@ class BwrapBackend:
                 wall_s=spec.limits.wall_s,
                 output_bytes=min(spec.limits.output_bytes, MAX_TEXT - 64),
                 env=_LAUNCHER_ENV,
-                pass_fds=[read for read, _ in data_pipes] + [status_write],
+                pass_fds=[read for read, _ in data_pipes]
+                + ([args_fd] if args_fd is not None else [])
+                + [status_write],
             )
             status = _read_available(status_read)
         if b'"child-pid"' not in status:

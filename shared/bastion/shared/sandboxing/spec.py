@@ -45,6 +45,9 @@ class SandboxSpec:
     session_id: str = ""
     """The session the run belongs to; a backend that keeps a sandbox per session (Docker)
     keys on it, and gives a run without one a sandbox of its own."""
+    secret_environment: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """Leased secrets, set as environment variables of this one command only. A backend
+    never puts a value on a command line (which any host process may read) nor logs it."""
 
 
 def parse_backend(backend: str, network: str) -> Network:

@@ -1,0 +1,112 @@
+"""Leases: one call's secrets, sealed to the sandbox service, every read in the audit log.
+
+A lease is refused whole if any name is not the tenant's, if the recipient key is not one
+the operator allowed (`BASTION_VAULT_LEASE_KEYS`, when set), or if its audit records
+cannot be stored: a read nobody can account for does not happen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from nats.js.client import JetStreamContext
+
+from bastion.proto.audit import AuditRecord
+from bastion.proto.vault import MAX_LEASE_NAMES, Lease, LeasedValues, LeaseRequest
+from bastion.shared.audit import store_record
+from bastion.shared.codec import encode
+from bastion.shared.errors import BastionError, InvalidInput
+from bastion.shared.sealing import seal
+from bastion.vault.keeper import Keeper
+
+__all__ = ["Leases", "lease_context", "requester"]
+
+
+def lease_context(tenant: str, session_id: str, call_id: str) -> bytes:
+    """What a lease is sealed for: one call of one session of one tenant."""
+    return f"lease {tenant} {session_id} {call_id}".encode()
+
+
+def requester(headers: Mapping[str, str], public_key: bytes) -> str:
+    """Who asked, as far as the bus says: the NATS account and user when the server stamps
+    them (across accounts), and always the recipient key's fingerprint."""
+    fingerprint = hashlib.sha256(public_key).hexdigest()[:16]
+    who = f"key {fingerprint}"
+    info = headers.get("Nats-Request-Info")
+    if info:
+        try:
+            stamped = json.loads(info)
+        except ValueError:
+            stamped = {}
+        if isinstance(stamped, dict) and stamped.get("acc"):
+            who = f"{stamped['acc']}/{stamped.get('user', '?')} {who}"
+    return who
+
+
+class Leases:
+    """Answers `vault.lease`."""
+
+    def __init__(
+        self, keeper: Keeper, js: JetStreamContext, allowed: frozenset[bytes] = frozenset()
+    ) -> None:
+        self._keeper = keeper
+        self._js = js
+        self._allowed = allowed
+
+    async def lease(self, request: LeaseRequest, headers: Mapping[str, str]) -> Lease:
+        if len(request.public_key) != 32:
+            raise InvalidInput(
+                "a lease request needs the sandbox service's X25519 public key (32 bytes)"
+            )
+        if len(request.names) > MAX_LEASE_NAMES:
+            raise InvalidInput(
+                f"a call may lease at most {MAX_LEASE_NAMES} secrets; it asked for "
+                f"{len(request.names)}"
+            )
+        who = requester(headers, request.public_key)
+        try:
+            if self._allowed and request.public_key not in self._allowed:
+                raise InvalidInput(
+                    "this key may not receive leases: the vault seals only to the keys in "
+                    "BASTION_VAULT_LEASE_KEYS (the sandbox service's)"
+                )
+            values = [
+                (name, await self._keeper.read(request.tenant, name)) for name in request.names
+            ]
+        except BastionError as refused:
+            await self._audit(request, who, "refused", ", ".join(request.names), refused.code)
+            raise
+        for name in request.names:
+            await self._audit(request, who, "leased", name)
+        sealed = seal(
+            request.public_key,
+            encode(LeasedValues(values=tuple(values))),
+            lease_context(request.tenant, request.session_id, request.call_id),
+        )
+        return Lease(names=request.names, sealed=sealed)
+
+    async def _audit(
+        self, request: LeaseRequest, who: str, outcome: str, names: str, code: str = ""
+    ) -> None:
+        summary = (
+            f"secret {names} read for the call"
+            if outcome == "leased"
+            else (f"secrets {names} refused ({code})")
+        )
+        await store_record(
+            self._js,
+            AuditRecord(
+                action="secret_read",
+                session_id=request.session_id,
+                tenant=request.tenant,
+                at=datetime.now(UTC),
+                tool="vault.lease",
+                call_id=request.call_id,
+                outcome=outcome,
+                summary=summary[:200],
+                by=who[:128],
+            ),
+        )

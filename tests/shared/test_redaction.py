@@ -1,0 +1,101 @@
+"""Leased values are cut out of text in every form a program is likely to print them."""
+
+from __future__ import annotations
+
+import base64
+import random
+import string
+import urllib.parse
+
+import pytest
+
+from bastion.shared.redaction import Redactor, forms
+
+ALPHABET = string.ascii_letters + string.digits + "-_.~+/=!@#$%^&*"
+TRIALS = 300
+
+
+def random_secret(rng: random.Random) -> str:
+    return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(6, 48)))
+
+
+def leaks(text: str, secret: str) -> bool:
+    """Whether any form of the secret survives in `text` (its lines joined again)."""
+    joined = text.replace("\r\n", "").replace("\n", "")
+    return any(form in joined for form in forms(secret))
+
+
+def test_a_value_in_the_middle_of_a_base64_blob_is_found_at_every_offset() -> None:
+    rng = random.Random(5)
+    misses = 0
+    for _ in range(TRIALS):
+        secret = random_secret(rng)
+        prefix, suffix = rng.randbytes(rng.randint(0, 40)), rng.randbytes(rng.randint(1, 40))
+        alphabet = rng.choice((base64.b64encode, base64.urlsafe_b64encode))
+        blob = alphabet(prefix + secret.encode() + suffix).decode()
+        text = Redactor([("TOKEN", secret)]).redact(f"data: {blob}\n")
+        # The encoding of the value's whole 3-byte groups must be gone from the blob.
+        offset = (-len(prefix)) % 3
+        whole = secret.encode()[offset:]
+        core = alphabet(whole[: len(whole) // 3 * 3]).decode()
+        if core in text or "[secret TOKEN]" not in text:
+            misses += 1
+    assert misses == 0
+
+
+@pytest.mark.parametrize("encode", ["hex", "HEX", "url", "url_plus", "raw"])
+def test_hex_and_url_encoded_forms_embedded_at_random_offsets_are_cut(encode: str) -> None:
+    rng = random.Random(encode)
+    for _ in range(TRIALS):
+        secret = random_secret(rng)
+        shown = {
+            "hex": secret.encode().hex(),
+            "HEX": secret.encode().hex().upper(),
+            "url": urllib.parse.quote(secret, safe=""),
+            "url_plus": urllib.parse.quote_plus(secret),
+            "raw": secret,
+        }[encode]
+        noise = "".join(rng.choice(" ,:;()[]{}<>") for _ in range(rng.randint(0, 30)))
+        text = f"{noise}x={shown}&y=1{noise}"
+        out = Redactor([("TOKEN", secret)]).redact(text)
+        assert not leaks(out, secret) and "[secret TOKEN]" in out, (secret, text, out)
+
+
+def test_a_value_split_across_lines_at_random_points_is_cut() -> None:
+    rng = random.Random(7)
+    for _ in range(TRIALS):
+        secret = random_secret(rng)
+        cuts = sorted(rng.sample(range(1, len(secret)), k=rng.randint(1, 3)))
+        pieces = [secret[a:b] for a, b in zip([0, *cuts], [*cuts, len(secret)], strict=True)]
+        text = "before\n" + rng.choice(("\n", "\r\n")).join(pieces) + "\nafter"
+        out = Redactor([("TOKEN", secret)]).redact(text)
+        assert secret not in out.replace("\r\n", "").replace("\n", "")
+        assert out.startswith("before\n[secret TOKEN]") and out.endswith("after")
+
+
+def test_base64_wrapped_at_76_columns_is_cut() -> None:
+    secret = "s3cr3t-value-" * 6
+    blob = base64.encodebytes(b"header " + secret.encode() + b" trailer").decode()
+    assert "\n" in blob.strip()
+    out = Redactor([("LONG", secret)]).redact(blob)
+    assert "[secret LONG]" in out and not leaks(out, secret)
+
+
+def test_unrelated_text_is_left_alone() -> None:
+    rng = random.Random(11)
+    redactor = Redactor([("TOKEN", "k9-Zq!pw7R"), ("OTHER", "correct horse battery")])
+    for _ in range(200):
+        text = " ".join(rng.choice(("the", "a", "cat", "sat", "on", "mat", "1", "ok"))
+                        for _ in range(30))  # fmt: skip
+        assert redactor.redact(text) == text
+    assert redactor.redact("") == ""
+
+
+def test_overlapping_and_adjacent_values_are_cut_as_one_stretch() -> None:
+    redactor = Redactor([("A", "abcdefgh"), ("B", "efghijkl")])
+    assert redactor.redact("[abcdefghijkl]") == "[[secret A]]"
+    assert redactor.redact("abcdefghabcdefgh") == "[secret A][secret A]"
+
+
+def test_short_forms_are_not_looked_for() -> None:
+    assert all(len(form) >= 4 for form in forms("abcdef"))
