@@ -149,3 +149,10 @@ def test_the_model_is_told_which_limit_a_command_hit_and_that_output_was_cut(
     text = format_exec_result(result)
     assert text.splitlines()[0] == "killed by SIGKILL (exit status 137)"
     assert line in text
+
+
+def test_the_connection_line_of_a_declared_network_call_comes_last() -> None:
+    line = "connections: pypi.org:443 allowed; example.com:443 refused: not a declared host"
+    result = ExecResult(exit_status=0, ended="exited", stdout="ok\n", connections=line)
+    assert format_exec_result(result).splitlines()[-1] == line
+    assert "connections" not in format_exec_result(ExecResult(exit_status=0, ended="exited"))

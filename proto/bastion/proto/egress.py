@@ -76,6 +76,8 @@ class ConnectionsRequest(Message, frozen=True, kw_only=True, tag="egress.connect
     """The connections a grant's programs made or tried, in order."""
 
     grant_id: GrantId
+    revoke: bool = False
+    """End the grant first: its call is over, so its credentials let nothing through."""
 
 
 class ConnectionLog(Message, frozen=True, kw_only=True, tag="egress.connection_log"):

@@ -72,6 +72,12 @@ class ExecRequest(Message, frozen=True, kw_only=True, tag="sandbox.exec"):
     ] = ()
     """Names of the tenant's secrets leased from the vault for this one command: set as its
     environment variables, and cut out of everything it answers (`[secret NAME]`)."""
+    declared_hosts: Annotated[
+        tuple[Annotated[str, msgspec.Meta(min_length=1, max_length=300)], ...],
+        msgspec.Meta(max_length=64),
+    ] = ()
+    """With network `declared`: the hosts this command may reach through the egress proxy,
+    each `host`, `*.suffix`, `host:port`, or `true` (any public host). None: no network."""
 
 
 class ExecResult(Message, frozen=True, kw_only=True, tag="sandbox.exec_result"):
@@ -94,6 +100,9 @@ class ExecResult(Message, frozen=True, kw_only=True, tag="sandbox.exec_result"):
     stderr_cut: int = 0
     duration_s: float = 0.0
     limit_hit: Annotated[str, msgspec.Meta(max_length=32)] = ""
+    connections: Text = ""
+    """With network `declared` and declared hosts: the call's connection line
+    (`connections: a:443 allowed; b:443 refused: not a declared host`)."""
 
 
 class ReadFile(Message, frozen=True, kw_only=True, tag="file.read"):

@@ -108,6 +108,10 @@ class GrantStore:
             grant_id=grant_id, secret=secret, expires_at=expires_at, proxy=self.proxy
         )
 
+    async def revoke(self, grant_id: str) -> None:
+        """End a grant before its TTL: its call is over. An unknown grant is no error."""
+        await self._kv.delete(grant_id)
+
     async def check(self, grant_id: str, secret: str) -> GrantRecord:
         """The grant these credentials name, if they are its own and it has not expired.
 

@@ -67,6 +67,8 @@ def egress_service(resolver: Resolver | None = None) -> Setup:
             return await grants.issue(request)
 
         async def connections(request: ConnectionsRequest, _: RequestContext) -> ConnectionLog:
+            if request.revoke:
+                await grants.revoke(request.grant_id)
             return await recorder.connections(request.grant_id)
 
         async def fetch(request: FetchRequest, _: RequestContext) -> FetchedPage:

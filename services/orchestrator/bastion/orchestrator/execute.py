@@ -97,6 +97,8 @@ def format_exec_result(result: ExecResult) -> str:
         parts.append("--- stdout\n" + result.stdout.rstrip("\n"))
     if result.stderr:
         parts.append("--- stderr\n" + result.stderr.rstrip("\n"))
+    if result.connections:
+        parts.append(result.connections)
     return "\n".join(parts)
 
 
