@@ -220,7 +220,6 @@ async def test_a_file_written_by_the_tool_is_read_by_the_shell_and_back(
     [
         ("docker:alpine:3.20", "none", codes.INVALID_INPUT, "alpine:3.20 is not pinned"),
         ("docker:alpine@sha256:" + "0" * 64, "bridge", codes.INVALID_INPUT, "`bridge`"),
-        ("bwrap", "declared", codes.NOT_IMPLEMENTED, "issue 5"),
         ("bwrap", "bridge", codes.INVALID_INPUT, "none, declared or host"),
     ],
 )

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from bastion.proto.sandbox import Limits
-from bastion.shared.errors import InvalidInput, NotImplementedYet
+from bastion.shared.errors import InvalidInput
 from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec, parse_backend
 from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv
 from bastion.shared.sandboxing.output import CappedOutput
@@ -114,9 +114,8 @@ def test_limits_become_prlimit_options_with_a_softer_cpu_limit() -> None:
 # --- backend and network names ---------------------------------------------------------
 
 
-def test_the_declared_network_is_not_built_yet_and_says_issue_5() -> None:
-    with pytest.raises(NotImplementedYet, match="issue 5"):
-        parse_backend("bwrap", "declared")
+def test_the_declared_network_runs_with_no_network_of_its_own() -> None:
+    assert parse_backend("bwrap", "declared") == "none"
 
 
 def test_an_unknown_network_is_refused_naming_the_three_modes() -> None:

@@ -200,6 +200,18 @@ def key_files(state_dir: Path, env: dict[str, str]) -> dict[str, str]:
     return added
 
 
+def egress_socket(state_dir: Path) -> dict[str, str]:
+    """The egress proxy on a Unix socket in `<state dir>/run` (0700), and its path for the
+    sandbox service, which binds it into `declared` sandboxes for their bridge."""
+    run_dir = state_dir / "run"
+    run_dir.mkdir(mode=0o700, exist_ok=True)
+    socket_path = run_dir / "egress.sock"
+    return {
+        "BASTION_EGRESS_LISTEN": f"unix:{socket_path}",
+        "BASTION_EGRESS_SOCKET": str(socket_path),
+    }
+
+
 def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int:
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -224,6 +236,7 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
         BASTION_HTTP_TOKENS_FILE=str(tokens),
     )
     env.update(key_files(state_dir, env))
+    env.update(egress_socket(state_dir))
     # A master key given in the environment is the vault's alone.
     others = {k: v for k, v in env.items() if k != "BASTION_VAULT_MASTER_KEY"}
     nats = _nats_child(state_dir, port, others)

@@ -40,6 +40,7 @@ from bastion.proto.sandbox import (
 )
 from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
+from bastion.sandbox.egress import EgressClient
 from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
 from bastion.sandbox.leases import LeaseClient, SessionSecrets, sandbox_key
@@ -66,6 +67,7 @@ from bastion.shared.sandboxing import (
     parse_backend,
     parse_docker_backend,
 )
+from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
@@ -119,6 +121,9 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     sandbox_key_file: str = ""
     """The X25519 private key leases are sealed to (`BASTION_SANDBOX_KEY_FILE`); without
     one, a key is made at start and lives as long as the process."""
+    egress_socket: str = ""
+    """The egress proxy's Unix socket (`BASTION_EGRESS_SOCKET`), bound into a sandbox of the
+    `declared` network for its bridge; without one, declared hosts are refused."""
 
 
 def output_cap(max_payload: int) -> int:
@@ -131,11 +136,15 @@ def output_cap(max_payload: int) -> int:
 
 
 def redacted(result: ExecResult, redactor: Redactor | None) -> ExecResult:
-    """`result` with the session's leased values cut out of both streams."""
+    """`result` with the session's leased values cut out of both streams and its
+    connection line."""
     if redactor is None:
         return result
     return msgspec.structs.replace(
-        result, stdout=redactor.redact(result.stdout), stderr=redactor.redact(result.stderr)
+        result,
+        stdout=redactor.redact(result.stdout),
+        stderr=redactor.redact(result.stderr),
+        connections=redactor.redact(result.connections),
     )
 
 
@@ -148,6 +157,7 @@ class Sandboxes:
         backend: SandboxBackend | None = None,
         max_payload: int = 1024 * 1024,
         leases: LeaseClient | None = None,
+        egress: EgressClient | None = None,
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
@@ -167,6 +177,10 @@ class Sandboxes:
         self._git_writable = settings.git_writable
         self._slots = TenantSlots(settings.max_sandboxes_per_tenant, settings.tenant_wait_s)
         self._leases = leases
+        self._egress = egress
+        self._egress_socket = (
+            Path(settings.egress_socket).expanduser() if settings.egress_socket else None
+        )
         self.secrets = SessionSecrets()
 
     def _spec(
@@ -209,23 +223,58 @@ class Sandboxes:
             read_only_dirs=request.read_only_dirs,
             session_id=request.session_id,
         )
-        if not request.secrets:
-            async with self._slots.slot(request.tenant):
-                return redacted(await backend.run(spec, request.command), self._redactor(request))
-        if request.backend != "bwrap":
+        bridged = request.network == "declared" and bool(request.declared_hosts)
+        if bridged and request.backend != "bwrap":
             raise NotImplementedYet(
-                "secrets are given to commands of the bwrap backend only for now: run this "
-                "skill with the bwrap backend"
+                "the `declared` network with declared hosts runs with the bwrap backend only "
+                "for now (the Docker backend has no egress bridge yet): use the bwrap backend"
             )
-        if self._leases is None:
-            raise InvalidInput("this sandbox service cannot lease secrets (no vault connection)")
-        pairs = await self._leases.lease(
-            request.tenant, request.session_id, request.call_id, request.secrets
-        )
-        redactor = self.secrets.remember(request.session_id, pairs)
-        spec = dataclasses.replace(spec, secret_environment=tuple(pairs))
+        redactor = self._redactor(request)
+        if request.secrets:
+            if request.backend != "bwrap":
+                raise NotImplementedYet(
+                    "secrets are given to commands of the bwrap backend only for now: run "
+                    "this skill with the bwrap backend"
+                )
+            if self._leases is None:
+                raise InvalidInput(
+                    "this sandbox service cannot lease secrets (no vault connection)"
+                )
+            pairs = await self._leases.lease(
+                request.tenant, request.session_id, request.call_id, request.secrets
+            )
+            redactor = self.secrets.remember(request.session_id, pairs)
+            spec = dataclasses.replace(spec, secret_environment=tuple(pairs))
         async with self._slots.slot(request.tenant):
+            if bridged:
+                return redacted(await self._run_bridged(backend, spec, request), redactor)
             return redacted(await backend.run(spec, request.command), redactor)
+
+    async def _run_bridged(
+        self, backend: SandboxBackend, spec: SandboxSpec, request: ExecRequest
+    ) -> ExecResult:
+        """Run with the egress bridge under a grant for this call, then revoke it and add
+        its connection line to the result."""
+        if self._egress is None or self._egress_socket is None:
+            raise InvalidInput(
+                "this sandbox service has no egress proxy socket (BASTION_EGRESS_SOCKET), so "
+                "a command cannot reach its declared hosts: start it with `bastion up`, or "
+                "set BASTION_EGRESS_SOCKET to the egress service's unix: listen path"
+            )
+        grant = await self._egress.grant(
+            request.session_id,
+            request.tenant,
+            request.call_id,
+            request.declared_hosts,
+            spec.limits.wall_s,
+        )
+        bridge = EgressBridge(self._egress_socket, grant.grant_id, grant.secret)
+        try:
+            result = await backend.run(dataclasses.replace(spec, bridge=bridge), request.command)
+        finally:
+            with anyio.CancelScope(shield=True):
+                connections = await self._egress.close(grant.grant_id)
+        return msgspec.structs.replace(result, connections=connections)
 
     def _redactor(self, request: ExecRequest | FileRequest | CodeCheck) -> Redactor | None:
         return self.secrets.redactor(request.session_id)
@@ -311,7 +360,8 @@ class Sandboxes:
 @asynccontextmanager
 async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
     leases = LeaseClient(client, sandbox_key(settings.sandbox_key_file), settings.request_timeout_s)
-    sandboxes = Sandboxes(settings, max_payload=client.max_payload, leases=leases)
+    egress = EgressClient(client, settings.request_timeout_s)
+    sandboxes = Sandboxes(settings, max_payload=client.max_payload, leases=leases, egress=egress)
     await sandboxes.sweep()
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Final
 
 from bastion.proto.sandbox import Limits
+from bastion.shared.sandboxing.bridge import EGRESS_SOCKET
 from bastion.shared.sandboxing.etc import host_etc_entries
 from bastion.shared.sandboxing.spec import SANDBOX_GID, SANDBOX_UID, WORKSPACE, SandboxSpec
 
@@ -191,6 +192,8 @@ def bwrap_argv(
         args += _git_protection(spec.workspace)
     for directory in spec.read_only:
         args += ["--ro-bind", str(directory), str(directory)]
+    if spec.bridge is not None:
+        args += ["--ro-bind", str(spec.bridge.socket), EGRESS_SOCKET]
     bound = [Path("/usr"), *(Path("/etc") / name for name in etc_entries), *spec.read_only]
     args += _masks((*spec.hidden, *ALWAYS_HIDDEN), bound)
     args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]

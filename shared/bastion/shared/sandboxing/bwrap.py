@@ -27,9 +27,10 @@ import anyio
 from bastion.proto._base import MAX_TEXT
 from bastion.proto.sandbox import ExecResult, Limits
 from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, secret_args, shell_argv
+from bastion.shared.sandboxing.bridge import BRIDGE_PROGRAM, BRIDGE_SCRIPT
 from bastion.shared.sandboxing.cgroup import CgroupRoot, CommandCgroup, find_cgroup_root
 from bastion.shared.sandboxing.errors import SandboxFailed
-from bastion.shared.sandboxing.etc import generated_etc
+from bastion.shared.sandboxing.etc import DataFile, generated_etc
 from bastion.shared.sandboxing.process import Finished, run_limited
 from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
 
@@ -190,8 +191,14 @@ class BwrapBackend:
         cgroup: CommandCgroup | None,
     ) -> Finished:
         data = generated_etc(spec.network)
+        environment = list(spec.secret_environment)
+        shell = shell_argv(command)
+        if spec.bridge is not None:
+            data.append(DataFile(BRIDGE_SCRIPT, BRIDGE_PROGRAM))
+            environment += spec.bridge.environment()
+            shell = spec.bridge.argv(command)
         contents = [file.content for file in data]
-        secrets = secret_args(spec.secret_environment) if spec.secret_environment else b""
+        secrets = secret_args(environment) if environment else b""
         if secrets:
             contents.append(secrets)
         with _pipes(contents) as pipes:
@@ -205,7 +212,7 @@ class BwrapBackend:
                 + bwrap_argv(
                     bwrap,
                     spec,
-                    shell_argv(command),
+                    shell,
                     status_fd=status_write,
                     data_fds=[
                         (read, file.path) for (read, _), file in zip(data_pipes, data, strict=True)

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from bastion.proto.sandbox import Limits
-from bastion.shared.errors import InvalidInput, NotImplementedYet
+from bastion.shared.errors import InvalidInput
+from bastion.shared.sandboxing.bridge import EgressBridge
 
 __all__ = [
     "SANDBOX_GID",
@@ -48,13 +49,19 @@ class SandboxSpec:
     secret_environment: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     """Leased secrets, set as environment variables of this one command only. A backend
     never puts a value on a command line (which any host process may read) nor logs it."""
+    bridge: EgressBridge | None = None
+    """The `declared` network's way out: the egress bridge, for a run with no network of
+    its own (`none`). Its grant is set in the environment like a secret, never on a
+    command line."""
 
 
 def parse_backend(backend: str, network: str) -> Network:
     """The network mode for a `bwrap` run, or an error saying why the pair is not run.
 
+    `declared` runs as `none`: no network of its own; the egress bridge, when the command
+    declared hosts, is added to the spec by the sandbox service.
+
     Raises:
-        NotImplementedYet: the `declared` network (issue 5).
         InvalidInput: an unknown backend or network name (a `docker:` backend is parsed by
             `docker_target.parse_docker_backend`).
     """
@@ -62,13 +69,8 @@ def parse_backend(backend: str, network: str) -> Network:
         raise InvalidInput(
             "the sandbox backend is `bwrap` or `docker:<image>@sha256:<digest>`: give one of those"
         )
-    if network == "declared":
-        raise NotImplementedYet(
-            "the `declared` network (only a skill's declared hosts, through the egress proxy) "
-            "is not built yet (issue 5): use `none`, or `host` to share the machine's network"
-        )
-    if network in ("none", "host"):
-        return "none" if network == "none" else "host"
+    if network in ("none", "declared", "host"):
+        return "host" if network == "host" else "none"
     raise InvalidInput(
         "bubblewrap takes the network mode none, declared or host, and no other: give one "
         "of those (a named network needs the Docker backend)"

@@ -1,0 +1,52 @@
+"""The sandbox service's side of the `declared` network: a grant per call, then its log."""
+
+from __future__ import annotations
+
+from bastion.proto import subjects
+from bastion.proto.egress import ConnectionLog, ConnectionsRequest, EgressGrant, GrantRequest
+from bastion.shared.bus import Client, request
+
+__all__ = ["GRANT_MARGIN_S", "EgressClient"]
+
+GRANT_MARGIN_S = 30.0
+"""A grant outlives its command's wall clock by this much; it is revoked when it ends."""
+
+
+class EgressClient:
+    """Asks the egress service for one call's grant, and ends it with its connection line."""
+
+    def __init__(self, client: Client, timeout_s: float) -> None:
+        self._client = client
+        self._timeout_s = timeout_s
+
+    async def grant(
+        self, session_id: str, tenant: str, call_id: str, hosts: tuple[str, ...], wall_s: float
+    ) -> EgressGrant:
+        """A grant to `hosts` (`true` among them: any public host) for one command."""
+        named = tuple(host for host in hosts if host != "true")
+        grant: EgressGrant = await request(
+            self._client,
+            subjects.EGRESS_GRANT,
+            GrantRequest(
+                session_id=session_id,
+                tenant=tenant,
+                hosts=named,
+                any_public_host="true" in hosts,
+                ttl_s=min(wall_s + GRANT_MARGIN_S, 86400.0),
+                call_id=call_id,
+            ),
+            EgressGrant,
+            timeout_s=self._timeout_s,
+        )
+        return grant
+
+    async def close(self, grant_id: str) -> str:
+        """Revoke the grant (its call is over) and say what it connected to."""
+        log: ConnectionLog = await request(
+            self._client,
+            subjects.EGRESS_CONNECTIONS,
+            ConnectionsRequest(grant_id=grant_id, revoke=True),
+            ConnectionLog,
+            timeout_s=self._timeout_s,
+        )
+        return log.summary()
