@@ -311,6 +311,36 @@ async def test_the_cloud_metadata_address_is_unreachable(
     assert "Network is unreachable" in result.stderr
 
 
+async def test_the_declared_network_without_hosts_reaches_neither_nats_nor_a_bridge(
+    client: Client, sandbox: None, host: Host, bus_settings: BusSettings
+) -> None:
+    port = urlparse(bus_settings.nats_url).port
+    result = await shell(
+        client,
+        host.workspace,
+        f"bash -c 'echo PING > /dev/tcp/127.0.0.1/{port}' && echo reached; "
+        "bash -c 'echo x > /dev/tcp/127.0.0.1/3128' && echo bridged; env | grep -i proxy",
+        network="declared",
+    )
+    assert "reached" not in result.stdout and "bridged" not in result.stdout
+    assert "proxy" not in result.stdout.lower()
+    assert f"/dev/tcp/127.0.0.1/{port}: Connection refused" in result.stderr
+    assert "/dev/tcp/127.0.0.1/3128: Connection refused" in result.stderr
+
+
+async def test_the_declared_network_has_no_route_to_the_cloud_metadata_address(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    result = await shell(
+        client,
+        host.workspace,
+        "bash -c 'echo x > /dev/tcp/169.254.169.254/80' && echo reached",
+        network="declared",
+    )
+    assert "reached" not in result.stdout
+    assert "Network is unreachable" in result.stderr
+
+
 async def test_no_name_resolves(client: Client, sandbox: None, host: Host) -> None:
     result = await shell(client, host.workspace, "getent hosts example.com || echo unresolved")
     assert result.stdout == "unresolved\n"
