@@ -1,5 +1,5 @@
 """The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code`,
-`.release` and `.skill_read`."""
+`.release`, `.skill_read`, `.skill_run` and `.skill_write`."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from bastion.proto.sandbox import (
     ListFiles,
     ReadFile,
     ReadSkill,
+    RunSkill,
     SandboxCheck,
     SandboxReady,
     SandboxRelease,
@@ -37,6 +38,7 @@ from bastion.proto.sandbox import (
     SearchFiles,
     SkillDocument,
     WriteFile,
+    WriteSkill,
 )
 from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
@@ -44,7 +46,9 @@ from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
 from bastion.sandbox.leases import LeaseClient, SessionSecrets, sandbox_key
 from bastion.sandbox.patching import apply_patch
+from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
+from bastion.sandbox.skillwrite import write_skill
 from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.walking import list_files
 from bastion.sandbox.workspace import (
@@ -201,6 +205,12 @@ class Sandboxes:
 
     async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
         """Run one shell command in the session's sandbox; a failing command is a result too."""
+        return await self._exec(request, request.command)
+
+    async def _exec(
+        self, request: ExecRequest, command: str, skill_dir: Path | None = None
+    ) -> ExecResult:
+        """Run `command` as `request` says, its leased secrets set and cut from its output."""
         backend, spec = self._spec(
             request.workspace,
             request.backend,
@@ -209,9 +219,10 @@ class Sandboxes:
             read_only_dirs=request.read_only_dirs,
             session_id=request.session_id,
         )
+        spec = dataclasses.replace(spec, skill_dir=skill_dir)
         if not request.secrets:
             async with self._slots.slot(request.tenant):
-                return redacted(await backend.run(spec, request.command), self._redactor(request))
+                return redacted(await backend.run(spec, command), self._redactor(request))
         if request.backend != "bwrap":
             raise NotImplementedYet(
                 "secrets are given to commands of the bwrap backend only for now: run this "
@@ -225,7 +236,25 @@ class Sandboxes:
         redactor = self.secrets.remember(request.session_id, pairs)
         spec = dataclasses.replace(spec, secret_environment=tuple(pairs))
         async with self._slots.slot(request.tenant):
-            return redacted(await backend.run(spec, request.command), redactor)
+            return redacted(await backend.run(spec, command), redactor)
+
+    async def skill_run(self, request: RunSkill, _context: RequestContext) -> ExecResult:
+        """Run one of a skill's own scripts, the skill read-only at `/skill`, as `exec` says."""
+        if request.exec.backend != "bwrap":
+            raise NotImplementedYet(
+                "skills' scripts run with the bwrap backend only for now: open the session "
+                "with the bwrap backend"
+            )
+        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
+        run = await anyio.to_thread.run_sync(skill_script, skills_dir, request.name, request.script)
+        command = await anyio.to_thread.run_sync(script_command, run, request.args)
+        return await self._exec(request.exec, command, run.skill_dir)
+
+    async def skill_write(self, request: WriteSkill, _context: RequestContext) -> FileResult:
+        """Write a skill's SKILL.md with only its name, description and instructions."""
+        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
+        text = await anyio.to_thread.run_sync(write_skill, skills_dir, request)
+        return FileResult(text=text)
 
     def _redactor(self, request: ExecRequest | FileRequest | CodeCheck) -> Redactor | None:
         return self.secrets.redactor(request.session_id)
@@ -322,6 +351,10 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
     service.add_endpoint("check_code", subjects.SANDBOX_CHECK_CODE, CodeCheck, sandboxes.check_code)
     service.add_endpoint("release", subjects.SANDBOX_RELEASE, SandboxRelease, sandboxes.release)
     service.add_endpoint("skill_read", subjects.SANDBOX_SKILL_READ, ReadSkill, sandboxes.skill_read)
+    service.add_endpoint("skill_run", subjects.SANDBOX_SKILL_RUN, RunSkill, sandboxes.skill_run)
+    service.add_endpoint(
+        "skill_write", subjects.SANDBOX_SKILL_WRITE, WriteSkill, sandboxes.skill_write
+    )
     try:
         yield service
     finally:
