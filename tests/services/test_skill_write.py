@@ -8,10 +8,10 @@ import pytest
 
 from bastion.proto.sandbox import WriteSkill
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.skillmatter import front_matter
 from bastion.sandbox.skillwrite import write_skill
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
+from bastion.shared.skillmatter import front_matter
 from tests.services.test_orchestrator import call
 from tests.services.test_skill_run import Plane, _session, plane  # noqa: F401  (fixture)
 

@@ -9,15 +9,15 @@ from typing import Final
 
 from bastion.proto.sandbox import ReadSkill, SkillDocument
 from bastion.sandbox.files import read_text
-from bastion.sandbox.skillmatter import (
+from bastion.sandbox.workspace import shown
+from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.skillmatter import (
     NETWORK_KEY,
     SECRETS_KEY,
     TIMEOUT_KEY,
     FrontMatter,
     front_matter,
 )
-from bastion.sandbox.workspace import shown
-from bastion.shared.errors import InvalidInput, NotFound
 
 __all__ = ["MAX_SKILL_BYTES", "checked_declarations", "checked_skills_dir", "read_skill"]
 

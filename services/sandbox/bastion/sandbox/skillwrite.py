@@ -9,9 +9,9 @@ from typing import Final
 
 from bastion.proto.sandbox import WriteFile, WriteSkill
 from bastion.sandbox.files import read_text, write_file
-from bastion.sandbox.skillmatter import FrontMatter, front_matter
 from bastion.sandbox.skills import MAX_SKILL_BYTES
 from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.skillmatter import FrontMatter, front_matter
 
 __all__ = ["GRANTED_FILE", "skill_text", "write_skill"]
 
