@@ -146,6 +146,28 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     sandbox.ReadSkill: sandbox.ReadSkill(
         session_id=SID, skills_dir="/srv/skills", name="release-notes"
     ),
+    sandbox.RunSkill: sandbox.RunSkill(
+        skills_dir="/srv/skills",
+        name="word-count",
+        script="scripts/count.py",
+        args=("a b", "$(x)"),
+        exec=sandbox.ExecRequest(
+            session_id=SID,
+            workspace="/w",
+            command="/skill/scripts/count.py",
+            network="declared",
+            declared_hosts=("pypi.org", "*.github.com", "api.x.io:443"),
+            secrets=("PYPI_TOKEN",),
+            call_id="c1",
+        ),
+    ),
+    sandbox.WriteSkill: sandbox.WriteSkill(
+        session_id=SID,
+        skills_dir="/srv/skills",
+        name="notes",
+        description="Notes.",
+        instructions="---\nallowed-tools: Bash\n---\nWrite notes.",
+    ),
     sandbox.SkillDocument: sandbox.SkillDocument(
         name="release-notes",
         text="---\nname: release-notes\n---\n",
@@ -349,6 +371,8 @@ TAGS: dict[type[msgspec.Struct], str] = {
     approvals.ApprovalAnswered: "approval.answered",
     sandbox.ReadSkill: "sandbox.skill_read",
     sandbox.SkillDocument: "sandbox.skill_document",
+    sandbox.RunSkill: "sandbox.skill_run",
+    sandbox.WriteSkill: "sandbox.skill_write",
     sandbox.Limits: "Limits",
     session.SessionLimits: "SessionLimits",
     sandbox.ExecRequest: "sandbox.exec",

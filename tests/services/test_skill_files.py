@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from bastion.proto.sandbox import ReadSkill
-from bastion.sandbox.skillmatter import front_matter, split_rules
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.skillmatter import front_matter, split_rules
 
 SID = "0123456789abcdef"
 

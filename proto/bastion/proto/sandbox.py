@@ -23,13 +23,16 @@ __all__ = [
     "ReadFile",
     "ReadOnlyDirs",
     "ReadSkill",
+    "RunSkill",
     "SandboxCheck",
     "SandboxReady",
     "SandboxRelease",
     "SandboxReleased",
     "SearchFiles",
     "SkillDocument",
+    "SkillName",
     "WriteFile",
+    "WriteSkill",
 ]
 
 KiB = 1024
@@ -253,10 +256,43 @@ class SkillDocument(Message, frozen=True, kw_only=True, tag="sandbox.skill_docum
     """A skill's SKILL.md: its whole text and what its front matter declares.
 
     `allowed_tools` holds the rules of `allowed-tools`, one per item, in the pre-approval
-    grammar (they are checked by the policy when they are used, not here).
+    grammar (they are checked by the policy when they are used, not here). `network`,
+    `secrets` and `timeout_s` are its `metadata.bastion-*` keys: the hosts its scripts may
+    reach (`true`: any public host), the secrets they are given, and their wall clock.
     """
 
     name: str
     text: Text
     description: str = ""
     allowed_tools: tuple[str, ...] = ()
+    network: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = ()
+    timeout_s: float | None = None
+
+
+ScriptArg = Annotated[str, msgspec.Meta(max_length=64 * KiB)]
+
+
+class RunSkill(Message, frozen=True, kw_only=True, tag="sandbox.skill_run"):
+    """Run `<skills_dir>/<name>/<script>` with `args` as `exec` says (network, secrets, limits).
+
+    The sandbox service checks the script is the skill's own, picks its interpreter (its
+    `#!` line, else its extension), and runs that argv in place of `exec.command` with the
+    skill's directory read-only at `/skill`; `exec.command` only says what was asked.
+    """
+
+    skills_dir: PathText
+    name: SkillName
+    script: PathText
+    args: Annotated[tuple[ScriptArg, ...], msgspec.Meta(max_length=256)] = ()
+    exec: ExecRequest
+
+
+class WriteSkill(Message, frozen=True, kw_only=True, tag="sandbox.skill_write"):
+    """Write `<skills_dir>/<name>/SKILL.md` with only a name, a description and instructions."""
+
+    session_id: SessionId
+    skills_dir: PathText
+    name: SkillName
+    description: Annotated[str, msgspec.Meta(max_length=1024)]
+    instructions: Annotated[str, msgspec.Meta(max_length=200 * KiB)]

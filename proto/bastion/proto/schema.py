@@ -51,6 +51,8 @@ MESSAGES: dict[str, Any] = {
     "SandboxRelease": sandbox.SandboxRelease,
     "SandboxReleased": sandbox.SandboxReleased,
     "ReadSkill": sandbox.ReadSkill,
+    "RunSkill": sandbox.RunSkill,
+    "WriteSkill": sandbox.WriteSkill,
     "SkillDocument": sandbox.SkillDocument,
     "FetchRequest": stubs.FetchRequest,
     "FetchedPage": egress.FetchedPage,

@@ -28,6 +28,8 @@ __all__ = [
     "SANDBOX_FILES",
     "SANDBOX_RELEASE",
     "SANDBOX_SKILL_READ",
+    "SANDBOX_SKILL_RUN",
+    "SANDBOX_SKILL_WRITE",
     "SESSION_CALL_ANY",
     "SESSION_CLOSE",
     "SESSION_GET",
@@ -73,6 +75,10 @@ SANDBOX_CHECK_CODE: Final = f"{PREFIX}.sandbox.check_code"
 SANDBOX_RELEASE: Final = f"{PREFIX}.sandbox.release"
 SANDBOX_SKILL_READ: Final = f"{PREFIX}.sandbox.skill_read"
 """A skill's SKILL.md, read confined to the session's skills dir, with its front matter."""
+SANDBOX_SKILL_RUN: Final = f"{PREFIX}.sandbox.skill_run"
+"""One of a skill's scripts, run in the session's sandbox with the skill at `/skill`."""
+SANDBOX_SKILL_WRITE: Final = f"{PREFIX}.sandbox.skill_write"
+"""A skill's SKILL.md written with only its name, description and instructions."""
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
 EGRESS_GRANT: Final = f"{PREFIX}.egress.grant"
 """Issue a grant: one call's programs may reach its declared hosts through the proxy."""

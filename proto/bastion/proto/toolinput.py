@@ -24,6 +24,8 @@ __all__ = [
     "SearchFilesInput",
     "ShellInput",
     "SkillReadInput",
+    "SkillRunInput",
+    "SkillWriteInput",
     "WriteFileInput",
 ]
 
@@ -113,12 +115,47 @@ class RunTestsInput(Ingress, frozen=True, kw_only=True):
     """`run_tests`: run the project's tests in the sandbox; no input."""
 
 
+SkillNameInput = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+        description="The skill's name: its directory in the skills dir.",
+    ),
+]
+
+
 class SkillReadInput(Ingress, frozen=True, kw_only=True):
     """`skill_read`: a skill's SKILL.md by the skill's name (its directory in the skills dir)."""
 
-    name: Annotated[
-        str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    name: SkillNameInput
+
+
+class SkillRunInput(Ingress, frozen=True, kw_only=True):
+    """`skill_run`: one of a skill's scripts, with arguments (never read by a shell)."""
+
+    name: SkillNameInput
+    script: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=MAX_PATH,
+            description="The script's path inside the skill (scripts/count.py).",
+        ),
     ]
+    args: Annotated[
+        tuple[Annotated[str, msgspec.Meta(max_length=64 * 1024)], ...],
+        msgspec.Meta(max_length=256),
+    ] = ()
+
+
+class SkillWriteInput(Ingress, frozen=True, kw_only=True):
+    """`skill_write`: a skill's SKILL.md from a name, a description and instructions."""
+
+    name: SkillNameInput
+    description: Annotated[str, msgspec.Meta(max_length=1024)]
+    instructions: Annotated[str, msgspec.Meta(max_length=200 * 1024)]
 
 
 class FetchUrlInput(Ingress, frozen=True, kw_only=True):

@@ -26,6 +26,7 @@ from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.catalogue import definition, find_tool
 from bastion.orchestrator.gate import ask_policy, policy_request, target_of
 from bastion.orchestrator.running import Runner
+from bastion.orchestrator.skillrun import skill_tool
 from bastion.orchestrator.skills import with_pre_approvals
 from bastion.orchestrator.store import SessionStore
 from bastion.proto import errors as codes
@@ -222,6 +223,7 @@ class Approvals:
         if tool is None:
             return await self._decline(parked, "bastion", f"the session has no {parked.tool}")
         tool_input = msgspec.convert(parked.input, definition(tool.name).input_type)
+        tool = await skill_tool(self._client, session_info, tool, tool_input, self._timeout_s)
         rule = await self._rule(tool, tool_input, answer) if answer.always else ""
         # The person approved the ask; an operator policy may have refused it since.
         now_decided = await ask_policy(

@@ -19,12 +19,25 @@ from bastion.proto.toolinput import (
     SearchFilesInput,
     ShellInput,
     SkillReadInput,
+    SkillRunInput,
+    SkillWriteInput,
     WriteFileInput,
 )
 
-__all__ = ["FETCH_URL", "SKILL_READ", "ToolDefinition", "catalogue_for", "definition", "find_tool"]
+__all__ = [
+    "FETCH_URL",
+    "SKILL_READ",
+    "SKILL_RUN",
+    "SKILL_WRITE",
+    "ToolDefinition",
+    "catalogue_for",
+    "definition",
+    "find_tool",
+]
 
 SKILL_READ = "skill_read"
+SKILL_RUN = "skill_run"
+SKILL_WRITE = "skill_write"
 FETCH_URL = "fetch_url"
 
 
@@ -135,6 +148,24 @@ _DEFINITIONS = {
             "Read a skill's SKILL.md by its name; once read, the calls its allowed-tools "
             "names may run without asking.",
             "read",
+            needs_skills=True,
+        ),
+        ToolDefinition(
+            SKILL_RUN,
+            SkillRunInput,
+            "Run one of a skill's scripts in the sandbox, with arguments: the skill's files "
+            "read-only at /skill, the workspace at /workspace where it starts.",
+            "write",
+            needs_shell=True,
+            needs_skills=True,
+        ),
+        ToolDefinition(
+            SKILL_WRITE,
+            SkillWriteInput,
+            "Write a skill's SKILL.md from a name, a description and instructions (nothing "
+            "else: no scripts, no permissions).",
+            "write",
+            journaled=True,
             needs_skills=True,
         ),
     )

@@ -16,7 +16,7 @@ from bastion.orchestrator.taint import is_tainted
 from bastion.proto import subjects
 from bastion.proto.policy import PolicyDecision, PolicyRequest
 from bastion.proto.session import SessionInfo, ToolSpec
-from bastion.proto.toolinput import FetchUrlInput, ShellInput
+from bastion.proto.toolinput import FetchUrlInput, ShellInput, SkillRunInput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import Unavailable
 
@@ -38,8 +38,11 @@ def _relative(path: str) -> str:
 
 def target_of(tool_input: msgspec.Struct) -> str:
     """The call's target: the whole command of a shell call (never cut), a file tool's
-    workspace-relative path, a fetch's host name, else empty (only a bare tool name then
+    workspace-relative path, a fetch's host name, a skill's script path inside the skill,
+    else empty (only a bare tool name then
     covers the call)."""
+    if isinstance(tool_input, SkillRunInput):
+        return posixpath.normpath(tool_input.script.removeprefix("/skill/"))
     if isinstance(tool_input, ShellInput):
         return tool_input.command
     if isinstance(tool_input, FetchUrlInput):
@@ -76,6 +79,7 @@ def policy_request(
         input_summary=_summary(raw_input),
         target=target_of(tool_input),
         pre_approvals=session.pre_approvals,
+        skill=tool_input.name if isinstance(tool_input, SkillRunInput) else "",
         skill_approvals=session.skill_approvals,
     )
 

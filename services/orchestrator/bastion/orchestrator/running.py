@@ -15,12 +15,13 @@ from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.execute import run_tool
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
+from bastion.orchestrator.skillrun import run_skill, write_skill
 from bastion.orchestrator.skills import fetch_skill, skill_pre_approvals, with_pre_approvals
 from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.taint import tainted_by
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
-from bastion.proto.toolinput import SkillReadInput
+from bastion.proto.toolinput import SkillReadInput, SkillRunInput, SkillWriteInput
 from bastion.shared.bus import Client
 
 __all__ = ["Runner"]
@@ -69,12 +70,12 @@ class Runner:
             tool_input,
             call_id,
             decision=decision,
-            make=lambda: self._execute(session, tool, tool_input),
+            make=lambda: self._execute(session, tool, tool_input, call_id),
         )
         return await self._hooks.after_tool(session, tool.name, call_input, text)
 
     async def _execute(
-        self, session: SessionInfo, tool: ToolSpec, tool_input: msgspec.Struct
+        self, session: SessionInfo, tool: ToolSpec, tool_input: msgspec.Struct, call_id: str
     ) -> str:
         """The call's text; a result from outside taints the session even when it failed,
         since what came back (an error page, a command's output) may carry the outside."""
@@ -86,6 +87,17 @@ class Runner:
                 added = skill_pre_approvals(tool_input.name, document)
                 await self._store.update(session.session_id, lambda s: with_pre_approvals(s, added))
                 return document.text
+            if isinstance(tool_input, SkillRunInput):
+                return await run_skill(
+                    self._client,
+                    session,
+                    tool,
+                    tool_input,
+                    call_id=call_id,
+                    timeout_s=self._timeout_s,
+                )
+            if isinstance(tool_input, SkillWriteInput):
+                return await write_skill(self._client, session, tool_input, self._timeout_s)
             return await run_tool(self._client, session, tool.name, tool_input, self._timeout_s)
         finally:
             if tool.effect == "external":

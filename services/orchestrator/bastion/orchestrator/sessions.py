@@ -20,6 +20,7 @@ from bastion.orchestrator.gate import ask_policy, policy_request
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.running import Runner
+from bastion.orchestrator.skillrun import skill_tool
 from bastion.orchestrator.store import SessionStore
 from bastion.proto import errors as codes
 from bastion.proto import subjects
@@ -259,6 +260,7 @@ class Sessions:
             raise InvalidInput(
                 f"the input of {tool.name} is not valid: {reason} ({tool.name} takes: {fields})"
             ) from None
+        tool = await skill_tool(self._client, session, tool, tool_input, self._timeout_s)
         known = await self._journal.recall(session, tool, tool_input, call_id)
         if known is not None:
             return known

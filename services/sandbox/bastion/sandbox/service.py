@@ -1,5 +1,5 @@
 """The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code`,
-`.release` and `.skill_read`."""
+`.release`, `.skill_read`, `.skill_run` and `.skill_write`."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from bastion.proto.sandbox import (
     ListFiles,
     ReadFile,
     ReadSkill,
+    RunSkill,
     SandboxCheck,
     SandboxReady,
     SandboxRelease,
@@ -37,6 +38,7 @@ from bastion.proto.sandbox import (
     SearchFiles,
     SkillDocument,
     WriteFile,
+    WriteSkill,
 )
 from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
@@ -45,7 +47,9 @@ from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
 from bastion.sandbox.leases import LeaseClient, SessionSecrets, sandbox_key
 from bastion.sandbox.patching import apply_patch
+from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
+from bastion.sandbox.skillwrite import write_skill
 from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.walking import list_files
 from bastion.sandbox.workspace import (
@@ -215,6 +219,13 @@ class Sandboxes:
 
     async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
         """Run one shell command in the session's sandbox; a failing command is a result too."""
+        return await self._exec(request, request.command)
+
+    async def _exec(
+        self, request: ExecRequest, command: str, skill_dir: Path | None = None
+    ) -> ExecResult:
+        """Run `command` as `request` says: its leased secrets set and cut from its output,
+        and with declared hosts, the egress bridge under a grant for this call."""
         backend, spec = self._spec(
             request.workspace,
             request.backend,
@@ -223,6 +234,7 @@ class Sandboxes:
             read_only_dirs=request.read_only_dirs,
             session_id=request.session_id,
         )
+        spec = dataclasses.replace(spec, skill_dir=skill_dir)
         bridged = request.network == "declared" and bool(request.declared_hosts)
         if bridged and request.backend != "bwrap":
             raise NotImplementedYet(
@@ -247,11 +259,11 @@ class Sandboxes:
             spec = dataclasses.replace(spec, secret_environment=tuple(pairs))
         async with self._slots.slot(request.tenant):
             if bridged:
-                return redacted(await self._run_bridged(backend, spec, request), redactor)
-            return redacted(await backend.run(spec, request.command), redactor)
+                return redacted(await self._run_bridged(backend, spec, request, command), redactor)
+            return redacted(await backend.run(spec, command), redactor)
 
     async def _run_bridged(
-        self, backend: SandboxBackend, spec: SandboxSpec, request: ExecRequest
+        self, backend: SandboxBackend, spec: SandboxSpec, request: ExecRequest, command: str
     ) -> ExecResult:
         """Run with the egress bridge under a grant for this call, then revoke it and add
         its connection line to the result."""
@@ -270,11 +282,29 @@ class Sandboxes:
         )
         bridge = EgressBridge(self._egress_socket, grant.grant_id, grant.secret)
         try:
-            result = await backend.run(dataclasses.replace(spec, bridge=bridge), request.command)
+            result = await backend.run(dataclasses.replace(spec, bridge=bridge), command)
         finally:
             with anyio.CancelScope(shield=True):
                 connections = await self._egress.close(grant.grant_id)
         return msgspec.structs.replace(result, connections=connections)
+
+    async def skill_run(self, request: RunSkill, _context: RequestContext) -> ExecResult:
+        """Run one of a skill's own scripts, the skill read-only at `/skill`, as `exec` says."""
+        if request.exec.backend != "bwrap":
+            raise NotImplementedYet(
+                "skills' scripts run with the bwrap backend only for now: open the session "
+                "with the bwrap backend"
+            )
+        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
+        run = await anyio.to_thread.run_sync(skill_script, skills_dir, request.name, request.script)
+        command = await anyio.to_thread.run_sync(script_command, run, request.args)
+        return await self._exec(request.exec, command, run.skill_dir)
+
+    async def skill_write(self, request: WriteSkill, _context: RequestContext) -> FileResult:
+        """Write a skill's SKILL.md with only its name, description and instructions."""
+        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
+        text = await anyio.to_thread.run_sync(write_skill, skills_dir, request)
+        return FileResult(text=text)
 
     def _redactor(self, request: ExecRequest | FileRequest | CodeCheck) -> Redactor | None:
         return self.secrets.redactor(request.session_id)
@@ -372,6 +402,10 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
     service.add_endpoint("check_code", subjects.SANDBOX_CHECK_CODE, CodeCheck, sandboxes.check_code)
     service.add_endpoint("release", subjects.SANDBOX_RELEASE, SandboxRelease, sandboxes.release)
     service.add_endpoint("skill_read", subjects.SANDBOX_SKILL_READ, ReadSkill, sandboxes.skill_read)
+    service.add_endpoint("skill_run", subjects.SANDBOX_SKILL_RUN, RunSkill, sandboxes.skill_run)
+    service.add_endpoint(
+        "skill_write", subjects.SANDBOX_SKILL_WRITE, WriteSkill, sandboxes.skill_write
+    )
     try:
         yield service
     finally:

@@ -11,7 +11,13 @@ from typing import Final
 from bastion.proto.sandbox import Limits
 from bastion.shared.sandboxing.bridge import EGRESS_SOCKET
 from bastion.shared.sandboxing.etc import host_etc_entries
-from bastion.shared.sandboxing.spec import SANDBOX_GID, SANDBOX_UID, WORKSPACE, SandboxSpec
+from bastion.shared.sandboxing.spec import (
+    SANDBOX_GID,
+    SANDBOX_UID,
+    SKILL_MOUNT,
+    WORKSPACE,
+    SandboxSpec,
+)
 
 __all__ = [
     "ALWAYS_HIDDEN",
@@ -194,7 +200,10 @@ def bwrap_argv(
         args += ["--ro-bind", str(directory), str(directory)]
     if spec.bridge is not None:
         args += ["--ro-bind", str(spec.bridge.socket), EGRESS_SOCKET]
-    bound = [Path("/usr"), *(Path("/etc") / name for name in etc_entries), *spec.read_only]
+    if spec.skill_dir is not None:
+        args += ["--ro-bind", str(spec.skill_dir), SKILL_MOUNT]
+    skill = (spec.skill_dir,) if spec.skill_dir is not None else ()
+    bound = [Path("/usr"), *(Path("/etc") / name for name in etc_entries), *spec.read_only, *skill]
     args += _masks((*spec.hidden, *ALWAYS_HIDDEN), bound)
     args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
     for name, value in ENVIRONMENT:

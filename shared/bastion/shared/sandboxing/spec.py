@@ -14,6 +14,7 @@ __all__ = [
     "SANDBOX_GID",
     "SANDBOX_UID",
     "SANDBOX_USER",
+    "SKILL_MOUNT",
     "WORKSPACE",
     "Network",
     "SandboxSpec",
@@ -25,6 +26,8 @@ SANDBOX_GID: Final = 10001
 SANDBOX_USER: Final = "sandbox"
 WORKSPACE: Final = "/workspace"
 """Where the workspace appears inside every sandbox."""
+SKILL_MOUNT: Final = "/skill"
+"""Where a running skill's directory appears, read-only (`skill_run`)."""
 
 Network = Literal["none", "host"]
 """The network modes bubblewrap runs today: loopback only, or the machine's own."""
@@ -46,6 +49,8 @@ class SandboxSpec:
     session_id: str = ""
     """The session the run belongs to; a backend that keeps a sandbox per session (Docker)
     keys on it, and gives a run without one a sandbox of its own."""
+    skill_dir: Path | None = None
+    """A checked, resolved skill directory shown read-only at `/skill` (`skill_run`)."""
     secret_environment: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     """Leased secrets, set as environment variables of this one command only. A backend
     never puts a value on a command line (which any host process may read) nor logs it."""

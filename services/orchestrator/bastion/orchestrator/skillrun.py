@@ -1,0 +1,135 @@
+"""`skill_run` and `skill_write`: what a skill's declarations make of a call, and sending it.
+
+A skill's `metadata.bastion-network` decides the call's effect (`external` when it
+declares any host, so its result taints) and the sandbox's network (`declared`, with its
+hosts); `bastion-secrets` are leased for this one call; `bastion-timeout` shortens the
+session's wall clock, never lengthens it. A skill that declares nothing gets nothing.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import msgspec
+
+from bastion.orchestrator.execute import format_exec_result
+from bastion.orchestrator.skills import fetch_skill
+from bastion.proto import subjects
+from bastion.proto.policy import Effect
+from bastion.proto.sandbox import (
+    ExecRequest,
+    ExecResult,
+    FileResult,
+    Limits,
+    RunSkill,
+    SkillDocument,
+    WriteSkill,
+)
+from bastion.proto.session import SessionInfo, ToolSpec
+from bastion.proto.toolinput import SkillRunInput, SkillWriteInput
+from bastion.shared.bus import Client, request
+from bastion.shared.errors import InvalidInput
+
+__all__ = ["run_skill", "skill_limits", "skill_run_request", "skill_tool", "write_skill"]
+
+
+def _effect_of(document: SkillDocument) -> Effect:
+    return "external" if document.network else "write"
+
+
+async def skill_tool(
+    client: Client,
+    session: SessionInfo,
+    tool: ToolSpec,
+    tool_input: msgspec.Struct,
+    timeout_s: float,
+) -> ToolSpec:
+    """`tool` with the effect this call has: a `skill_run` of a skill that declares network
+    reaches outside; every other call keeps the tool's own."""
+    if not isinstance(tool_input, SkillRunInput):
+        return tool
+    document = await fetch_skill(client, session, tool_input.name, timeout_s)
+    effect = _effect_of(document)
+    return tool if effect == tool.effect else msgspec.structs.replace(tool, effect=effect)
+
+
+def skill_limits(session: Limits, document: SkillDocument) -> Limits:
+    """The session's limits, the wall clock cut to the skill's timeout when that is shorter."""
+    if document.timeout_s is None or document.timeout_s >= session.wall_s:
+        return session
+    return msgspec.structs.replace(session, wall_s=document.timeout_s)
+
+
+def skill_run_request(
+    session: SessionInfo, document: SkillDocument, tool_input: SkillRunInput, call_id: str
+) -> RunSkill:
+    """What the sandbox service is asked: the script, and the run its skill declares."""
+    assert session.workspace is not None and session.skills_dir is not None
+    return RunSkill(
+        skills_dir=session.skills_dir,
+        name=tool_input.name,
+        script=tool_input.script,
+        args=tool_input.args,
+        exec=ExecRequest(
+            session_id=session.session_id,
+            workspace=session.workspace,
+            command=shlex.join([f"/skill/{tool_input.script}", *tool_input.args]),
+            backend=session.sandbox,
+            network="declared" if document.network else "none",
+            limits=skill_limits(session.limits, document),
+            read_only_dirs=session.read_only_dirs,
+            tenant=session.tenant,
+            call_id=call_id if document.secrets else "",
+            secrets=document.secrets,
+            declared_hosts=document.network,
+        ),
+    )
+
+
+async def run_skill(
+    client: Client,
+    session: SessionInfo,
+    tool: ToolSpec,
+    tool_input: SkillRunInput,
+    *,
+    call_id: str,
+    timeout_s: float,
+) -> str:
+    """Run the script as its skill declares, now; a skill that came to declare network
+    after the call was decided is refused (the decision was for another effect)."""
+    document = await fetch_skill(client, session, tool_input.name, timeout_s)
+    if _effect_of(document) != tool.effect:
+        raise InvalidInput(
+            f"skill {tool_input.name!r} changed what it declares while the call waited: "
+            "nothing ran; make the call again"
+        )
+    ask = skill_run_request(session, document, tool_input, call_id)
+    result: ExecResult = await request(
+        client,
+        subjects.SANDBOX_SKILL_RUN,
+        ask,
+        ExecResult,
+        timeout_s=ask.exec.limits.wall_s + timeout_s,
+    )
+    return format_exec_result(result)
+
+
+async def write_skill(
+    client: Client, session: SessionInfo, tool_input: SkillWriteInput, timeout_s: float
+) -> str:
+    """Write the skill's SKILL.md through the sandbox service, which owns the skills dir."""
+    assert session.skills_dir is not None
+    answer: FileResult = await request(
+        client,
+        subjects.SANDBOX_SKILL_WRITE,
+        WriteSkill(
+            session_id=session.session_id,
+            skills_dir=session.skills_dir,
+            name=tool_input.name,
+            description=tool_input.description,
+            instructions=tool_input.instructions,
+        ),
+        FileResult,
+        timeout_s=timeout_s,
+    )
+    return answer.text
