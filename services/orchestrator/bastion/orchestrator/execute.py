@@ -98,7 +98,8 @@ def format_exec_result(result: ExecResult) -> str:
     if result.stderr:
         parts.append("--- stderr\n" + result.stderr.rstrip("\n"))
     if result.connections:
-        parts.append(result.connections)
+        # A blank line first: what follows is Bastion's record, not the command's output.
+        parts.append("\n" + result.connections)
     return "\n".join(parts)
 
 
