@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.cli.hookfile import CommandHook, UnsafeHooksFile, hooks_path, load_hooks
@@ -33,6 +31,7 @@ from bastion.proto.hooks import HOOK_EVENTS, HookAnswer, HookEvent, HookEventNam
 from bastion.shared.bus import Client, connect
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
+from bastion.shared.kv import open_bucket
 from bastion.shared.logs import configure_logging
 from bastion.shared.patterns import pattern_matches
 from bastion.shared.settings import BusSettings, load_settings
@@ -147,13 +146,7 @@ class HookRunner:
 
     @classmethod
     async def open(cls, client: Client, state_dir: Path) -> HookRunner:
-        js = client.jetstream()
-        try:
-            kv = await js.key_value(subjects.HOOKS_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(
-                KeyValueConfig(bucket=subjects.HOOKS_BUCKET, history=1, storage=StorageType.FILE)
-            )
+        kv = await open_bucket(client, subjects.HOOKS_BUCKET)
         return cls(client, kv, state_dir)
 
     async def register(self) -> None:

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import nats.errors
 import nats.js.errors
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
@@ -18,6 +17,7 @@ from bastion.proto.egress import MAX_CONNECTIONS, ConnectionLog
 from bastion.shared.audit import open_audit_stream, publish_audit
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
+from bastion.shared.kv import open_bucket
 
 __all__ = ["ConnectionRecorder"]
 
@@ -34,17 +34,7 @@ class ConnectionRecorder:
     @classmethod
     async def open(cls, client: Client, ttl_s: float) -> ConnectionRecorder:
         js = await open_audit_stream(client)
-        try:
-            kv = await js.key_value(subjects.EGRESS_CONNECTIONS_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(
-                KeyValueConfig(
-                    bucket=subjects.EGRESS_CONNECTIONS_BUCKET,
-                    history=1,
-                    ttl=ttl_s,
-                    storage=StorageType.FILE,
-                )
-            )
+        kv = await open_bucket(client, subjects.EGRESS_CONNECTIONS_BUCKET, ttl_s=ttl_s)
         return cls(js, kv)
 
     async def record(

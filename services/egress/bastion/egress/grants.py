@@ -10,7 +10,6 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 import nats.js.errors
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.egress.errors import GrantRefused, Refused
@@ -20,6 +19,7 @@ from bastion.proto.egress import EgressGrant, GrantRecord, GrantRequest
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import InvalidInput
+from bastion.shared.kv import open_bucket
 
 __all__ = ["GrantStore", "credentials"]
 
@@ -63,18 +63,7 @@ class GrantStore:
 
     @classmethod
     async def open(cls, client: Client, max_ttl_s: float, proxy: str) -> GrantStore:
-        js = client.jetstream()
-        try:
-            kv = await js.key_value(subjects.EGRESS_GRANTS_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(
-                KeyValueConfig(
-                    bucket=subjects.EGRESS_GRANTS_BUCKET,
-                    history=1,
-                    ttl=max_ttl_s,
-                    storage=StorageType.FILE,
-                )
-            )
+        kv = await open_bucket(client, subjects.EGRESS_GRANTS_BUCKET, ttl_s=max_ttl_s)
         return cls(kv, max_ttl_s, proxy)
 
     async def issue(self, request: GrantRequest) -> EgressGrant:

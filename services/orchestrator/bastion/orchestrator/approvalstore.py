@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import nats.js.errors
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.proto.approvals import ApprovalState, ParkedCall
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import NotFound
+from bastion.shared.kv import open_bucket
 
 __all__ = ["ApprovalStore"]
 
@@ -29,13 +29,7 @@ class ApprovalStore:
     @classmethod
     async def open(cls, client: Client, bucket: str) -> ApprovalStore:
         """The store on `bucket`, created (file storage, one revision kept) if missing."""
-        js = client.jetstream()
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(
-                KeyValueConfig(bucket=bucket, history=1, storage=StorageType.FILE)
-            )
+        kv = await open_bucket(client, bucket)
         return cls(kv)
 
     async def create(self, parked: ParkedCall) -> None:

@@ -15,9 +15,7 @@ import logging
 from typing import Any
 
 import anyio
-import nats.js.errors
 from anyio.abc import TaskStatus
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.proto import errors as codes
@@ -27,6 +25,7 @@ from bastion.proto.session import SessionInfo
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError
+from bastion.shared.kv import open_bucket
 from bastion.shared.patterns import pattern_matches
 
 __all__ = ["HookBlocked", "Hooks"]
@@ -50,13 +49,7 @@ class Hooks:
 
     @classmethod
     async def open(cls, client: Client, bucket: str) -> Hooks:
-        js = client.jetstream()
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(
-                KeyValueConfig(bucket=bucket, history=1, storage=StorageType.FILE)
-            )
+        kv = await open_bucket(client, bucket)
         return cls(client, kv)
 
     async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

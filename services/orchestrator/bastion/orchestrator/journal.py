@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 
 import msgspec
 import nats.js.errors
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.orchestrator.catalogue import definition
@@ -31,6 +30,7 @@ from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError, Unavailable
+from bastion.shared.kv import open_bucket
 
 __all__ = ["MAX_KEPT_TEXT", "Journal", "UncertainCall", "call_key"]
 
@@ -79,13 +79,7 @@ class Journal:
     @classmethod
     async def open(cls, client: Client, bucket: str, ttl_s: float) -> Journal:
         """The journal on `bucket`, created (file storage, entries kept `ttl_s`) if missing."""
-        js = client.jetstream()
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(
-                KeyValueConfig(bucket=bucket, history=1, storage=StorageType.FILE, ttl=ttl_s)
-            )
+        kv = await open_bucket(client, bucket, ttl_s=ttl_s)
         return cls(kv)
 
     async def entry(self, key: str) -> tuple[JournalEntry, int] | None:

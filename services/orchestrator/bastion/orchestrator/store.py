@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import nats.js.errors
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.proto.errors import CONFLICT
@@ -13,6 +12,7 @@ from bastion.proto.session import SessionInfo
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import NotFound, RemoteError
+from bastion.shared.kv import open_bucket
 
 __all__ = ["SessionStore"]
 
@@ -26,13 +26,7 @@ class SessionStore:
     @classmethod
     async def open(cls, client: Client, bucket: str) -> SessionStore:
         """The store on `bucket`, created (file storage, one revision kept) if missing."""
-        js = client.jetstream()
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(
-                KeyValueConfig(bucket=bucket, history=1, storage=StorageType.FILE)
-            )
+        kv = await open_bucket(client, bucket)
         return cls(kv)
 
     async def create(self, session: SessionInfo) -> None:

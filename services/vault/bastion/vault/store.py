@@ -8,25 +8,15 @@ no dot, so the last dot splits them). Nothing in either is readable without the 
 from __future__ import annotations
 
 import nats.js.errors
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.proto import subjects
 from bastion.proto.vault import StoredSecret, WrappedKey
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
+from bastion.shared.kv import open_bucket
 
 __all__ = ["VaultStore"]
-
-
-async def _bucket(client: Client, bucket: str) -> KeyValue:
-    js = client.jetstream()
-    try:
-        return await js.key_value(bucket)
-    except nats.js.errors.BucketNotFoundError:
-        return await js.create_key_value(
-            KeyValueConfig(bucket=bucket, history=1, storage=StorageType.FILE)
-        )
 
 
 class VaultStore:
@@ -40,8 +30,8 @@ class VaultStore:
     async def open(cls, client: Client) -> VaultStore:
         """The store on both buckets, each created (file storage) if missing."""
         return cls(
-            await _bucket(client, subjects.VAULT_KEYS_BUCKET),
-            await _bucket(client, subjects.VAULT_SECRETS_BUCKET),
+            await open_bucket(client, subjects.VAULT_KEYS_BUCKET),
+            await open_bucket(client, subjects.VAULT_SECRETS_BUCKET),
         )
 
     async def wrapped_key(self, tenant: str) -> tuple[WrappedKey, int] | None:
