@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bastion.cli.up import env_for
 from bastion.egress.providers import provider_from
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
@@ -214,3 +215,10 @@ async def test_a_cut_page_is_kept_whole_in_the_workspace_and_read_with_read_file
     assert isinstance(read, ToolOutput) and "line 399 of a long page" in read.text
     assert isinstance(not_kept, ToolOutput)
     assert "the rest was not kept (this session has no workspace)" in not_kept.text
+
+
+def test_bastion_up_gives_a_search_key_to_the_egress_service_only() -> None:
+    env = {"PATH": "/bin", "BRAVE_SEARCH_API_KEY": "k", "BASTION_VAULT_MASTER_KEY": "m"}
+    assert env_for("egress", env) == {"PATH": "/bin", "BRAVE_SEARCH_API_KEY": "k"}
+    assert env_for("vault", env) == {"PATH": "/bin", "BASTION_VAULT_MASTER_KEY": "m"}
+    assert env_for("sandbox", env) == env_for("nats", env) == {"PATH": "/bin"}
