@@ -11,7 +11,7 @@ import pytest
 
 from bastion.cli.up import env_for
 from bastion.egress.providers import provider_from
-from bastion.egress.service import egress_service
+from bastion.egress.service import egress_service, keep_chars
 from bastion.egress.settings import EgressSettings
 from bastion.orchestrator.catalogue import catalogue_for
 from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
@@ -222,3 +222,10 @@ def test_bastion_up_gives_a_search_key_to_the_egress_service_only() -> None:
     assert env_for("egress", env) == {"PATH": "/bin", "BRAVE_SEARCH_API_KEY": "k"}
     assert env_for("vault", env) == {"PATH": "/bin", "BASTION_VAULT_MASTER_KEY": "m"}
     assert env_for("sandbox", env) == env_for("nats", env) == {"PATH": "/bin"}
+
+
+def test_the_kept_text_fits_the_bus_message() -> None:
+    settings = EgressSettings()
+    assert keep_chars(settings, 8 * 1024 * 1024) == 1_000_000
+    assert keep_chars(settings, 1024 * 1024) == (1024 * 1024 - 16 * 1024) // 4 - 100_000
+    assert keep_chars(settings, 64 * 1024) == 0

@@ -34,9 +34,16 @@ from bastion.shared.netclass import parse_ranges
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.version import VERSION
 
-__all__ = ["egress_service", "setup"]
+__all__ = ["egress_service", "keep_chars", "setup"]
 
 Setup = Callable[[Client, EgressSettings], AbstractAsyncContextManager[Service]]
+
+
+def keep_chars(settings: EgressSettings, max_payload: int) -> int:
+    """Characters of a cut page's whole text a reply may carry: the setting, and no more
+    than fits the bus's message beside the reply's own text (at 4 bytes a character)."""
+    room = (max_payload - 16 * 1024) // 4 - settings.egress_fetch_max_chars
+    return max(0, min(settings.egress_fetch_keep_max_chars, room))
 
 
 def egress_service(
@@ -70,7 +77,7 @@ def egress_service(
             settings.egress_fetch_max_bytes,
             settings.egress_fetch_max_chars,
             settings.egress_fetch_timeout_s,
-            settings.egress_fetch_keep_max_chars,
+            keep_chars(settings, client.max_payload),
         )
         provider = provider_from(
             settings.search,
