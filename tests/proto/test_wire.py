@@ -260,6 +260,15 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     egress.FetchedPage: egress.FetchedPage(
         url="https://docs.rs/", status=200, content_type="text/html", text="# Docs", cut=3
     ),
+    egress.SearchRequest: egress.SearchRequest(
+        session_id=SID, tenant="acme", query="msgspec tags", count=3, freshness="week"
+    ),
+    egress.SearchHit: egress.SearchHit(
+        title="msgspec", url="https://jcristharif.com/", snippet="x"
+    ),
+    egress.SearchResults: egress.SearchResults(
+        provider="searxng", hits=(egress.SearchHit(title="t", url="https://a.example/"),)
+    ),
     stubs.McpCallRequest: stubs.McpCallRequest(
         session_id=SID, server="github", tool="search", arguments={"q": "x", "n": 3}
     ),
@@ -398,6 +407,9 @@ TAGS: dict[type[msgspec.Struct], str] = {
     egress.ConnectionsRequest: "egress.connections_request",
     egress.ConnectionLog: "egress.connection_log",
     egress.FetchedPage: "egress.fetched_page",
+    egress.SearchRequest: "egress.search",
+    egress.SearchHit: "egress.search_hit",
+    egress.SearchResults: "egress.search_results",
     stubs.McpCallRequest: "mcp.call",
     stubs.LeaseRequest: "vault.lease",
     vault.VaultKeyQuery: "vault.key_query",

@@ -242,3 +242,8 @@ def test_a_persons_rule_is_checked_to_cover_the_call_it_approves() -> None:
     broken = check_rule(RuleCheck(tool="shell", target="ls", rule="Bash(ls; id:*)"))
     assert "does not cover" in wrong.problem and "write_file(a.md)" in wrong.problem
     assert broken.problem and not broken.rule
+
+
+def test_websearch_stands_for_web_search() -> None:
+    assert covered("WebSearch", "web_search", "")
+    assert not covered("WebSearch", "fetch_url", "docs.rs")

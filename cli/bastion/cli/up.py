@@ -50,6 +50,8 @@ STOP_TIMEOUT_S = 15.0
 READY_TIMEOUT_S = 60.0
 RESTARTS_ALLOWED = 5
 RESTART_WINDOW_S = 60.0
+SEARCH_KEYS = frozenset({"BRAVE_SEARCH_API_KEY", "TAVILY_API_KEY"})
+"""The search providers' keys: given to the egress service only."""
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded here: a child between fork and exec only calls
@@ -212,6 +214,14 @@ def egress_socket(state_dir: Path) -> dict[str, str]:
     }
 
 
+def env_for(name: str, env: dict[str, str]) -> dict[str, str]:
+    """`env` without the keys that are not `name`'s: a master key given in the environment
+    is the vault's alone, a search provider's key the egress service's."""
+    mine = {"vault": {"BASTION_VAULT_MASTER_KEY"}, "egress": SEARCH_KEYS}.get(name, set())
+    private = {"BASTION_VAULT_MASTER_KEY", *SEARCH_KEYS} - mine
+    return {k: v for k, v in env.items() if k not in private}
+
+
 def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int:
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -237,15 +247,14 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
     )
     env.update(key_files(state_dir, env))
     env.update(egress_socket(state_dir))
-    # A master key given in the environment is the vault's alone.
-    others = {k: v for k, v in env.items() if k != "BASTION_VAULT_MASTER_KEY"}
+    others = env_for("nats", env)
     nats = _nats_child(state_dir, port, others)
     children = [
         Child(
             name,
             [sys.executable, "-m", f"bastion.{name}"],
             logs / f"{name}.log",
-            env if name == "vault" else others,
+            env_for(name, env),
         )
         for name in SERVICES
     ]

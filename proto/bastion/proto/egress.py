@@ -9,11 +9,11 @@ the grant id) holding only a hash of its secret; the secret itself travels once,
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 import msgspec
 
-from bastion.proto._base import Identifier, Message, SessionId
+from bastion.proto._base import Identifier, Message, SessionId, Text
 
 __all__ = [
     "MAX_CONNECTIONS",
@@ -24,6 +24,9 @@ __all__ = [
     "GrantRecord",
     "GrantRequest",
     "HostPattern",
+    "SearchHit",
+    "SearchRequest",
+    "SearchResults",
 ]
 
 MAX_CONNECTIONS: Final = 200
@@ -106,3 +109,31 @@ class FetchedPage(Message, frozen=True, kw_only=True, tag="egress.fetched_page")
     cut: int = 0
     """Characters left out at the end: the page was longer than the reply may be."""
     redirects: tuple[Annotated[str, msgspec.Meta(max_length=8192)], ...] = ()
+    full_text: Text = ""
+    """The whole text when the reply was cut (bounded by the service), for the workspace."""
+
+
+class SearchRequest(Message, frozen=True, kw_only=True, tag="egress.search"):
+    """Search the web for a session through the configured provider."""
+
+    session_id: SessionId
+    tenant: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=400)]
+    count: Annotated[int, msgspec.Meta(ge=1, le=10)] = 5
+    freshness: Literal["day", "week", "month", "year"] | None = None
+    """Only results from the past day, week, month or year."""
+
+
+class SearchHit(Message, frozen=True, kw_only=True, tag="egress.search_hit"):
+    """One result: its title, address and snippet."""
+
+    title: Annotated[str, msgspec.Meta(max_length=500)]
+    url: Annotated[str, msgspec.Meta(max_length=8192)]
+    snippet: Annotated[str, msgspec.Meta(max_length=2000)] = ""
+
+
+class SearchResults(Message, frozen=True, kw_only=True, tag="egress.search_results"):
+    """The results of an `egress.search`, at most the count asked for, best first."""
+
+    provider: Annotated[str, msgspec.Meta(max_length=32)]
+    hits: tuple[SearchHit, ...] = ()

@@ -14,6 +14,7 @@ __all__ = [
     "EGRESS_FETCH",
     "EGRESS_GRANT",
     "EGRESS_GRANTS_BUCKET",
+    "EGRESS_SEARCH",
     "EVENTS_ALL",
     "HOOKS_BUCKET",
     "JOURNAL_BUCKET",
@@ -80,6 +81,8 @@ SANDBOX_SKILL_RUN: Final = f"{PREFIX}.sandbox.skill_run"
 SANDBOX_SKILL_WRITE: Final = f"{PREFIX}.sandbox.skill_write"
 """A skill's SKILL.md written with only its name, description and instructions."""
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
+EGRESS_SEARCH: Final = f"{PREFIX}.egress.search"
+"""A web search through the provider the egress service is configured with."""
 EGRESS_GRANT: Final = f"{PREFIX}.egress.grant"
 """Issue a grant: one call's programs may reach its declared hosts through the proxy."""
 EGRESS_CONNECTIONS: Final = f"{PREFIX}.egress.connections"

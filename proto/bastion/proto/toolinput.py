@@ -26,6 +26,7 @@ __all__ = [
     "SkillReadInput",
     "SkillRunInput",
     "SkillWriteInput",
+    "WebSearchInput",
     "WriteFileInput",
 ]
 
@@ -163,3 +164,11 @@ class FetchUrlInput(Ingress, frozen=True, kw_only=True):
 
     url: Annotated[str, msgspec.Meta(min_length=1, max_length=8192)]
     format: Literal["markdown", "text", "html"] = "markdown"
+
+
+class WebSearchInput(Ingress, frozen=True, kw_only=True):
+    """`web_search`: up to `count` results (5 by default, at most 10), optionally recent only."""
+
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=400)]
+    count: Annotated[int, msgspec.Meta(ge=1, le=10)] = 5
+    freshness: Literal["day", "week", "month", "year"] | None = None

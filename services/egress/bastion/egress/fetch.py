@@ -9,20 +9,18 @@ again; only text is read, at most `max_bytes` of it.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterable
-from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 import anyio
 import httpcore
 
-from bastion.egress.dial import Dialer, connect_head, upstream_accepted
+from bastion.egress.dial import Dialer
 from bastion.egress.errors import Refused, Unreachable
-from bastion.egress.hosts import normalize_host, split_target
+from bastion.egress.hosts import normalize_host
 from bastion.egress.htmltext import html_to_text
+from bastion.egress.pinned import Hop, PinnedBackend
 from bastion.proto.egress import FetchedPage
 from bastion.shared.errors import InvalidInput
-from bastion.shared.netclass import IPAddress
 
 __all__ = ["Fetcher", "Hop"]
 
@@ -31,58 +29,14 @@ _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtm
 _FORMATS = ("markdown", "text", "html")
 
 
-@dataclass(frozen=True)
-class Hop:
-    """One request of a fetch: where it went, and whether it was allowed."""
-
-    target: str
-    refused: str | None
-
-
-class _PinnedBackend(httpcore.AsyncNetworkBackend):
-    """Connects to the checked address whatever host httpcore names (directly or through
-    the upstream proxy's CONNECT to that address)."""
-
-    def __init__(self, address: IPAddress, upstream: str) -> None:
-        self._inner = httpcore.AnyIOBackend()
-        self._address = address
-        self._upstream = upstream
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        if not self._upstream:
-            return await self._inner.connect_tcp(
-                str(self._address), port, timeout, local_address, socket_options
-            )
-        up_host, up_port = split_target(self._upstream)
-        stream = await self._inner.connect_tcp(up_host, up_port, timeout)
-        await stream.write(connect_head(self._address, port), timeout)
-        head = b""
-        while b"\r\n\r\n" not in head and len(head) < 16384:
-            chunk = await stream.read(1, timeout)  # byte by byte: nothing past the head
-            if not chunk:
-                break
-            head += chunk
-        if not upstream_accepted(head):
-            await stream.aclose()
-            raise httpcore.ConnectError("the upstream proxy refused the connection")
-        return stream
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
 class Fetcher:
     """Fetches pages the way the proxy connects: resolve, classify, connect as checked."""
 
-    def __init__(self, dialer: Dialer, max_bytes: int, max_chars: int, timeout_s: float) -> None:
+    def __init__(
+        self, dialer: Dialer, max_bytes: int, max_chars: int, timeout_s: float, keep_chars: int
+    ) -> None:
         self._dialer = dialer
+        self._keep_chars = keep_chars
         self._max_bytes = max_bytes
         self._max_chars = max_chars
         self._timeout_s = timeout_s
@@ -134,7 +88,7 @@ class Fetcher:
             hops.append(Hop(target, "does not resolve"))
             raise
         hops.append(Hop(target, None))
-        backend = _PinnedBackend(address, self._dialer.upstream)
+        backend = PinnedBackend(address, self._dialer.upstream)
         request_headers = [
             (b"Host", parts.netloc.rsplit("@", 1)[-1].encode("idna")),
             (b"User-Agent", b"bastion-fetch/1"),
@@ -189,6 +143,7 @@ class Fetcher:
         if fmt != "html" and "html" in content_type.lower():
             text = html_to_text(text, markdown=fmt == "markdown")
         cut = max(0, len(text) - self._max_chars)
+        full_text = text[: self._keep_chars] if cut else ""
         if cut:
             text = text[: self._max_chars]
         if truncated:
@@ -200,6 +155,7 @@ class Fetcher:
             text=text,
             cut=cut,
             redirects=tuple(r[:8192] for r in redirects),
+            full_text=full_text,
         )
 
 

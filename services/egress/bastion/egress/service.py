@@ -1,18 +1,22 @@
 """The egress service's setup: the proxy listening, and its endpoints on the bus
-(`egress.grant`, `egress.connections`, `egress.fetch`)."""
+(`egress.grant`, `egress.connections`, `egress.fetch`, `egress.search`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from bastion.egress.connlog import ConnectionRecorder
 from bastion.egress.dial import Dialer
-from bastion.egress.fetch import Fetcher, Hop
+from bastion.egress.fetch import Fetcher
 from bastion.egress.grants import GrantStore
+from bastion.egress.pinned import Hop
 from bastion.egress.pipe import Bounds
+from bastion.egress.providers import provider_from
 from bastion.egress.proxy import EgressProxy
 from bastion.egress.resolver import Resolver, SystemResolver
+from bastion.egress.search import Searcher
 from bastion.egress.settings import EgressSettings
 from bastion.proto import subjects
 from bastion.proto.egress import (
@@ -21,6 +25,8 @@ from bastion.proto.egress import (
     EgressGrant,
     FetchedPage,
     GrantRequest,
+    SearchRequest,
+    SearchResults,
 )
 from bastion.proto.stubs import FetchRequest
 from bastion.shared.bus import Client
@@ -28,13 +34,23 @@ from bastion.shared.netclass import parse_ranges
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.version import VERSION
 
-__all__ = ["egress_service", "setup"]
+__all__ = ["egress_service", "keep_chars", "setup"]
 
 Setup = Callable[[Client, EgressSettings], AbstractAsyncContextManager[Service]]
 
 
-def egress_service(resolver: Resolver | None = None) -> Setup:
-    """The service's setup; `resolver` replaces the system's (tests give fixed answers)."""
+def keep_chars(settings: EgressSettings, max_payload: int) -> int:
+    """Characters of a cut page's whole text a reply may carry: the setting, and no more
+    than fits the bus's message beside the reply's own text (at 4 bytes a character)."""
+    room = (max_payload - 16 * 1024) // 4 - settings.egress_fetch_max_chars
+    return max(0, min(settings.egress_fetch_keep_max_chars, room))
+
+
+def egress_service(
+    resolver: Resolver | None = None, environ: Mapping[str, str] | None = None
+) -> Setup:
+    """The service's setup; `resolver` replaces the system's (tests give fixed answers),
+    `environ` the process's environment where the search provider's key is read."""
 
     @asynccontextmanager
     async def setup(client: Client, settings: EgressSettings) -> AsyncIterator[Service]:
@@ -61,7 +77,15 @@ def egress_service(resolver: Resolver | None = None) -> Setup:
             settings.egress_fetch_max_bytes,
             settings.egress_fetch_max_chars,
             settings.egress_fetch_timeout_s,
+            keep_chars(settings, client.max_payload),
         )
+        provider = provider_from(
+            settings.search,
+            os.environ if environ is None else environ,
+            settings.egress_brave_url,
+            settings.egress_tavily_url,
+        )
+        searcher = Searcher(dialer, provider, settings.egress_search_timeout_s)
 
         async def grant(request: GrantRequest, _: RequestContext) -> EgressGrant:
             return await grants.issue(request)
@@ -76,27 +100,38 @@ def egress_service(resolver: Resolver | None = None) -> Setup:
             try:
                 return await fetcher.fetch(request.url, request.format, hops)
             finally:
-                for hop in hops:
-                    await recorder.record(
-                        session_id=request.session_id,
-                        tenant=request.tenant or "default",
-                        target=hop.target,
-                        refused=hop.refused,
-                        tool="fetch_url",
-                    )
+                await record(request.session_id, request.tenant, hops, "fetch_url")
+
+        async def search(request: SearchRequest, _: RequestContext) -> SearchResults:
+            hops: list[Hop] = []
+            try:
+                return await searcher.search(request, hops)
+            finally:
+                await record(request.session_id, request.tenant, hops, "web_search")
+
+        async def record(session_id: str, tenant: str, hops: list[Hop], tool: str) -> None:
+            for hop in hops:
+                await recorder.record(
+                    session_id=session_id,
+                    tenant=tenant or "default",
+                    target=hop.target,
+                    refused=hop.refused,
+                    tool=tool,
+                )
 
         async with proxy.serving(settings.egress_listen) as address:
             grants.proxy = address
             service = Service(
                 "egress",
                 VERSION,
-                "The only way out: the filtering proxy for sandboxes, and fetch_url.",
+                "The only way out: the filtering proxy for sandboxes, fetch_url and web_search.",
             )
             service.add_endpoint("grant", subjects.EGRESS_GRANT, GrantRequest, grant)
             service.add_endpoint(
                 "connections", subjects.EGRESS_CONNECTIONS, ConnectionsRequest, connections
             )
             service.add_endpoint("fetch", subjects.EGRESS_FETCH, FetchRequest, fetch)
+            service.add_endpoint("search", subjects.EGRESS_SEARCH, SearchRequest, search)
             yield service
 
     return setup

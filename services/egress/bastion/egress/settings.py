@@ -29,3 +29,10 @@ class EgressSettings(BusSettings, frozen=True, kw_only=True):
     egress_fetch_max_chars: int = 100_000
     """Characters of text a `fetch_url` reply carries; the rest is cut and said so."""
     egress_fetch_timeout_s: float = 30.0
+    egress_fetch_keep_max_chars: int = 1_000_000
+    """Characters of a cut page's whole text sent back to be kept in the workspace."""
+    search: str = ""
+    """`BASTION_SEARCH`: `searxng:<url>`, `brave` or `tavily`; empty, no `web_search`."""
+    egress_brave_url: str = "https://api.search.brave.com"
+    egress_tavily_url: str = "https://api.tavily.com"
+    egress_search_timeout_s: float = 15.0

@@ -21,6 +21,7 @@ from bastion.proto.toolinput import (
     SkillReadInput,
     SkillRunInput,
     SkillWriteInput,
+    WebSearchInput,
     WriteFileInput,
 )
 
@@ -29,6 +30,7 @@ __all__ = [
     "SKILL_READ",
     "SKILL_RUN",
     "SKILL_WRITE",
+    "WEB_SEARCH",
     "ToolDefinition",
     "catalogue_for",
     "definition",
@@ -39,6 +41,7 @@ SKILL_READ = "skill_read"
 SKILL_RUN = "skill_run"
 SKILL_WRITE = "skill_write"
 FETCH_URL = "fetch_url"
+WEB_SEARCH = "web_search"
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class ToolDefinition:
     needs_skills: bool = False
     needs_web: bool = False
     """Offered only to a session opened with `web` (fetch_url), workspace or not."""
+    needs_search: bool = False
+    """Offered only when a search provider is configured (`BASTION_SEARCH`)."""
 
 
 _DEFINITIONS = {
@@ -143,6 +148,15 @@ _DEFINITIONS = {
             needs_web=True,
         ),
         ToolDefinition(
+            WEB_SEARCH,
+            WebSearchInput,
+            "Search the web: up to count results (5 unless asked, at most 10), each a title, "
+            "an address and a snippet; freshness day, week, month or year keeps recent ones.",
+            "external",
+            needs_web=True,
+            needs_search=True,
+        ),
+        ToolDefinition(
             SKILL_READ,
             SkillReadInput,
             "Read a skill's SKILL.md by its name; once read, the calls its allowed-tools "
@@ -188,12 +202,13 @@ def catalogue_for(
     network: str,
     skills_dir: str | None = None,
     web: bool = False,
+    search: bool = False,
 ) -> tuple[ToolSpec, ...]:
     """The tools a session with these settings gets, and each one's effect."""
 
     def offered(d: ToolDefinition) -> bool:
         if d.needs_web:
-            return web
+            return web and (search or not d.needs_search)
         return (
             workspace is not None
             and (shell or not d.needs_shell)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from bastion.orchestrator.web import fetch_page, search_web
 from bastion.proto import subjects
-from bastion.proto.egress import FetchedPage
 from bastion.proto.sandbox import (
     ApplyPatch,
     CodeCheck,
@@ -21,7 +21,6 @@ from bastion.proto.sandbox import (
     WriteFile,
 )
 from bastion.proto.session import SessionInfo
-from bastion.proto.stubs import FetchRequest
 from bastion.proto.toolinput import (
     ApplyPatchInput,
     DiagnosticsInput,
@@ -33,6 +32,7 @@ from bastion.proto.toolinput import (
     RunTestsInput,
     SearchFilesInput,
     ShellInput,
+    WebSearchInput,
     WriteFileInput,
 )
 from bastion.shared.bus import Client, request
@@ -112,7 +112,9 @@ async def run_tool(
 ) -> str:
     """Run `tool` for `session` and return its text; errors are raised typed."""
     if isinstance(tool_input, FetchUrlInput):
-        return await _fetch(client, session, tool_input, timeout_s)
+        return await fetch_page(client, session, tool_input, timeout_s)
+    if isinstance(tool_input, WebSearchInput):
+        return await search_web(client, session, tool_input, timeout_s)
     assert session.workspace is not None  # only workspace sessions have these tools
     match tool_input:
         case ShellInput(command=command, timeout_s=wall_s):
@@ -167,36 +169,3 @@ async def run_tool(
         timeout_s=timeout_s,
     )
     return answer.text
-
-
-async def _fetch(
-    client: Client, session: SessionInfo, tool_input: FetchUrlInput, timeout_s: float
-) -> str:
-    """A page through the egress service; a cut reply says how much was left out.
-
-    The egress service holds no workspace, and the orchestrator none either: the cut part
-    is not kept anywhere (the model can fetch as `text`, or a skill can download the page).
-    """
-    page: FetchedPage = await request(
-        client,
-        subjects.EGRESS_FETCH,
-        FetchRequest(
-            session_id=session.session_id,
-            url=tool_input.url,
-            format=tool_input.format,
-            tenant=session.tenant,
-        ),
-        FetchedPage,
-        timeout_s=max(timeout_s, 60.0),
-    )
-    head = f"{page.url} ({page.status}, {page.content_type or 'no content type'})"
-    if page.redirects:
-        head += f" after {len(page.redirects)} redirect(s)"
-    parts = [head]
-    if page.cut:
-        parts.append(
-            f"the page was cut: {page.cut} characters at the end were left out (the reply "
-            "limit) and are not kept"
-        )
-    parts.append(page.text.rstrip("\n"))
-    return "\n".join(parts)

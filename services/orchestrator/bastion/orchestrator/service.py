@@ -41,6 +41,9 @@ class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     hooks_bucket: str = subjects.HOOKS_BUCKET
     approvals_bucket: str = "bastion_approvals"
     taint_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
+    search: str = ""
+    """`BASTION_SEARCH`, the egress service's variable too: set, `web` sessions get
+    `web_search` (the orchestrator only asks whether it is set; the key is not its)."""
 
 
 def _session_of(context: RequestContext) -> str:
@@ -69,6 +72,7 @@ async def orchestrator_service(
         journal=journal,
         audit=audit,
         hooks=hooks,
+        search=bool(settings.search.strip()),
     )
     await sessions.approvals.recover()
 

@@ -68,8 +68,10 @@ class Sessions:
         journal: Journal,
         audit: AuditLog,
         hooks: Hooks,
+        search: bool = False,
     ) -> None:
         self._client = client
+        self._search = search
         self._store = store
         self._timeout_s = timeout_s
         self._journal = journal
@@ -141,6 +143,7 @@ class Sessions:
                 network=ask.network,
                 skills_dir=ask.skills_dir,
                 web=ask.web,
+                search=self._search,
             ),
             read_only_dirs=ask.read_only_dirs,
             skills_dir=ask.skills_dir,

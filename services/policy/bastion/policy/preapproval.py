@@ -39,6 +39,7 @@ ALIASES: Final[dict[str, tuple[str, ...]]] = {
     "LS": ("list_files",),
     "Grep": ("search_files",),
     "WebFetch": ("fetch_url",),
+    "WebSearch": ("web_search",),
 }
 """Other runtimes' tool names, and the Bastion tools each stands for."""
 
