@@ -8,7 +8,7 @@ from nats.js.kv import KeyValue
 
 from bastion.shared.bus import Client
 
-__all__ = ["open_bucket"]
+__all__ = ["bucket_keys", "open_bucket"]
 
 
 async def open_bucket(client: Client, bucket: str, *, ttl_s: float | None = None) -> KeyValue:
@@ -22,3 +22,33 @@ async def open_bucket(client: Client, bucket: str, *, ttl_s: float | None = None
         return await js.create_key_value(
             KeyValueConfig(bucket=bucket, history=1, storage=StorageType.FILE, ttl=ttl_s)
         )
+
+
+async def bucket_keys(client: Client, kv: KeyValue) -> list[str]:
+    """Every live key of the bucket, read from its stream up to the last sequence.
+
+    nats-py's `KeyValue.keys()` can answer empty under load: it decides there is nothing
+    more to read from the consumer's pending count, which may already be zero while the
+    delivered entries wait in the client. Reading the stream by sequence has an end that
+    does not depend on timing.
+    """
+    status = await kv.status()
+    stream = status.stream_info.config.name or f"KV_{status.bucket}"
+    prefix = f"$KV.{status.bucket}."
+    js = client.jetstream()
+    seq, last = status.stream_info.state.first_seq, status.stream_info.state.last_seq
+    live: dict[str, None] = {}
+    while seq <= last:
+        try:
+            msg = await js.get_msg(stream, seq, subject=f"{prefix}>", next=True)
+        except nats.js.errors.NotFoundError:
+            break
+        key = (msg.subject or "").removeprefix(prefix)
+        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            live.pop(key, None)
+        else:
+            live[key] = None
+        if msg.seq is None:
+            break
+        seq = msg.seq + 1
+    return list(live)

@@ -15,7 +15,7 @@ from bastion.proto.approvals import ApprovalState, ParkedCall
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import NotFound
-from bastion.shared.kv import open_bucket
+from bastion.shared.kv import bucket_keys, open_bucket
 
 __all__ = ["ApprovalStore"]
 
@@ -23,14 +23,15 @@ __all__ = ["ApprovalStore"]
 class ApprovalStore:
     """Create, read, list and move parked calls from one state to the next."""
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, client: Client, kv: KeyValue) -> None:
+        self._client = client
         self._kv = kv
 
     @classmethod
     async def open(cls, client: Client, bucket: str) -> ApprovalStore:
         """The store on `bucket`, created (file storage, one revision kept) if missing."""
         kv = await open_bucket(client, bucket)
-        return cls(kv)
+        return cls(client, kv)
 
     async def create(self, parked: ParkedCall) -> None:
         await self._kv.create(parked.request_id, encode(parked))
@@ -72,12 +73,8 @@ class ApprovalStore:
 
     async def every(self) -> list[ParkedCall]:
         """Every parked call in the bucket, oldest first."""
-        try:
-            keys = await self._kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
         found: list[ParkedCall] = []
-        for key in keys:
+        for key in await bucket_keys(self._client, self._kv):
             try:
                 parked, _ = await self.get(key)
             except NotFound:

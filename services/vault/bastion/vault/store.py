@@ -14,7 +14,7 @@ from bastion.proto import subjects
 from bastion.proto.vault import StoredSecret, WrappedKey
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
-from bastion.shared.kv import open_bucket
+from bastion.shared.kv import bucket_keys, open_bucket
 
 __all__ = ["VaultStore"]
 
@@ -22,7 +22,8 @@ __all__ = ["VaultStore"]
 class VaultStore:
     """Reads and writes of wrapped keys and ciphertexts; no cryptography here."""
 
-    def __init__(self, keys: KeyValue, secrets: KeyValue) -> None:
+    def __init__(self, client: Client, keys: KeyValue, secrets: KeyValue) -> None:
+        self._client = client
         self._keys = keys
         self._secrets = secrets
 
@@ -30,6 +31,7 @@ class VaultStore:
     async def open(cls, client: Client) -> VaultStore:
         """The store on both buckets, each created (file storage) if missing."""
         return cls(
+            client,
             await open_bucket(client, subjects.VAULT_KEYS_BUCKET),
             await open_bucket(client, subjects.VAULT_SECRETS_BUCKET),
         )
@@ -61,10 +63,7 @@ class VaultStore:
 
     async def tenants(self) -> list[str]:
         """Every tenant that has a data key."""
-        try:
-            return sorted(await self._keys.keys())
-        except nats.js.errors.NoKeysError:
-            return []
+        return sorted(await bucket_keys(self._client, self._keys))
 
     async def put_secret(self, tenant: str, name: str, stored: StoredSecret) -> bool:
         """Keep a secret; True if it replaced one of the same name."""
@@ -83,10 +82,7 @@ class VaultStore:
 
     async def names(self, tenant: str) -> list[str]:
         """The names of a tenant's secrets, sorted."""
-        try:
-            keys = await self._secrets.keys()
-        except nats.js.errors.NoKeysError:
-            return []
+        keys = await bucket_keys(self._client, self._secrets)
         return sorted(
             name for owner, _, name in (key.rpartition(".") for key in keys) if owner == tenant
         )
