@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 import anyio
 import pytest
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import SocketStream
 
 import bastion.egress.dial
+from tests.loopback import serving_on_loopback
 
 PAGES: dict[str, tuple[str, dict[str, str], bytes]] = {
     "/": (
@@ -66,16 +67,12 @@ async def _serve_one(stream: SocketStream, server: WebServer) -> None:
 async def web_server() -> AsyncIterator[WebServer]:
     """A server on 127.0.0.1, serving `PAGES`, until the block exits."""
     server = WebServer()
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    server.port = int(listener.extra(SocketAttribute.local_port))
 
     async def handle(stream: SocketStream) -> None:
         await _serve_one(stream, server)
 
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, handle)
+    async with serving_on_loopback(handle) as server.port:
         yield server
-        group.cancel_scope.cancel()
 
 
 def basic(grant_id: str, secret: str) -> str:

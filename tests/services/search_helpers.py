@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import SocketStream
+
+from tests.loopback import serving_on_loopback
 
 LONG_PAGE = "".join(f"line {n} of a long page\n" for n in range(400))
 
@@ -82,13 +84,9 @@ async def _serve(stream: SocketStream, server: FakeProvider) -> None:
 async def fake_provider() -> AsyncIterator[FakeProvider]:
     """The fake on 127.0.0.1 until the block exits."""
     server = FakeProvider()
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    server.port = int(listener.extra(SocketAttribute.local_port))
 
     async def handle(stream: SocketStream) -> None:
         await _serve(stream, server)
 
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, handle)
+    async with serving_on_loopback(handle) as server.port:
         yield server
-        group.cancel_scope.cancel()

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 
 import anyio
 import pytest
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import SocketStream
 
 from bastion.egress.service import EgressSettings, egress_service
 from bastion.shared.bus import Client
 from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
 from tests.attacks.test_egress_ssrf import RESOLVER, Egress
 from tests.conftest import ServiceRunner
+from tests.loopback import serving_on_loopback
 
 
 @dataclass
@@ -40,8 +41,6 @@ async def _relay(source: SocketStream, sink: SocketStream) -> None:
 @asynccontextmanager
 async def upstream_proxy(refuse: bool = False) -> AsyncIterator[Upstream]:
     upstream = Upstream(refuse=refuse)
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    upstream.port = int(listener.extra(SocketAttribute.local_port))
 
     async def handle(client: SocketStream) -> None:
         head = b""
@@ -60,10 +59,8 @@ async def upstream_proxy(refuse: bool = False) -> AsyncIterator[Upstream]:
             relays.start_soon(_relay, client, target)
             relays.start_soon(_relay, target, client)
 
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, handle)
+    async with serving_on_loopback(handle) as upstream.port:
         yield upstream
-        group.cancel_scope.cancel()
 
 
 @asynccontextmanager
