@@ -7,6 +7,7 @@ import types
 from datetime import UTC, datetime
 from typing import Any, Union, get_args, get_origin
 
+import jsonschema
 import msgspec
 import pytest
 
@@ -550,7 +551,6 @@ def test_the_json_schema_of_a_catalogue_entry_is_a_schema_its_json_instances_sat
 def test_a_json_instance_validates_against_its_own_schema_and_a_broken_one_does_not(
     name: str,
 ) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
     schema = json_schema(name)
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
