@@ -42,7 +42,7 @@ from bastion.proto.sandbox import (
     WriteFile,
 )
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef, ToolSpec
-from bastion.proto.stubs import FetchRequest, McpCallRequest
+from bastion.proto.stubs import FetchRequest
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.proto.vault import LeaseRequest
 
@@ -74,7 +74,6 @@ __all__ = [
     "LeaseRequest",
     "Limits",
     "ListFiles",
-    "McpCallRequest",
     "Message",
     "OpenSession",
     "PolicyDecision",

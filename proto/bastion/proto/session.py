@@ -75,6 +75,14 @@ class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
     """False (`--no-ask`): nobody answers approvals, so a call that would ask is refused."""
     web: bool = False
     """True (`--web`): the session gets `fetch_url`, run by the egress service."""
+    mcp: Annotated[
+        tuple[
+            Annotated[str, msgspec.Meta(min_length=1, max_length=32, pattern=r"^[a-z][a-z0-9-]*$")],
+            ...,
+        ],
+        msgspec.Meta(max_length=32),
+    ] = ()
+    """Upstream MCP servers (`--mcp NAME`) whose reviewed tools the session gets."""
 
 
 class SessionRef(Ingress, frozen=True, kw_only=True, tag="session.ref"):
@@ -89,6 +97,20 @@ class ToolSpec(Message, frozen=True, kw_only=True, tag="tool.spec"):
     name: str
     effect: Effect
     description: str
+    input_schema_json: str = ""
+    """The JSON Schema of the tool's input, as JSON (what an MCP client is shown)."""
+    server: str = ""
+    """The upstream MCP server of the tool; empty for Bastion's own tools."""
+    upstream: str = ""
+    """The tool's name on its server; empty for the server's resources tools."""
+    upstream_kind: str = ""
+    """For an upstream tool: `tool`, `resources` or `read_resource` (`mcp.UpstreamKind`)."""
+    digest: str = ""
+    """The pin of an upstream tool, checked again when it is called."""
+    journaled: bool = False
+    """An upstream tool neither read-only nor idempotent: its calls go in the journal."""
+    taints: bool = False
+    """What it returns comes from outside (an open-world upstream tool, a resource)."""
 
 
 class SessionInfo(Message, frozen=True, kw_only=True, tag="session.info"):
@@ -121,3 +143,7 @@ class SessionInfo(Message, frozen=True, kw_only=True, tag="session.info"):
     """False (`--no-ask`): a call that would ask is refused at once."""
     waiting_for: str = ""
     """The request id of the parked call the session waits on; empty when none."""
+    notices: tuple[str, ...] = ()
+    """What the session was not given and why (an upstream tool changed since its review)."""
+    mcp: tuple[str, ...] = ()
+    """The upstream MCP servers the session asked for."""

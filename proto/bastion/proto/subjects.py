@@ -18,7 +18,14 @@ __all__ = [
     "EVENTS_ALL",
     "HOOKS_BUCKET",
     "JOURNAL_BUCKET",
+    "MCP_ADD",
+    "MCP_BROWSE",
     "MCP_CALL",
+    "MCP_LIST",
+    "MCP_OFFER",
+    "MCP_REMOVE",
+    "MCP_REVIEW",
+    "MCP_SERVERS_BUCKET",
     "POLICY_CHECK_RULE",
     "POLICY_DECIDE",
     "POLICY_STATUS",
@@ -47,6 +54,7 @@ __all__ = [
     "audit",
     "event",
     "hook",
+    "mcp_elicit",
     "session_call",
 ]
 
@@ -88,6 +96,18 @@ EGRESS_GRANT: Final = f"{PREFIX}.egress.grant"
 EGRESS_CONNECTIONS: Final = f"{PREFIX}.egress.connections"
 """The connections made or refused under one grant, to append to a script's result."""
 MCP_CALL: Final = f"{PREFIX}.mcp.call"
+"""A session's call of an upstream tool (or of its resources tools)."""
+MCP_OFFER: Final = f"{PREFIX}.mcp.offer"
+"""Which upstream tools a session may be offered, checked against their pins."""
+MCP_ADD: Final = f"{PREFIX}.mcp.add"
+MCP_REVIEW: Final = f"{PREFIX}.mcp.review"
+MCP_LIST: Final = f"{PREFIX}.mcp.list"
+MCP_REMOVE: Final = f"{PREFIX}.mcp.remove"
+MCP_BROWSE: Final = f"{PREFIX}.mcp.browse"
+"""Operator operations: add (review and pin), review (accept), list, remove, and look at a
+server's resources and prompts."""
+MCP_SERVERS_BUCKET: Final = "bastion_mcp_servers"
+"""The JetStream KV bucket of upstream servers and their pins (key: `<tenant>.<name>`)."""
 VAULT_LEASE: Final = f"{PREFIX}.vault.lease"
 """The sandbox service asks for one call's secrets, sealed to its public key."""
 VAULT_KEY: Final = f"{PREFIX}.vault.key"
@@ -124,6 +144,11 @@ HOOKS_BUCKET: Final = "bastion_hooks"
 def session_call(session_id: str) -> str:
     """The subject a call of `session_id` is sent to."""
     return f"{PREFIX}.session.{session_id}.call"
+
+
+def mcp_elicit(session_id: str) -> str:
+    """Where an upstream server's question during one of the session's calls is relayed."""
+    return f"{PREFIX}.mcp.elicit.{session_id}"
 
 
 def event(kind: str, tenant: str) -> str:
