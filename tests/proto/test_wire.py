@@ -728,6 +728,14 @@ INGRESS = [
     hooks.RunMark,
     approvals.ApprovalQuery,
     approvals.ApprovalAnswer,
+    mcp.EffectOverride,
+    mcp.SamplingAllowance,
+    mcp.McpServerSpec,
+    mcp.AddServer,
+    mcp.ReviewServer,
+    mcp.ListServers,
+    mcp.RemoveServer,
+    mcp.BrowseServer,
 ]
 
 
@@ -760,6 +768,11 @@ OVERSIZED: list[tuple[type[msgspec.Struct], dict[str, Any], str]] = [
     (session.OpenSession, {"sandbox": "docker:" + "x" * 600}, "$.sandbox"),
     (session.OpenSession, {"network": "n" * 129}, "$.network"),
     (session.OpenSession, {"agent": "../etc"}, "$.agent"),
+    (session.OpenSession, {"mcp": ["Notes"]}, "$.mcp"),
+    (mcp.AddServer, {"name": "no_underscores"}, "$.name"),
+    (mcp.McpServerSpec, {"headers": ["no colon"]}, "$.headers"),
+    (mcp.McpServerSpec, {"sandbox": "chroot"}, "$.sandbox"),
+    (mcp.McpServerSpec, {"url": "file:///etc/passwd"}, "$.url"),
     (session.OpenSession, {"limits": {"wall_s": 86401}}, "$.limits.wall_s"),
     (session.OpenSession, {"limits": {"output_bytes": 10}}, "$.limits.output_bytes"),
     (session.SessionRef, {"session_id": "0123456789abcdef0"}, "$.session_id"),
