@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 import types
 from datetime import UTC, datetime
 from typing import Any, Union, get_args, get_origin
@@ -768,9 +769,9 @@ OVERSIZED: list[tuple[type[msgspec.Struct], dict[str, Any], str]] = [
     (session.OpenSession, {"sandbox": "docker:" + "x" * 600}, "$.sandbox"),
     (session.OpenSession, {"network": "n" * 129}, "$.network"),
     (session.OpenSession, {"agent": "../etc"}, "$.agent"),
-    (session.OpenSession, {"mcp": ["Notes"]}, "$.mcp"),
+    (session.OpenSession, {"mcp": ["Notes"]}, "$.mcp[0]"),
     (mcp.AddServer, {"name": "no_underscores"}, "$.name"),
-    (mcp.McpServerSpec, {"headers": ["no colon"]}, "$.headers"),
+    (mcp.McpServerSpec, {"headers": ["no colon"]}, "$.headers[0]"),
     (mcp.McpServerSpec, {"sandbox": "chroot"}, "$.sandbox"),
     (mcp.McpServerSpec, {"url": "file:///etc/passwd"}, "$.url"),
     (session.OpenSession, {"limits": {"wall_s": 86401}}, "$.limits.wall_s"),
@@ -793,7 +794,7 @@ def test_an_ingress_message_refuses_an_oversized_or_malformed_value(
     struct: type[msgspec.Struct], change: dict[str, Any], where: str
 ) -> None:
     data = msgspec.json.encode(with_extra(struct, **change))
-    with pytest.raises(msgspec.ValidationError, match=f"at `\\{where}`"):
+    with pytest.raises(msgspec.ValidationError, match=re.escape(f"at `{where}`")):
         msgspec.json.decode(data, type=struct)
 
 
