@@ -56,6 +56,7 @@ SPEC = mcp.McpServerSpec(
     timeout_s=30.0,
     effects=(mcp.EffectOverride(tool="add_note", effect="spend"),),
     sampling=mcp.SamplingAllowance(),
+    read_only_dirs=("/opt/venv",),
 )
 
 PIN = mcp.ToolPin(

@@ -115,6 +115,9 @@ class McpServerSpec(Ingress, frozen=True, kw_only=True, tag="mcp.server_spec"):
     effects: Annotated[tuple[EffectOverride, ...], msgspec.Meta(max_length=256)] = ()
     sampling: SamplingAllowance | None = None
     """None: the server's sampling requests are refused."""
+    read_only_dirs: Annotated[tuple[PathText, ...], msgspec.Meta(max_length=32)] = ()
+    """Host directories shown read-only in its sandbox at their own paths (`--sandbox-read`),
+    e.g. the virtual environment its program is installed in."""
 
 
 class ToolPin(Message, frozen=True, kw_only=True, tag="mcp.tool_pin"):
