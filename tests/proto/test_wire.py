@@ -88,6 +88,7 @@ OFFERED = mcp.OfferedTool(
     digest="cd" * 32,
     journaled=True,
     taints=True,
+    call_timeout_s=30.0,
 )
 
 PARKED = approvals.ParkedCall(
@@ -135,6 +136,7 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         digest="cd" * 32,
         journaled=True,
         taints=True,
+        call_timeout_s=30.0,
     ),
     session.SessionInfo: session.SessionInfo(
         session_id=SID,

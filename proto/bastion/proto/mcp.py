@@ -242,6 +242,8 @@ class OfferedTool(Message, frozen=True, kw_only=True, tag="mcp.offered_tool"):
     digest: str = ""
     journaled: bool = False
     taints: bool = False
+    call_timeout_s: float = 60.0
+    """The server's `timeout_s`: a call unanswered by then is uncertain."""
 
 
 class OfferTools(Message, frozen=True, kw_only=True, tag="mcp.offer"):

@@ -103,7 +103,7 @@ class ToolSpec(Message, frozen=True, kw_only=True, tag="tool.spec"):
     """The upstream MCP server of the tool; empty for Bastion's own tools."""
     upstream: str = ""
     """The tool's name on its server; empty for the server's resources tools."""
-    upstream_kind: str = ""
+    upstream_kind: Literal["", "tool", "resources", "read_resource"] = ""
     """For an upstream tool: `tool`, `resources` or `read_resource` (`mcp.UpstreamKind`)."""
     digest: str = ""
     """The pin of an upstream tool, checked again when it is called."""
@@ -111,6 +111,8 @@ class ToolSpec(Message, frozen=True, kw_only=True, tag="tool.spec"):
     """An upstream tool neither read-only nor idempotent: its calls go in the journal."""
     taints: bool = False
     """What it returns comes from outside (an open-world upstream tool, a resource)."""
+    call_timeout_s: float = 0.0
+    """How long a call may take before it counts as unanswered; 0: the service's default."""
 
 
 class SessionInfo(Message, frozen=True, kw_only=True, tag="session.info"):

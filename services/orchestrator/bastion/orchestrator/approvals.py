@@ -23,7 +23,7 @@ import msgspec
 
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
-from bastion.orchestrator.catalogue import definition, find_tool
+from bastion.orchestrator.catalogue import find_tool, tool_input_of
 from bastion.orchestrator.gate import ask_policy, policy_request, target_of
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
@@ -222,7 +222,7 @@ class Approvals:
         tool = find_tool(session_info, parked.tool)
         if tool is None:
             return await self._decline(parked, "bastion", f"the session has no {parked.tool}")
-        tool_input = msgspec.convert(parked.input, definition(tool.name).input_type)
+        tool_input = tool_input_of(tool, parked.input)
         tool = await skill_tool(self._client, session_info, tool, tool_input, self._timeout_s)
         rule = await self._rule(tool, tool_input, answer) if answer.always else ""
         # The person approved the ask; an operator policy may have refused it since.

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
+import msgspec
+
+from bastion.proto.mcp import OfferedTool
 from bastion.proto.policy import Effect
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import (
@@ -32,9 +36,14 @@ __all__ = [
     "SKILL_WRITE",
     "WEB_SEARCH",
     "ToolDefinition",
+    "UpstreamInput",
     "catalogue_for",
     "definition",
     "find_tool",
+    "input_type_of",
+    "is_journaled",
+    "tool_input_of",
+    "upstream_tool",
 ]
 
 SKILL_READ = "skill_read"
@@ -186,6 +195,71 @@ _DEFINITIONS = {
 }
 
 
+class UpstreamInput(msgspec.Struct, frozen=True, kw_only=True):
+    """The input of an upstream MCP tool: its arguments as given, checked by its server.
+
+    Bounded by `ToolCall.input` (64 keys, the bus message's size); the arguments go to the
+    server as they are, so the journal keys a call on exactly them.
+    """
+
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+@cache
+def input_schema_json(input_type: type[msgspec.Struct]) -> str:
+    """The JSON Schema of a built-in tool's input as an MCP client takes it: the object
+    itself (not a reference to it), without the struct's internal tag."""
+    schema = msgspec.json.schema(input_type)
+    definitions = schema.pop("$defs")
+    name = schema["$ref"].removeprefix("#/$defs/")
+    body = dict(definitions.pop(name))
+    body.pop("title", None)
+    body["properties"] = {k: v for k, v in body["properties"].items() if k != "kind"}
+    body["required"] = [r for r in body.get("required", []) if r != "kind"]
+    if definitions:
+        body["$defs"] = definitions
+    return msgspec.json.encode(body).decode()
+
+
+def upstream_tool(offered: OfferedTool) -> ToolSpec:
+    """A session's tool for an upstream MCP tool the mcp service offered."""
+    return ToolSpec(
+        name=offered.name,
+        effect=offered.effect,
+        description=offered.description,
+        input_schema_json=offered.input_schema_json,
+        server=offered.server,
+        upstream=offered.upstream,
+        upstream_kind=offered.upstream_kind,
+        digest=offered.digest,
+        journaled=offered.journaled,
+        taints=offered.taints,
+        call_timeout_s=offered.call_timeout_s,
+    )
+
+
+def input_type_of(tool: ToolSpec) -> Any:
+    """The struct a call's input is checked against before anything runs."""
+    return UpstreamInput if tool.server else _DEFINITIONS[tool.name].input_type
+
+
+def tool_input_of(tool: ToolSpec, given: dict[str, Any]) -> msgspec.Struct:
+    """A call's input as its tool takes it.
+
+    Raises:
+        msgspec.ValidationError: a built-in tool's input is not valid.
+    """
+    if tool.server:
+        return UpstreamInput(arguments=given)
+    converted: msgspec.Struct = msgspec.convert(given, _DEFINITIONS[tool.name].input_type)
+    return converted
+
+
+def is_journaled(tool: ToolSpec) -> bool:
+    """Whether the journal keeps the tool's calls (the rule is `ToolDefinition`'s)."""
+    return tool.journaled if tool.server else _DEFINITIONS[tool.name].journaled
+
+
 def shell_effect(network: str) -> Effect:
     """A command with the machine's network reaches outside; without one it only writes.
 
@@ -220,6 +294,7 @@ def catalogue_for(
             name=d.name,
             effect=d.effect if d.effect is not None else shell_effect(network),
             description=d.description,
+            input_schema_json=input_schema_json(d.input_type),
         )
         for d in _DEFINITIONS.values()
         if offered(d)

@@ -21,7 +21,7 @@ import msgspec
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from bastion.orchestrator.catalogue import definition
+from bastion.orchestrator.catalogue import is_journaled
 from bastion.proto import errors as codes
 from bastion.proto.journal import JournalEntry
 from bastion.proto.policy import PolicyDecision
@@ -70,6 +70,13 @@ def _check_advice() -> str:
     )
 
 
+def _unanswered(error: BastionError) -> bool:
+    """No answer came (a timeout, a service or upstream server gone): nobody knows whether
+    the call took effect. An upstream MCP server that stopped mid-call is reported by the
+    mcp service with the code `uncertain`."""
+    return isinstance(error, Unavailable) or error.code == codes.UNCERTAIN
+
+
 class Journal:
     """Look up, record and answer journaled calls in the `bastion_journal` bucket."""
 
@@ -98,7 +105,7 @@ class Journal:
         Raises:
             UncertainCall: an identical call was made and got no answer.
         """
-        if not definition(tool.name).journaled:
+        if not is_journaled(tool):
             return None
         key = call_key(session.session_id, tool.name, tool_input)
         found = await self.entry(key)
@@ -145,7 +152,7 @@ class Journal:
         Raises:
             UncertainCall: the call got no answer (or an identical one is in flight).
         """
-        if not definition(tool.name).journaled:
+        if not is_journaled(tool):
             return await make()
         key = call_key(session.session_id, tool.name, tool_input)
         entry = JournalEntry(
@@ -164,7 +171,12 @@ class Journal:
             ) from None
         try:
             text = await make()
-        except Unavailable as error:  # Timeout too: no answer, so no knowing
+        except BastionError as error:
+            if not _unanswered(error):
+                # An answer, though a refusal: the call changed nothing, so the same call
+                # may be made again once the model has changed what made it fail.
+                await self._kv.delete(key, last=revision)
+                raise
             entry = msgspec.structs.replace(
                 entry, state="uncertain", finished_at=datetime.now(UTC), why=error.message
             )
@@ -172,11 +184,6 @@ class Journal:
             raise UncertainCall(
                 f"this {tool.name} call got no answer ({error.message}): {_check_advice()}"
             ) from None
-        except BastionError:
-            # An answer, though a refusal: the call changed nothing, so the same call may
-            # be made again once the model has changed what made it fail.
-            await self._kv.delete(key, last=revision)
-            raise
         kept = (
             text if len(text) <= MAX_KEPT_TEXT else text[:MAX_KEPT_TEXT] + "\n[cut in the journal]"
         )

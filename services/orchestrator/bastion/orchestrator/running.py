@@ -12,13 +12,15 @@ from typing import Any
 import msgspec
 
 from bastion.orchestrator.audit import AuditLog
+from bastion.orchestrator.catalogue import UpstreamInput
 from bastion.orchestrator.execute import run_tool
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.skillrun import run_skill, write_skill
 from bastion.orchestrator.skills import fetch_skill, skill_pre_approvals, with_pre_approvals
 from bastion.orchestrator.store import SessionStore
-from bastion.orchestrator.taint import tainted_by
+from bastion.orchestrator.taint import from_outside, tainted_by
+from bastion.orchestrator.upstream import call_upstream
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import SkillReadInput, SkillRunInput, SkillWriteInput
@@ -98,10 +100,19 @@ class Runner:
                 )
             if isinstance(tool_input, SkillWriteInput):
                 return await write_skill(self._client, session, tool_input, self._timeout_s)
+            if isinstance(tool_input, UpstreamInput):
+                return await call_upstream(
+                    self._client,
+                    session,
+                    tool,
+                    tool_input,
+                    call_id=call_id,
+                    timeout_s=self._timeout_s,
+                )
             return await run_tool(self._client, session, tool.name, tool_input, self._timeout_s)
         finally:
-            if tool.effect == "external":
+            if from_outside(tool):
                 now = datetime.now(UTC)
                 await self._store.update(
-                    session.session_id, lambda s: tainted_by(s, tool.effect, now, self._taint_s)
+                    session.session_id, lambda s: tainted_by(s, now, self._taint_s)
                 )

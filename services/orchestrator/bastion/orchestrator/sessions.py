@@ -15,13 +15,14 @@ import msgspec
 from bastion.orchestrator.approvals import Approvals
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
-from bastion.orchestrator.catalogue import catalogue_for, definition, find_tool
+from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_of, tool_input_of
 from bastion.orchestrator.gate import ask_policy, policy_request
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
 from bastion.orchestrator.store import SessionStore
+from bastion.orchestrator.upstream import offer_upstream
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
@@ -126,8 +127,12 @@ class Sessions:
             )
         elif ask.shell:
             raise InvalidInput("a shell needs a workspace: give one with --workspace DIR")
+        session_id = secrets.token_hex(8)
+        upstream, notices = await offer_upstream(
+            self._client, ask.tenant, session_id, ask.mcp, self._timeout_s
+        )
         session = SessionInfo(
-            session_id=secrets.token_hex(8),
+            session_id=session_id,
             tenant=ask.tenant,
             agent=ask.agent,
             autonomy=ask.autonomy,
@@ -144,12 +149,15 @@ class Sessions:
                 skills_dir=ask.skills_dir,
                 web=ask.web,
                 search=self._search,
-            ),
+            )
+            + upstream,
             read_only_dirs=ask.read_only_dirs,
             skills_dir=ask.skills_dir,
             limits=session_limits(ask.limits),
             skill_approvals=ask.skill_approvals,
             ask=ask.ask,
+            notices=notices,
+            mcp=ask.mcp,
         )
         await self._store.create(session)
         await self._publish(
@@ -254,9 +262,9 @@ class Sessions:
                 codes.UNKNOWN_TOOL,
                 f"session {session.session_id} has no tool {call.tool!r}; its tools: {offered}",
             )
-        input_type = definition(tool.name).input_type
+        input_type = input_type_of(tool)
         try:
-            tool_input = msgspec.convert(call.input, input_type)
+            tool_input = tool_input_of(tool, call.input)
         except msgspec.ValidationError as error:
             reason = describe_decode_error(error, input_type).split(": ", 1)[1]
             fields = ", ".join(f.name for f in msgspec.structs.fields(input_type))

@@ -45,7 +45,7 @@ from bastion.sandbox.editing import edit_file
 from bastion.sandbox.egress import EgressClient
 from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
-from bastion.sandbox.leases import LeaseClient, SessionSecrets, sandbox_key
+from bastion.sandbox.leases import SessionSecrets
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
@@ -59,6 +59,7 @@ from bastion.sandbox.workspace import (
 )
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput, NotImplementedYet
+from bastion.shared.leasing import LeaseClient, lease_key
 from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing import (
     BwrapBackend,
@@ -389,7 +390,7 @@ class Sandboxes:
 
 @asynccontextmanager
 async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
-    leases = LeaseClient(client, sandbox_key(settings.sandbox_key_file), settings.request_timeout_s)
+    leases = LeaseClient(client, lease_key(settings.sandbox_key_file), settings.request_timeout_s)
     egress = EgressClient(client, settings.request_timeout_s)
     sandboxes = Sandboxes(settings, max_payload=client.max_payload, leases=leases, egress=egress)
     await sandboxes.sweep()

@@ -1,0 +1,63 @@
+"""A session's upstream MCP tools: offered at its start, called through the mcp service."""
+
+from __future__ import annotations
+
+from bastion.orchestrator.catalogue import UpstreamInput, upstream_tool
+from bastion.proto import subjects
+from bastion.proto.mcp import McpCall, McpCallResult, OfferTools, ToolOffer
+from bastion.proto.session import SessionInfo, ToolSpec
+from bastion.shared.bus import Client, request
+
+__all__ = ["call_upstream", "offer_upstream"]
+
+_MARGIN_S = 10.0
+"""How much longer than the server's own limit the orchestrator waits for the mcp service,
+which answers `uncertain` itself when the server's limit runs out."""
+
+
+async def offer_upstream(
+    client: Client, tenant: str, session_id: str, servers: tuple[str, ...], timeout_s: float
+) -> tuple[tuple[ToolSpec, ...], tuple[str, ...]]:
+    """The tools of `servers` the session may have, and what was withheld and why."""
+    if not servers:
+        return (), ()
+    offer: ToolOffer = await request(
+        client,
+        subjects.MCP_OFFER,
+        OfferTools(tenant=tenant, session_id=session_id, servers=servers),
+        ToolOffer,
+        timeout_s=timeout_s,
+    )
+    return tuple(upstream_tool(t) for t in offer.tools), offer.notices
+
+
+async def call_upstream(
+    client: Client,
+    session: SessionInfo,
+    tool: ToolSpec,
+    tool_input: UpstreamInput,
+    *,
+    call_id: str,
+    timeout_s: float,
+) -> str:
+    """The upstream's answer as the model sees it; a tool's own error is said first."""
+    result: McpCallResult = await request(
+        client,
+        subjects.MCP_CALL,
+        McpCall(
+            tenant=session.tenant,
+            session_id=session.session_id,
+            call_id=call_id,
+            server=tool.server,
+            upstream_kind=tool.upstream_kind or "tool",
+            tool=tool.upstream,
+            digest=tool.digest,
+            arguments=tool_input.arguments,
+            can_ask=session.ask,
+        ),
+        McpCallResult,
+        timeout_s=(tool.call_timeout_s or timeout_s) + _MARGIN_S,
+    )
+    if result.is_error:
+        return f"the tool reported an error:\n{result.text}"
+    return result.text
