@@ -57,11 +57,14 @@ async def _run(
                 skill_approvals=not args.no_skill_approvals,
                 ask=not args.no_ask,
                 web=args.web,
+                mcp=tuple(dict.fromkeys(args.mcp)),
             ),
             SessionInfo,
             timeout_s=CALL_MARGIN_S,
         )
         say(f"session {session.session_id} for agent {session.agent}")
+        for notice in session.notices:
+            say(notice)
         for note in await mark_run(
             client, RunMark(session_id=session.session_id, event="run_start")
         ):
@@ -128,6 +131,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--web",
         action="store_true",
         help="offer fetch_url (public pages through the egress service; taints the session)",
+    )
+    run_parser.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="SERVER",
+        help="give the session the reviewed tools of this MCP server, as SERVER_TOOL (repeatable)",
     )
     run_parser.add_argument(
         "--sandbox-read",

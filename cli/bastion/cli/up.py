@@ -186,19 +186,22 @@ def _supervise(children: list[Child], nats: Child, stop: threading.Event) -> str
 
 
 def key_files(state_dir: Path, env: dict[str, str]) -> dict[str, str]:
-    """The vault's master key and the sandbox's lease key, each created (0600) if missing,
-    and the variables that tell the services where they are."""
+    """The vault's master key and the lease keys of the sandbox and mcp services, each
+    created (0600) if missing, and the variables that tell the services where they are."""
     added: dict[str, str] = {}
     if not env.get("BASTION_VAULT_MASTER_KEY") and not env.get("BASTION_VAULT_MASTER_KEY_FILE"):
         master = state_dir / "vault" / "master.key"
         create_key_file(master)
         added["BASTION_VAULT_MASTER_KEY_FILE"] = str(master)
-    lease_key = Path(env.get("BASTION_SANDBOX_KEY_FILE") or state_dir / "sandbox" / "lease.key")
-    create_key_file(lease_key)
-    added["BASTION_SANDBOX_KEY_FILE"] = str(lease_key)
+    lease_keys = []
+    for service in ("sandbox", "mcp"):
+        variable = f"BASTION_{service.upper()}_KEY_FILE"
+        lease_key = Path(env.get(variable) or state_dir / service / "lease.key")
+        create_key_file(lease_key)
+        added[variable] = str(lease_key)
+        lease_keys.append(base64.b64encode(public_bytes(read_x25519_key(lease_key))).decode())
     if not env.get("BASTION_VAULT_LEASE_KEYS"):
-        public = public_bytes(read_x25519_key(lease_key))
-        added["BASTION_VAULT_LEASE_KEYS"] = base64.b64encode(public).decode()
+        added["BASTION_VAULT_LEASE_KEYS"] = ",".join(lease_keys)
     return added
 
 

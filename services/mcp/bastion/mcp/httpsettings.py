@@ -21,9 +21,10 @@ def _default_state_dir() -> str:
 
 
 class McpSettings(BusSettings, frozen=True, kw_only=True):
-    """The bus, and the front door: `http_listen` (`host:port`), `http_tokens_file` (default
+    """The bus; the front door: `http_listen` (`host:port`), `http_tokens_file` (default
     `<state_dir>/http-tokens`), `http_origins` (comma-separated; none by default, so a request
-    carrying an `Origin` is refused) and how long an approval's answer may take."""
+    carrying an `Origin` is refused) and how long an approval's answer may take; and the
+    upstream servers' connections."""
 
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
     http_listen: str = "127.0.0.1:8787"
@@ -31,6 +32,13 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     http_origins: str = ""
     http_answer_timeout_s: float = 900.0
     http_max_body_bytes: int = 64 * 1024
+    mcp_key_file: str = ""
+    """The X25519 key the vault seals upstream servers' values to (`BASTION_MCP_KEY_FILE`);
+    empty: a new one for this process's life (the vault must list its public half)."""
+    mcp_idle_s: float = 600.0
+    """How long a session's upstream connection stays open with no call."""
+    mcp_elicit_timeout_s: float = 600.0
+    """How long an upstream server's question waits for an answer before it is cancelled."""
 
 
 class UnsafeListen(BastionError):

@@ -1,4 +1,5 @@
-"""The mcp service's setup: the front door's HTTP API, and `mcp.call` refusing until issue 6."""
+"""The mcp service's setup: upstream servers (added, reviewed, offered, called) on the bus,
+and the front door's HTTP API beside them."""
 
 from __future__ import annotations
 
@@ -6,25 +7,46 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from nats.aio.msg import Msg
+
+from bastion.mcp.gateway import Gateway
 from bastion.mcp.httpapp import build_app
 from bastion.mcp.httpserver import serving_http
 from bastion.mcp.httpsettings import McpSettings, front_door_of
+from bastion.mcp.pool import running_pool
+from bastion.mcp.registry import Registry
+from bastion.mcp.values import ValueSource
 from bastion.proto import subjects
-from bastion.proto.stubs import McpCallRequest
+from bastion.proto.events import SessionClosed
+from bastion.proto.mcp import (
+    AddServer,
+    BrowseServer,
+    ListServers,
+    McpCall,
+    OfferTools,
+    RemoveServer,
+    ReviewServer,
+)
 from bastion.shared.bus import Client
-from bastion.shared.placeholder import placeholder_service
+from bastion.shared.codec import decode
+from bastion.shared.errors import BastionError
+from bastion.shared.leasing import LeaseClient, lease_key
 from bastion.shared.service import Service
+from bastion.shared.version import VERSION
 
 __all__ = ["McpSettings", "setup"]
 
 logger = logging.getLogger(__name__)
 
-_upstream = placeholder_service(
-    "mcp",
-    "Upstream MCP servers, reviewed and pinned, and the MCP front door.",
-    issue=6,
-    endpoints={"call": (subjects.MCP_CALL, McpCallRequest)},
-)
+
+def _endpoints(service: Service, gateway: Gateway) -> None:
+    service.add_endpoint("add", subjects.MCP_ADD, AddServer, gateway.add)
+    service.add_endpoint("review", subjects.MCP_REVIEW, ReviewServer, gateway.review)
+    service.add_endpoint("list", subjects.MCP_LIST, ListServers, gateway.list)
+    service.add_endpoint("remove", subjects.MCP_REMOVE, RemoveServer, gateway.remove)
+    service.add_endpoint("browse", subjects.MCP_BROWSE, BrowseServer, gateway.browse)
+    service.add_endpoint("offer", subjects.MCP_OFFER, OfferTools, gateway.offer)
+    service.add_endpoint("call", subjects.MCP_CALL, McpCall, gateway.call)
 
 
 @asynccontextmanager
@@ -36,12 +58,35 @@ async def setup(client: Client, settings: McpSettings) -> AsyncIterator[Service]
     """
     door = front_door_of(settings)
     app = build_app(client, door)
-    async with (
-        serving_http(app, door.host, door.port, settings.drain_timeout_s) as port,
-        _upstream(client, settings) as service,
-    ):
-        logger.info(
-            "front door listening",
-            extra={"url": f"http://{door.host}:{port}", "tokens": len(door.tokens)},
+    leases = LeaseClient(client, lease_key(settings.mcp_key_file), settings.request_timeout_s)
+    async with running_pool(settings.mcp_idle_s) as pool:
+        gateway = Gateway(
+            client,
+            await Registry.open(client),
+            pool,
+            ValueSource(client, leases, settings.request_timeout_s),
+            elicit_timeout_s=settings.mcp_elicit_timeout_s,
         )
-        yield service
+
+        async def session_closed(message: Msg) -> None:
+            try:
+                event = decode(message.data, SessionClosed)
+            except BastionError:
+                logger.warning("an event on the session_closed subject was not one")
+                return
+            gateway.session_closed(event.session_id)
+
+        closed = await client.subscribe(subjects.event("session_closed", "*"), cb=session_closed)
+        service = Service(
+            "mcp", VERSION, "Upstream MCP servers, reviewed and pinned, and the MCP front door."
+        )
+        _endpoints(service, gateway)
+        try:
+            async with serving_http(app, door.host, door.port, settings.drain_timeout_s) as port:
+                logger.info(
+                    "front door listening",
+                    extra={"url": f"http://{door.host}:{port}", "tokens": len(door.tokens)},
+                )
+                yield service
+        finally:
+            await closed.unsubscribe()

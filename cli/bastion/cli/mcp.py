@@ -1,0 +1,277 @@
+"""`bastion mcp add|review|list|remove|resources|prompts`: a tenant's upstream MCP servers.
+
+A server is added by the command that starts it (`bastion mcp add notes --dir notes --
+python3 notes_server.py`) or by its URL (`--url`); the mcp service starts or reaches it,
+lists its tools with what each call is taken to do, and pins them. A session gets a
+server's tools with `--mcp NAME`, each named `<server>_<tool>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, get_args
+
+import anyio
+import msgspec
+
+from bastion.cli.common import add_location_options, bus
+from bastion.cli.mcpsign import add_sign_commands
+from bastion.proto import subjects
+from bastion.proto.mcp import (
+    AddServer,
+    BrowseServer,
+    BrowseText,
+    EffectOverride,
+    ListServers,
+    McpReview,
+    McpServerSpec,
+    RemoveServer,
+    ReviewServer,
+    SamplingAllowance,
+    ServerList,
+    ServerRemoved,
+)
+from bastion.proto.policy import Effect
+from bastion.shared.bus import request
+from bastion.shared.codec import describe_decode_error
+from bastion.shared.errors import InvalidInput
+
+__all__ = ["add_parser", "review_lines"]
+
+TIMEOUT_S = 120.0
+"""A server is started (or reached) and listed within this; a slow first start may need it."""
+
+
+def _send(args: argparse.Namespace, subject: str, message: object, answer: type[Any]) -> Any:
+    async def go() -> Any:
+        async with bus(args, "bastion-mcp") as client:
+            return await request(client, subject, message, answer, timeout_s=TIMEOUT_S)
+
+    return anyio.run(go)
+
+
+def _effects(given: list[str]) -> tuple[EffectOverride, ...]:
+    overrides = []
+    for item in given:
+        tool, _, effect = item.partition("=")
+        if not tool or effect not in get_args(Effect):
+            raise InvalidInput(
+                f"--effect {item!r} is not TOOL=EFFECT with EFFECT read, write, external or spend"
+            )
+        overrides.append(EffectOverride(tool=tool, effect=effect))  # type: ignore[arg-type]
+    return tuple(overrides)
+
+
+def _public_key(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInput(f"cannot read the public key {path}: {error}") from None
+
+
+def _spec(args: argparse.Namespace) -> McpServerSpec:
+    command = [part for part in args.command if part != "--"]
+    if bool(command) == bool(args.url):
+        raise InvalidInput(
+            "give either the command that starts the server (after --) or its --url, not both"
+        )
+    if args.unsandboxed and args.sandbox:
+        raise InvalidInput("--unsandboxed and --sandbox contradict each other: give one")
+    fields: dict[str, Any] = {
+        "transport": "http" if args.url else "stdio",
+        "command": tuple(command),
+        "directory": str(Path(args.dir).resolve()) if args.dir else None,
+        "env": tuple(args.env),
+        "sandbox": "none" if args.unsandboxed else (args.sandbox or "bwrap"),
+        "sandbox_network": args.sandbox_network,
+        "url": args.url,
+        "headers": tuple(args.header),
+        "public_key_pem": _public_key(args.public_key),
+        "timeout_s": args.timeout,
+        "effects": _effects(args.effect),
+        "sampling": (
+            SamplingAllowance(max_tokens=args.max_tokens, per_session=args.per_session)
+            if args.sampling
+            else None
+        ),
+        "read_only_dirs": tuple(str(Path(d).resolve()) for d in args.sandbox_read),
+    }
+    try:
+        return msgspec.convert(fields, McpServerSpec)
+    except msgspec.ValidationError as error:
+        raise InvalidInput(describe_decode_error(error, McpServerSpec)) from None
+
+
+def review_lines(review: McpReview, *, after_add: bool) -> list[str]:
+    """A review as the operator reads it: the server, then one line per tool."""
+    head = (
+        f"MCP server {review.server} ({review.server_name} {review.server_version}, "
+        f"protocol {review.protocol})"
+    )
+    lines = [head + (": reviewed tools" if after_add else ":")]
+    for tool in review.tools:
+        effect = tool.effect + (", repeats run again" if tool.repeats_run_again else "")
+        status = "" if after_add else f" [{tool.status}]"
+        lines.append(f"{tool.name} ({effect}): {tool.description}{status}")
+        lines.extend(f"  ! {flag}" for flag in tool.flags)
+    lines.append(f"It runs as {review.runs}.")
+    if after_add:
+        lines.append(f"Give it to a session with --mcp {review.server}.")
+    elif review.pinned:
+        lines.append("Pinned as listed.")
+    elif all(t.status == "unchanged" for t in review.tools):
+        lines.append("Every tool is as it was pinned.")
+    else:
+        lines.append("Add --accept to pin the tools as listed.")
+    return lines
+
+
+def _after_name(args: argparse.Namespace) -> argparse.Namespace:
+    """`add`'s options given after the server's name, merged over those given before it.
+
+    argparse gives everything after the first positional to a REMAINDER argument, so NAME
+    and what follows it are parsed again by a parser of the same options.
+    """
+    if not args.rest:
+        raise InvalidInput("give the server's name: `bastion mcp add NAME -- COMMAND`")
+    again = argparse.ArgumentParser(prog="bastion mcp add NAME", add_help=False)
+    _add_options(again)
+    again.add_argument("command", nargs=argparse.REMAINDER)
+    again.add_argument("--tenant")
+    add_location_options(again)
+    later = again.parse_args(args.rest[1:])
+    merged = vars(args) | {"name": args.rest[0], "command": []}
+    for key, value in vars(later).items():
+        if isinstance(value, list) and key != "command":
+            merged[key] = merged.get(key, []) + value
+        elif value not in (None, [], again.get_default(key)):
+            merged[key] = value
+    return argparse.Namespace(**merged)
+
+
+def add(args: argparse.Namespace) -> int:
+    args = _after_name(args)
+    ask = AddServer(tenant=args.tenant, name=args.name, spec=_spec(args))
+    review: McpReview = _send(args, subjects.MCP_ADD, ask, McpReview)
+    sys.stdout.write("\n".join(review_lines(review, after_add=True)) + "\n")
+    return 0
+
+
+def review(args: argparse.Namespace) -> int:
+    ask = ReviewServer(tenant=args.tenant, name=args.name, accept=args.accept)
+    found: McpReview = _send(args, subjects.MCP_REVIEW, ask, McpReview)
+    sys.stdout.write("\n".join(review_lines(found, after_add=False)) + "\n")
+    return 0
+
+
+def list_servers(args: argparse.Namespace) -> int:
+    found: ServerList = _send(args, subjects.MCP_LIST, ListServers(tenant=args.tenant), ServerList)
+    if not found.servers:
+        sys.stdout.write(
+            f"tenant {found.tenant} has no MCP servers: add one with `bastion mcp add`\n"
+        )
+    for server in found.servers:
+        sys.stdout.write(f"{server.name}: {server.runs}\n")
+        for pin in sorted(server.pins, key=lambda p: p.name):
+            sys.stdout.write(f"  {pin.name} ({pin.effect})\n")
+    return 0
+
+
+def remove(args: argparse.Namespace) -> int:
+    ask = RemoveServer(tenant=args.tenant, name=args.name)
+    removed: ServerRemoved = _send(args, subjects.MCP_REMOVE, ask, ServerRemoved)
+    sys.stdout.write(f"removed MCP server {removed.name} and its pins\n")
+    return 0
+
+
+def browse(args: argparse.Namespace) -> int:
+    what = "prompts" if args.verb == "prompts" else ("read" if args.read else "resources")
+    ask = BrowseServer(tenant=args.tenant, name=args.name, what=what, uri=args.read or "")
+    found: BrowseText = _send(args, subjects.MCP_BROWSE, ask, BrowseText)
+    sys.stdout.write(found.text.rstrip("\n") + "\n")
+    return 0
+
+
+def _add_options(adding: argparse.ArgumentParser) -> None:
+    adding.add_argument("--dir", help="where the server works (at /workspace in its sandbox)")
+    adding.add_argument(
+        "--env", action="append", default=[], metavar="NAME",
+        help="give it this variable (from the vault, else the mcp service's environment)",
+    )  # fmt: skip
+    adding.add_argument(
+        "--sandbox", metavar="BACKEND", help="bwrap (the default) or docker:IMAGE@sha256:DIGEST"
+    )
+    adding.add_argument(
+        "--unsandboxed", action="store_true",
+        help="run it outside any sandbox, as the mcp service (only for a server you trust)",
+    )  # fmt: skip
+    adding.add_argument("--sandbox-network", default="none", metavar="NETWORK")
+    adding.add_argument(
+        "--sandbox-read", action="append", default=[], metavar="DIR",
+        help="show a host directory read-only in its sandbox (e.g. its virtual environment)",
+    )  # fmt: skip
+    adding.add_argument("--url", help="a server over HTTP, instead of a command")
+    adding.add_argument(
+        "--header", action="append", default=[], metavar="'NAME: VALUE'",
+        help="add a header to every request; ${VAR} is the vault secret VAR",
+    )  # fmt: skip
+    adding.add_argument(
+        "--public-key", type=Path, metavar="FILE",
+        help="its tools must be signed with this ECDSA P-256 key (PEM)",
+    )  # fmt: skip
+    adding.add_argument(
+        "--timeout", type=float, default=60.0,
+        help="seconds a call may take before it counts as unanswered (default 60)",
+    )  # fmt: skip
+    adding.add_argument(
+        "--effect", action="append", default=[], metavar="TOOL=EFFECT",
+        help="what a call of TOOL is taken to do: read, write, external or spend",
+    )  # fmt: skip
+    adding.add_argument(
+        "--sampling", action="store_true", help="allow its sampling requests (off by default)"
+    )
+    adding.add_argument("--max-tokens", type=int, default=1000, help="per completion (1000)")
+    adding.add_argument("--per-session", type=int, default=5, help="completions a session (5)")
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = commands.add_parser("mcp", help="upstream MCP servers: add, review, list, remove")
+    verbs = group.add_subparsers(dest="verb", required=True)
+
+    adding = verbs.add_parser("add", help="start or reach a server, review its tools, pin them")
+    _add_options(adding)
+    adding.add_argument(
+        "rest", nargs=argparse.REMAINDER, metavar="NAME [OPTIONS] -- COMMAND",
+        help="its name (its tools are NAME_TOOL), then the command that starts it",
+    )  # fmt: skip
+    adding.set_defaults(handler=add)
+
+    reviewing = verbs.add_parser("review", help="what changed since the review; --accept pins")
+    reviewing.add_argument("name")
+    reviewing.add_argument("--accept", action="store_true", help="pin the tools as listed")
+    reviewing.set_defaults(handler=review)
+
+    listing = verbs.add_parser("list", help="the tenant's servers and their pinned tools")
+    listing.set_defaults(handler=list_servers)
+
+    removing = verbs.add_parser("remove", help="forget a server and its pins")
+    removing.add_argument("name")
+    removing.set_defaults(handler=remove)
+
+    resources = verbs.add_parser("resources", help="what a server offers; --read URI reads one")
+    resources.add_argument("name")
+    resources.add_argument("--read", metavar="URI")
+    resources.set_defaults(handler=browse)
+
+    prompts = verbs.add_parser("prompts", help="a server's prompts")
+    prompts.add_argument("name")
+    prompts.set_defaults(handler=browse)
+
+    for verb in (adding, reviewing, listing, removing, resources, prompts):
+        verb.add_argument("--tenant", default="default", help="whose server (default: default)")
+        add_location_options(verb)
+    add_sign_commands(verbs)

@@ -1,0 +1,316 @@
+"""The mcp service's upstream endpoints: servers added, reviewed and pinned; tools offered to
+sessions and called, each checked against its pin on the live connection first.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+import mcp.types as mt
+import msgspec
+
+from bastion.mcp.pins import offer, pin_of, review, tool_digest
+from bastion.mcp.pool import UpstreamPool
+from bastion.mcp.registry import Registry
+from bastion.mcp.rendering import prompts_text, read_text, resources_text, result_text
+from bastion.mcp.signing import SignatureCheck, check_key_pin, key_fingerprint, load_public_key
+from bastion.mcp.upstream import Upstream, UpstreamHandlers, open_upstream
+from bastion.mcp.values import ValueSource
+from bastion.proto import subjects
+from bastion.proto.mcp import (
+    AddServer,
+    BrowseServer,
+    BrowseText,
+    ElicitAnswer,
+    ElicitQuestion,
+    ListServers,
+    McpCall,
+    McpCallResult,
+    McpReview,
+    McpServerRecord,
+    McpServerSpec,
+    OfferTools,
+    RemoveServer,
+    ReviewServer,
+    ServerList,
+    ServerRemoved,
+    ServerSummary,
+    ToolOffer,
+)
+from bastion.shared.bus import Client, request
+from bastion.shared.errors import BastionError, InvalidInput, Timeout, Unavailable
+from bastion.shared.service import RequestContext
+
+__all__ = ["Gateway", "ToolChanged", "runs_sentence"]
+
+logger = logging.getLogger(__name__)
+
+TOOL_CHANGED = "tool_changed"
+
+
+class ToolChanged(BastionError):
+    """The tool is not what the session was offered any more: the call was not made."""
+
+    code = TOOL_CHANGED
+
+
+def runs_sentence(spec: McpServerSpec) -> str:
+    """How a server runs, as `list` and a review say it."""
+    if spec.transport == "http":
+        return f"{spec.url} over HTTP, through the egress service"
+    command = shlex.join(spec.command)
+    if spec.sandbox == "none":
+        return f"{command}, unsandboxed (the operator's choice): it runs as the mcp service"
+    network = "no network" if spec.sandbox_network == "none" else f"network {spec.sandbox_network}"
+    where = "bwrap" if spec.sandbox == "bwrap" else spec.sandbox.removeprefix("docker:")
+    return f"{command}, in {where} with {network}"
+
+
+def _check_spec(name: str, spec: McpServerSpec) -> None:
+    if spec.transport == "stdio" and not spec.command:
+        raise InvalidInput(f"MCP server {name} needs a command: `bastion mcp add {name} -- CMD`")
+    if spec.transport == "http" and not spec.url:
+        raise InvalidInput(f"MCP server {name} needs a URL: `bastion mcp add {name} --url URL`")
+    if spec.transport == "http" and (spec.command or spec.directory or spec.env):
+        raise InvalidInput(
+            f"MCP server {name} is reached over HTTP: a command, --dir and --env are for "
+            "servers this machine starts"
+        )
+
+
+def _verifier(record_fingerprint: str, spec: McpServerSpec) -> SignatureCheck | None:
+    """The signature check of a server given a key, its key checked against the pin."""
+    if spec.public_key_pem is None:
+        return None
+    key = load_public_key(spec.public_key_pem)
+    if record_fingerprint:
+        check_key_pin(record_fingerprint, key)
+    return SignatureCheck(key)
+
+
+class Gateway:
+    """The endpoints' handlers."""
+
+    def __init__(
+        self,
+        client: Client,
+        registry: Registry,
+        pool: UpstreamPool,
+        values: ValueSource,
+        *,
+        elicit_timeout_s: float,
+    ) -> None:
+        self._client = client
+        self._registry = registry
+        self._pool = pool
+        self._values = values
+        self._elicit_timeout_s = elicit_timeout_s
+        self._can_ask: dict[str, bool] = {}
+
+    def _handlers(self, session_id: str) -> UpstreamHandlers:
+        async def elicit(question: ElicitQuestion) -> ElicitAnswer:
+            if not self._can_ask.get(session_id, False):
+                return ElicitAnswer(action="decline")
+            asked = msgspec.structs.replace(question, session_id=session_id)
+            try:
+                answer: ElicitAnswer = await request(
+                    self._client,
+                    subjects.mcp_elicit(session_id),
+                    asked,
+                    ElicitAnswer,
+                    timeout_s=self._elicit_timeout_s,
+                )
+            except Timeout:
+                return ElicitAnswer(action="cancel")
+            except Unavailable:
+                return ElicitAnswer(action="decline")  # nobody answers for the session now
+            return answer
+
+        return UpstreamHandlers(elicit=elicit if session_id else None)
+
+    @asynccontextmanager
+    async def _connect(
+        self, tenant: str, name: str, spec: McpServerSpec, protocol: str = "", session_id: str = ""
+    ) -> AsyncIterator[Upstream]:
+        values = await self._values.values(tenant, name, spec, session_id)
+        async with open_upstream(
+            spec,
+            server=name,
+            values=values,
+            handlers=self._handlers(session_id),
+            prefer_protocol=protocol,
+        ) as upstream:
+            yield upstream
+
+    async def _session_upstream(
+        self, record: McpServerRecord, session_id: str
+    ) -> Upstream:
+        return await self._pool.get(
+            (record.tenant, record.name, session_id),
+            lambda: self._connect(
+                record.tenant, record.name, record.spec, record.protocol, session_id
+            ),
+        )
+
+    def _review(
+        self, record: McpServerRecord, upstream: Upstream, live: list[mt.Tool], pinned: bool
+    ) -> McpReview:
+        verifier = _verifier(record.key_fingerprint, record.spec)
+        return McpReview(
+            server=record.name,
+            server_name=upstream.server_name,
+            server_version=upstream.server_version,
+            protocol=upstream.protocol,
+            runs=runs_sentence(record.spec),
+            tools=tuple(review(live, record.pins, record.spec.effects, verifier)),
+            pinned=pinned,
+        )
+
+    def _pinned(
+        self, record: McpServerRecord, upstream: Upstream, live: list[mt.Tool]
+    ) -> McpServerRecord:
+        """The record with the live tools as its pins (those a review does not refuse)."""
+        verifier = _verifier(record.key_fingerprint, record.spec)
+        refused = {
+            t.name
+            for t in review(live, (), record.spec.effects, verifier)
+            if t.status == "refused"
+        }
+        return msgspec.structs.replace(
+            record,
+            reviewed_at=datetime.now(UTC),
+            server_name=upstream.server_name,
+            server_version=upstream.server_version,
+            protocol=upstream.protocol,
+            pins=tuple(pin_of(t, record.spec.effects) for t in live if t.name not in refused),
+        )
+
+    async def add(self, ask: AddServer, _context: RequestContext) -> McpReview:
+        _check_spec(ask.name, ask.spec)
+        fingerprint = ""
+        if ask.spec.public_key_pem is not None:
+            fingerprint = key_fingerprint(load_public_key(ask.spec.public_key_pem))
+        now = datetime.now(UTC)
+        record = McpServerRecord(
+            tenant=ask.tenant,
+            name=ask.name,
+            spec=ask.spec,
+            added_at=now,
+            reviewed_at=now,
+            key_fingerprint=fingerprint,
+        )
+        async with self._connect(ask.tenant, ask.name, ask.spec) as upstream:
+            live = await upstream.list_tools()
+            shown = self._review(record, upstream, live, pinned=True)
+            await self._registry.add(self._pinned(record, upstream, live))
+        return shown
+
+    async def review(self, ask: ReviewServer, _context: RequestContext) -> McpReview:
+        record, revision = await self._registry.get(ask.tenant, ask.name)
+        async with self._connect(ask.tenant, ask.name, record.spec, record.protocol) as upstream:
+            live = await upstream.list_tools()
+            shown = self._review(record, upstream, live, pinned=ask.accept)
+            if ask.accept:
+                await self._registry.replace(self._pinned(record, upstream, live), revision)
+        if ask.accept:
+            self._pool.close_server(ask.tenant, ask.name)
+        return shown
+
+    async def list(self, ask: ListServers, _context: RequestContext) -> ServerList:
+        records = await self._registry.of_tenant(ask.tenant)
+        return ServerList(
+            tenant=ask.tenant,
+            servers=tuple(
+                ServerSummary(name=r.name, runs=runs_sentence(r.spec), pins=r.pins)
+                for r in records
+            ),
+        )
+
+    async def remove(self, ask: RemoveServer, _context: RequestContext) -> ServerRemoved:
+        await self._registry.remove(ask.tenant, ask.name)
+        self._pool.close_server(ask.tenant, ask.name)
+        return ServerRemoved(name=ask.name)
+
+    async def offer(self, ask: OfferTools, _context: RequestContext) -> ToolOffer:
+        tools, notices = [], []
+        for name in dict.fromkeys(ask.servers):
+            try:
+                record, _ = await self._registry.get(ask.tenant, name)
+                verifier = _verifier(record.key_fingerprint, record.spec)
+                upstream = await self._session_upstream(record, ask.session_id)
+                live = await upstream.list_tools()
+            except BastionError as error:
+                notices.append(f"MCP server {name} is not offered: {error.message}")
+                continue
+            offered, withheld = offer(
+                live, record.pins, record.spec.effects, verifier, name, with_resources=True
+            )
+            tools.extend(
+                msgspec.structs.replace(t, call_timeout_s=record.spec.timeout_s) for t in offered
+            )
+            notices.extend(withheld)
+        return ToolOffer(tools=tuple(tools), notices=tuple(notices))
+
+    async def call(self, ask: McpCall, _context: RequestContext) -> McpCallResult:
+        record, _ = await self._registry.get(ask.tenant, ask.server)
+        self._can_ask[ask.session_id] = ask.can_ask
+        upstream = await self._session_upstream(record, ask.session_id)
+        if ask.upstream_kind == "resources":
+            resources, templates = await upstream.list_resources()
+            return McpCallResult(text=resources_text(resources, templates, ask.server))
+        if ask.upstream_kind == "read_resource":
+            uri = ask.arguments.get("uri")
+            if not isinstance(uri, str) or not uri or len(uri) > 8192:
+                raise InvalidInput(
+                    f"{ask.server}_read_resource takes {{\"uri\": \"...\"}}: one of those "
+                    f"{ask.server}_resources lists"
+                )
+            return McpCallResult(text=read_text(await upstream.read_resource(uri)))
+        await self._check_pin(record, upstream, ask)
+        result = await upstream.call_tool(ask.tool, ask.arguments, record.spec.timeout_s)
+        return McpCallResult(text=result_text(result), is_error=bool(result.is_error))
+
+    async def _check_pin(self, record: McpServerRecord, upstream: Upstream, ask: McpCall) -> None:
+        """The tool as the server lists it now must be the one the session was offered."""
+        live = {t.name: t for t in await upstream.list_tools()}
+        tool = live.get(ask.tool)
+        review_hint = f"(`bastion mcp review {ask.server}`)"
+        if tool is None:
+            raise ToolChanged(
+                f"MCP server {ask.server} no longer offers {ask.tool}, so the call was not "
+                f"made {review_hint}"
+            )
+        if tool_digest(tool) != ask.digest:
+            raise ToolChanged(
+                f"MCP server {ask.server} changed {ask.tool} since this session was offered "
+                f"it, so the call was not made: it is offered again once reviewed {review_hint}"
+            )
+        verifier = _verifier(record.key_fingerprint, record.spec)
+        if verifier is not None:
+            why = verifier.check(tool)
+            if why:
+                raise ToolChanged(
+                    f"MCP server {ask.server}: {ask.tool} is not signed by its pinned key "
+                    f"({why}), so the call was not made"
+                )
+
+    async def browse(self, ask: BrowseServer, _context: RequestContext) -> BrowseText:
+        record, _ = await self._registry.get(ask.tenant, ask.name)
+        async with self._connect(ask.tenant, ask.name, record.spec, record.protocol) as upstream:
+            if ask.what == "prompts":
+                return BrowseText(text=prompts_text(await upstream.list_prompts(), ask.name))
+            if ask.what == "read":
+                if not ask.uri:
+                    raise InvalidInput("give the resource to read: --read URI")
+                return BrowseText(text=read_text(await upstream.read_resource(ask.uri)))
+            resources, templates = await upstream.list_resources()
+            return BrowseText(text=resources_text(resources, templates, ask.name))
+
+    def session_closed(self, session_id: str) -> None:
+        self._can_ask.pop(session_id, None)
+        self._pool.close_session(session_id)
+

@@ -1,0 +1,89 @@
+"""What an upstream server answered, as the text a model (or an operator) is shown.
+
+Text is passed on; anything else is described, never inlined (an image's bytes, a blob),
+so what reaches the session is text of bounded size.
+"""
+
+from __future__ import annotations
+
+import json
+
+import mcp.types as mt
+
+__all__ = ["MAX_RESULT_CHARS", "prompts_text", "read_text", "resources_text", "result_text"]
+
+MAX_RESULT_CHARS = 256 * 1024
+"""The most of an answer passed on: a bus message is at most 1 MiB."""
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    left = len(text) - MAX_RESULT_CHARS
+    return f"{text[:MAX_RESULT_CHARS]}\n[{left} more characters of the answer were left out]"
+
+
+def _resource_contents(contents: mt.TextResourceContents | mt.BlobResourceContents) -> str:
+    if isinstance(contents, mt.TextResourceContents):
+        return contents.text
+    kind = contents.mime_type or "binary data"
+    return f"[{contents.uri}: {kind}, {len(contents.blob) * 3 // 4} bytes, not shown]"
+
+
+def _block(block: mt.ContentBlock) -> str:
+    if isinstance(block, mt.TextContent):
+        return block.text
+    if isinstance(block, mt.ImageContent | mt.AudioContent):
+        what = "image" if isinstance(block, mt.ImageContent) else "audio"
+        return f"[{what} {block.mime_type}, {len(block.data) * 3 // 4} bytes, not shown]"
+    if isinstance(block, mt.EmbeddedResource):
+        return _resource_contents(block.resource)
+    if isinstance(block, mt.ResourceLink):
+        return f"[resource {block.uri}" + (f": {block.description}]" if block.description else "]")
+    return f"[{type(block).__name__}, not shown]"
+
+
+def result_text(result: mt.CallToolResult) -> str:
+    """A tool's answer: its content blocks in order; its structured content when it has
+    no text of its own."""
+    parts = [_block(block) for block in result.content]
+    if not any(isinstance(b, mt.TextContent) for b in result.content):
+        if result.structured_content is not None:
+            parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
+    return _bounded("\n".join(parts) if parts else "(no output)")
+
+
+def resources_text(
+    resources: list[mt.Resource], templates: list[mt.ResourceTemplate], server: str
+) -> str:
+    """What a server offers: one line per resource, then its templates."""
+    lines = []
+    for resource in resources:
+        about = f" — {resource.description}" if resource.description else ""
+        kind = f" ({resource.mime_type})" if resource.mime_type else ""
+        lines.append(f"{resource.uri} {resource.name}{kind}{about}")
+    for template in templates:
+        about = f" — {template.description}" if template.description else ""
+        lines.append(f"{template.uri_template} (template) {template.name}{about}")
+    if not lines:
+        return f"MCP server {server} offers no resources"
+    return _bounded("\n".join(lines))
+
+
+def read_text(result: mt.ReadResourceResult) -> str:
+    """A resource's contents, each part in turn."""
+    return _bounded("\n".join(_resource_contents(c) for c in result.contents) or "(empty)")
+
+
+def prompts_text(prompts: list[mt.Prompt], server: str) -> str:
+    """A server's prompts, each with the arguments it takes."""
+    lines = []
+    for prompt in prompts:
+        arguments = ", ".join(
+            a.name + ("" if a.required else "?") for a in (prompt.arguments or [])
+        )
+        about = f": {prompt.description}" if prompt.description else ""
+        lines.append(f"{prompt.name}({arguments}){about}")
+    if not lines:
+        return f"MCP server {server} offers no prompts"
+    return _bounded("\n".join(lines))
