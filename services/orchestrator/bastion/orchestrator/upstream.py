@@ -7,6 +7,7 @@ from bastion.proto import subjects
 from bastion.proto.mcp import McpCall, McpCallResult, OfferTools, ToolOffer
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.shared.bus import Client, request
+from bastion.shared.errors import Unavailable
 
 __all__ = ["call_upstream", "offer_upstream"]
 
@@ -18,16 +19,23 @@ which answers `uncertain` itself when the server's limit runs out."""
 async def offer_upstream(
     client: Client, tenant: str, session_id: str, servers: tuple[str, ...], timeout_s: float
 ) -> tuple[tuple[ToolSpec, ...], tuple[str, ...]]:
-    """The tools of `servers` the session may have, and what was withheld and why."""
+    """The tools of `servers` the session may have, and what was withheld and why; with no
+    mcp service answering, the session opens without them and is told so."""
     if not servers:
         return (), ()
-    offer: ToolOffer = await request(
-        client,
-        subjects.MCP_OFFER,
-        OfferTools(tenant=tenant, session_id=session_id, servers=servers),
-        ToolOffer,
-        timeout_s=timeout_s,
-    )
+    try:
+        offer: ToolOffer = await request(
+            client,
+            subjects.MCP_OFFER,
+            OfferTools(tenant=tenant, session_id=session_id, servers=servers),
+            ToolOffer,
+            timeout_s=timeout_s,
+        )
+    except Unavailable as error:
+        return (), tuple(
+            f"MCP server {name} is not offered: the mcp service did not answer ({error.message})"
+            for name in servers
+        )
     return tuple(upstream_tool(t) for t in offer.tools), offer.notices
 
 
