@@ -146,9 +146,7 @@ class Gateway:
         ) as upstream:
             yield upstream
 
-    async def _session_upstream(
-        self, record: McpServerRecord, session_id: str
-    ) -> Upstream:
+    async def _session_upstream(self, record: McpServerRecord, session_id: str) -> Upstream:
         return await self._pool.get(
             (record.tenant, record.name, session_id),
             lambda: self._connect(
@@ -176,9 +174,7 @@ class Gateway:
         """The record with the live tools as its pins (those a review does not refuse)."""
         verifier = _verifier(record.key_fingerprint, record.spec)
         refused = {
-            t.name
-            for t in review(live, (), record.spec.effects, verifier)
-            if t.status == "refused"
+            t.name for t in review(live, (), record.spec.effects, verifier) if t.status == "refused"
         }
         return msgspec.structs.replace(
             record,
@@ -225,8 +221,7 @@ class Gateway:
         return ServerList(
             tenant=ask.tenant,
             servers=tuple(
-                ServerSummary(name=r.name, runs=runs_sentence(r.spec), pins=r.pins)
-                for r in records
+                ServerSummary(name=r.name, runs=runs_sentence(r.spec), pins=r.pins) for r in records
             ),
         )
 
@@ -266,7 +261,7 @@ class Gateway:
             uri = ask.arguments.get("uri")
             if not isinstance(uri, str) or not uri or len(uri) > 8192:
                 raise InvalidInput(
-                    f"{ask.server}_read_resource takes {{\"uri\": \"...\"}}: one of those "
+                    f'{ask.server}_read_resource takes {{"uri": "..."}}: one of those '
                     f"{ask.server}_resources lists"
                 )
             return McpCallResult(text=read_text(await upstream.read_resource(uri)))
@@ -313,4 +308,3 @@ class Gateway:
     def session_closed(self, session_id: str) -> None:
         self._can_ask.pop(session_id, None)
         self._pool.close_session(session_id)
-

@@ -47,9 +47,9 @@ def result_text(result: mt.CallToolResult) -> str:
     """A tool's answer: its content blocks in order; its structured content when it has
     no text of its own."""
     parts = [_block(block) for block in result.content]
-    if not any(isinstance(b, mt.TextContent) for b in result.content):
-        if result.structured_content is not None:
-            parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
+    has_text = any(isinstance(b, mt.TextContent) for b in result.content)
+    if not has_text and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
     return _bounded("\n".join(parts) if parts else "(no output)")
 
 
