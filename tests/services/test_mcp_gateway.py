@@ -1,0 +1,200 @@
+"""Upstream MCP servers through the whole plane: added and pinned, offered to a session as
+`<server>_<tool>`, called; then changed, and what changed withheld until reviewed again.
+
+The server is the example notes server, written with the official SDK, run over stdio in
+bubblewrap (its virtual environment shown read-only) — the peer is the real SDK.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from bastion.mcp.service import McpSettings
+from bastion.mcp.service import setup as mcp_setup
+from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.policy.service import policy_service
+from bastion.proto import subjects
+from bastion.proto.errors import ErrorReply
+from bastion.proto.mcp import AddServer, McpReview, McpServerSpec, ReviewServer
+from bastion.proto.session import SessionInfo, SessionRef
+from bastion.proto.tools import ToolOutput
+from bastion.shared.bus import Client, request
+from bastion.shared.settings import BusSettings
+from tests.conftest import ServiceRunner
+from tests.services.test_orchestrator import call, open_session
+
+NOTES_SERVER = Path(__file__).parents[2] / "examples" / "mcp-notes" / "notes_server.py"
+
+
+def notes_spec(directory: Path, **fields: object) -> McpServerSpec:
+    """The notes server over stdio in bwrap, its program and virtual environment shown."""
+    values: dict[str, object] = {
+        "transport": "stdio",
+        "command": (sys.executable, str(NOTES_SERVER)),
+        "directory": str(directory),
+        "read_only_dirs": (sys.prefix, str(NOTES_SERVER.parent)),
+    }
+    return McpServerSpec(**(values | fields))  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def plane(
+    run_service: ServiceRunner, bus_settings: BusSettings, state_dir: Path
+) -> AsyncIterator[None]:
+    async with (
+        run_service(policy_service),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
+        run_service(
+            mcp_setup,
+            McpSettings(
+                nats_url=bus_settings.nats_url, http_listen="127.0.0.1:0", state_dir=str(state_dir)
+            ),
+        ),
+    ):
+        yield
+
+
+async def add(client: Client, name: str, spec: McpServerSpec) -> McpReview:
+    review: McpReview = await request(
+        client, subjects.MCP_ADD, AddServer(name=name, spec=spec), McpReview, timeout_s=60
+    )
+    return review
+
+
+async def review(client: Client, name: str, *, accept: bool = False) -> McpReview:
+    found: McpReview = await request(
+        client,
+        subjects.MCP_REVIEW,
+        ReviewServer(name=name, accept=accept),
+        McpReview,
+        timeout_s=60,
+    )
+    return found
+
+
+def text_of(result: object) -> str:
+    assert isinstance(result, ToolOutput), result
+    return result.text
+
+
+async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_are_withheld(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        added = await add(client, "notes", notes_spec(notes))
+        session = await open_session(client, autonomy="L3", mcp=["notes"])
+        kept = await call(
+            client,
+            session.session_id,
+            "notes_add_note",
+            name="release",
+            text="Ship the shell and MCP tools on Friday.",
+        )
+        listed = await call(client, session.session_id, "notes_list_notes")
+        read = await call(client, session.session_id, "notes_read_note", name="release")
+
+        (notes / "revision").write_text("changed")
+        changed = await open_session(client, autonomy="L3", mcp=["notes"])
+        withheld = await call(client, changed.session_id, "notes_add_note", name="x", text="y")
+        still = await call(client, changed.session_id, "notes_read_note", name="release")
+        looked = await review(client, "notes")
+        accepted = await review(client, "notes", accept=True)
+        after = await open_session(client, autonomy="L3", mcp=["notes"])
+
+    assert added.pinned
+    assert {t.name: t.effect for t in added.tools} == {
+        "list_notes": "read",
+        "read_note": "read",
+        "add_note": "write",
+        "delete_note": "write",
+    }
+    offered = {t.name: t for t in session.tools}
+    assert {"notes_add_note", "notes_list_notes", "notes_read_note", "notes_delete_note"} <= set(
+        offered
+    )
+    assert offered["notes_read_note"].effect == "read"
+    assert session.notices == ()
+    assert "release" in text_of(kept)
+    assert "release" in text_of(listed)
+    assert "Ship the shell and MCP tools on Friday." in text_of(read)
+    assert (notes / "release").exists() or any(notes.iterdir())
+
+    assert "notes_add_note" not in {t.name for t in changed.tools}
+    assert "notes_export_notes" not in {t.name for t in changed.tools}
+    assert any(
+        "export_notes is new" in n and "bastion mcp review notes" in n for n in changed.notices
+    )
+    assert any("add_note changed" in n for n in changed.notices)
+    assert isinstance(withheld, ErrorReply) and withheld.code == "unknown_tool"
+    assert "Ship the shell" in text_of(still)
+
+    statuses = {t.name: t.status for t in looked.tools}
+    assert statuses["export_notes"] == "new"
+    assert statuses["add_note"] == "changed"
+    assert statuses["read_note"] == "unchanged"
+    assert not looked.pinned
+    assert accepted.pinned
+    assert {"notes_add_note", "notes_export_notes"} <= {t.name for t in after.tools}
+    assert after.notices == ()
+
+
+async def test_a_tool_changed_after_the_session_started_is_not_called(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    """The pin is checked again at call time, on the live connection: a server that changes
+    between tools/list and tools/call does not get the call."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "notes", notes_spec(notes))
+        session = await open_session(client, autonomy="L3", mcp=["notes"])
+        (notes / "revision").write_text("changed")
+        refused = await call(client, session.session_id, "notes_add_note", name="a", text="b")
+        got: SessionInfo = await request(
+            client,
+            subjects.SESSION_GET,
+            SessionRef(session_id=session.session_id),
+            SessionInfo,
+            timeout_s=10,
+        )
+    assert isinstance(refused, ErrorReply), refused
+    assert refused.code == "tool_changed"
+    assert "bastion mcp review notes" in refused.message
+    assert not (notes / "a").exists()
+    assert got.calls == 1
+
+
+async def test_a_session_asking_for_an_unknown_server_is_told_so(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        session = await open_session(client, autonomy="L3", mcp=["ghost"])
+    assert session.tools == ()
+    assert len(session.notices) == 1
+    assert "ghost" in session.notices[0] and "bastion mcp add" in session.notices[0]
+
+
+@pytest.mark.parametrize("field", ["command", "url"])
+async def test_a_server_without_its_command_or_url_is_refused_with_what_to_give(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    field: str,
+) -> None:
+    spec = (
+        McpServerSpec(transport="stdio") if field == "command" else McpServerSpec(transport="http")
+    )
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        refused: ErrorReply = await request(
+            client, subjects.MCP_ADD, AddServer(name="notes", spec=spec), ErrorReply, timeout_s=30
+        )
+    assert refused.code == "invalid_input"
+    assert ("-- CMD" if field == "command" else "--url URL") in refused.message
