@@ -24,6 +24,7 @@ from bastion.proto.mcp import AddServer, McpReview, McpServerSpec, ReviewServer
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client, request
+from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.services.test_orchestrator import call, open_session
@@ -193,8 +194,10 @@ async def test_a_server_without_its_command_or_url_is_refused_with_what_to_give(
         McpServerSpec(transport="stdio") if field == "command" else McpServerSpec(transport="http")
     )
     async with plane(run_service, bus_settings, tmp_path / "state"):
-        refused: ErrorReply = await request(
-            client, subjects.MCP_ADD, AddServer(name="notes", spec=spec), ErrorReply, timeout_s=30
-        )
-    assert refused.code == "invalid_input"
-    assert ("-- CMD" if field == "command" else "--url URL") in refused.message
+        with pytest.raises(RemoteError) as refused:
+            await request(
+                client, subjects.MCP_ADD, AddServer(name="notes", spec=spec), McpReview,
+                timeout_s=30,
+            )  # fmt: skip
+    assert refused.value.code == "invalid_input"
+    assert ("-- CMD" if field == "command" else "--url URL") in refused.value.message
