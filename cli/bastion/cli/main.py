@@ -6,7 +6,18 @@ import argparse
 import logging
 import sys
 
-from bastion.cli import agent, approvals, audit, hooks, schema, secret, skill, status, up
+from bastion.cli import (
+    agent,
+    approvals,
+    audit,
+    hooks,
+    mcpsign,
+    schema,
+    secret,
+    skill,
+    status,
+    up,
+)
 from bastion.cli.common import fail
 from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.version import VERSION
@@ -30,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     hooks.add_parser(commands)
     secret.add_parser(commands)
     skill.add_parser(commands)
+    mcp = commands.add_parser("mcp", help="upstream MCP servers (for now: sign the tools of one)")
+    mcpsign.add_sign_commands(mcp.add_subparsers(dest="verb", required=True, metavar="VERB"))
     return root
 
 

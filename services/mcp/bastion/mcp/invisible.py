@@ -15,20 +15,20 @@ _SHOWN_AT_MOST: Final = 5
 def _kind(char: str) -> str:
     point = ord(char)
     if 0xE0000 <= point <= 0xE007F:
-        return "tag characters"
+        return "tag character"
     if point in _BIDI:
-        return "bidirectional controls"
+        return "bidirectional control"
     if point in _ZERO_WIDTH:
-        return "zero-width characters"
+        return "zero-width character"
     if point == 0xFEFF:
-        return "byte order marks"
+        return "byte order mark"
     if 0xE0100 <= point <= 0xE01EF:
-        return "variation selectors"
+        return "variation selector"
     category = unicodedata.category(char)
     if category == "Cf":
-        return "invisible format characters"
+        return "invisible format character"
     if category == "Cs":
-        return "unpaired surrogates"
+        return "unpaired surrogate"
     return ""
 
 
@@ -53,8 +53,10 @@ def suspicious_text(text: str, where: str = "the text") -> tuple[str, ...]:
         points = sorted({ord(text[p - 1]) for p in positions})
         codes = _listed([f"U+{point:04X}" for point in points])
         at = _listed([str(p) for p in positions])
-        sentence = f"{where} has {len(positions)} {kind} ({codes}) at character {at}"
-        if kind == "tag characters":
+        count = len(positions)
+        plural = "s" if count > 1 else ""
+        sentence = f"{where} has {count} {kind}{plural} ({codes}) at character{plural} {at}"
+        if kind == "tag character":
             hidden = "".join(
                 chr(ord(text[p - 1]) - 0xE0000)
                 for p in positions
