@@ -72,7 +72,7 @@ def test_the_canonical_form_is_sorted_compact_utf8_of_the_wire_names() -> None:
     text = canonical_tool_json(named).decode()
     assert text.startswith('{"annotations":{"openWorldHint":false,"readOnlyHint":false},')
     assert '"inputSchema":{"properties":' in text and '"outputSchema":{"type":"object"}' in text
-    assert '"title":"Notes ✎"' in text and ": " not in text and ", " not in text
+    assert '"title":"Notes ✎"' in text and '": ' not in text and '", ' not in text
     assert "_meta" not in text and "other" not in text
     assert list(json.loads(text)) == sorted(json.loads(text))
 
