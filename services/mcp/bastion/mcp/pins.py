@@ -318,7 +318,8 @@ def offer(
 ) -> tuple[list[OfferedTool], list[str]]:
     """The tools a session may be given now — those whose live definition matches its pin,
     as `<server>_<tool>`, with the effect they were reviewed as — and notices naming the
-    others. `with_resources` adds `<server>_resources` and `<server>_read_resource`."""
+    others. A tool taints the session when it is open-world or taken to be `external`.
+    `with_resources` adds `<server>_resources` and `<server>_read_resource`."""
     pins = {pin.name: pin for pin in pinned}
     tools = _resources_tools(server_name) if with_resources else []
     taken = {tool.name for tool in tools}
