@@ -11,9 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "examples" / "mcp-notes" / "notes_server.py"
 SERVERS = ROOT / "tests" / "mcp_servers"
 PYTHON = sys.executable
-PYTHON_DIRS = tuple(
-    sorted({str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())})
-)
+PYTHON_DIRS = tuple(sorted({str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())}))
 """What a sandboxed server's Python needs to see: the virtual environment and its base."""
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
-import mcp.types as types
 import pytest
+from mcp import types
 
 from bastion.mcp.upstream import UpstreamRefused, UpstreamUnreachable, open_upstream
 from bastion.proto.mcp import McpServerSpec

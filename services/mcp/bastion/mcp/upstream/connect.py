@@ -13,14 +13,11 @@ import os
 import shlex
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Final
 
 import anyio
 import httpx2
-import mcp.types as types
-from mcp import Client
-from mcp.client._transport import TransportStreams
-from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from bastion.mcp.upstream.egress import EgressRoute
@@ -34,10 +31,15 @@ from bastion.mcp.upstream.stdio import stdio_streams
 from bastion.mcp.upstream.upstream import Upstream
 from bastion.proto.mcp import McpServerSpec
 from bastion.shared.version import VERSION
+from mcp import Client, types
+from mcp.client._transport import TransportStreams
+from mcp.shared.exceptions import MCPError
 
 __all__ = ["open_upstream"]
 
 CLIENT_INFO: Final = types.Implementation(name="bastion", version=VERSION)
+NO_HANDLERS: Final = UpstreamHandlers()
+DEFAULT_LIMITS: Final = UpstreamLimits()
 _SANDBOX_HINT: Final = (
     "check that bubblewrap runs for the service's user and that unprivileged user "
     "namespaces are enabled"
@@ -108,22 +110,32 @@ class _Refused(Exception):
         self.error = error
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What `open_upstream` was asked: where the server is and how to speak to it."""
+
+    spec: McpServerSpec
+    server: str
+    values: Mapping[str, str]
+    handlers: UpstreamHandlers
+    mode: str
+    egress: EgressRoute | None
+    limits: UpstreamLimits
+
+
 @asynccontextmanager
 async def _connected(
-    spec: McpServerSpec,
-    server: str,
+    plan: _Plan,
     transport: AbstractAsyncContextManager[TransportStreams],
     link: Link,
     launch: Launch | None,
-    mode: str,
-    handlers: UpstreamHandlers,
-    limits: UpstreamLimits,
 ) -> AsyncIterator[Upstream]:
     """One handshaken connection over `transport`, all of its start within the deadline."""
-    asking = Asking(server, handlers, limits.max_questions)
+    limits, handlers = plan.limits, plan.handlers
+    asking = Asking(plan.server, handlers, limits.max_questions)
     client = Client(
         transport,
-        mode=mode,
+        mode=plan.mode,
         cache=None,
         read_timeout_seconds=limits.connect_timeout_s,
         elicitation_callback=asking.elicitation,
@@ -134,20 +146,49 @@ async def _connected(
         try:
             async with client:
                 start.deadline = math.inf
-                yield Upstream(client, server=server, link=link, limits=limits, asking=asking)
+                yield Upstream(client, server=plan.server, link=link, limits=limits, asking=asking)
                 return
         except Exception as error:
             if math.isinf(start.deadline):
                 raise
             single = _single(error)
-            failed = _failed(spec, server, link, launch, single)
+            failed = _failed(plan.spec, plan.server, link, launch, single)
             if isinstance(single, MCPError) and link.alive:
                 raise _Refused(failed) from None
             raise failed from None
     raise UpstreamUnreachable(
-        f"the MCP server {server} {_what(spec)} did not complete its handshake within "
-        f"{limits.connect_timeout_s:g} s: check that it starts quickly and speaks MCP"
+        f"the MCP server {plan.server} {_what(plan.spec)} did not complete its handshake "
+        f"within {limits.connect_timeout_s:g} s: check that it starts quickly and speaks MCP"
     )
+
+
+@asynccontextmanager
+async def _opened(plan: _Plan) -> AsyncIterator[Upstream]:
+    spec = plan.spec
+    if spec.transport == "stdio":
+        link = Link()
+        async with launching(spec, plan.values) as launch:
+            streams = stdio_streams(launch, plan.limits, link)
+            try:
+                async with _connected(plan, streams, link, launch) as upstream:
+                    yield upstream
+            except _Refused as refused:
+                raise refused.error from None
+        return
+    for which in HTTP_TRANSPORTS:
+        link = Link()
+        transport = http_transport(
+            spec, values=plan.values, egress=plan.egress, limits=plan.limits, link=link, which=which
+        )
+        entered = False
+        try:
+            async with _connected(plan, transport, link, None) as upstream:
+                entered = True
+                yield upstream
+                return
+        except _Refused as refused:
+            if entered or which == HTTP_TRANSPORTS[-1]:
+                raise refused.error from None
 
 
 @asynccontextmanager
@@ -156,41 +197,28 @@ async def open_upstream(
     *,
     server: str,
     values: Mapping[str, str],
-    handlers: UpstreamHandlers = UpstreamHandlers(),
+    handlers: UpstreamHandlers = NO_HANDLERS,
     prefer_protocol: str = "",
     egress: EgressRoute | None = None,
-    limits: UpstreamLimits = UpstreamLimits(),
+    limits: UpstreamLimits = DEFAULT_LIMITS,
 ) -> AsyncIterator[Upstream]:
     """A handshaken connection to the server `spec` describes, closed (killed) on exit.
+
+    `prefer_protocol` is the version it spoke at its review: a handshake-era one is greeted
+    with `initialize` straight away. An error raised in the block comes out as itself, not
+    in the exception groups of the task groups it crossed.
 
     Raises:
         UpstreamUnreachable: it could not be started, reached or greeted in time.
         NotImplementedYet: a `docker:` sandbox, or a sandbox network other than none/host.
     """
     mode = "legacy" if prefer_protocol in HANDSHAKE_PROTOCOL_VERSIONS else "auto"
-    if spec.transport == "stdio":
-        link = Link()
-        async with launching(spec, values) as launch:
-            transport = stdio_streams(launch, limits, link)
-            try:
-                async with _connected(
-                    spec, server, transport, link, launch, mode, handlers, limits
-                ) as upstream:
-                    yield upstream
-            except _Refused as refused:
-                raise refused.error from None
-        return
-    for which in HTTP_TRANSPORTS:
-        link = Link()
-        transport = http_transport(spec, values, egress, limits, link, which)
-        entered = False
-        try:
-            async with _connected(
-                spec, server, transport, link, None, mode, handlers, limits
-            ) as upstream:
-                entered = True
-                yield upstream
-                return
-        except _Refused as refused:
-            if entered or which == HTTP_TRANSPORTS[-1]:
-                raise refused.error from None
+    plan = _Plan(spec, server, values, handlers, mode, egress, limits)
+    try:
+        async with _opened(plan) as upstream:
+            yield upstream
+    except BaseExceptionGroup as group:
+        single = _single(group)
+        if isinstance(single, BaseExceptionGroup):
+            raise
+        raise single from None

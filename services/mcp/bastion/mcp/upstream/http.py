@@ -15,9 +15,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Final
 
 import httpx2
-from mcp.client._transport import TransportStreams
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 
 from bastion.mcp.upstream.capped import CappedTransport
 from bastion.mcp.upstream.egress import EgressRoute, is_loopback_url
@@ -25,6 +22,9 @@ from bastion.mcp.upstream.errors import UpstreamUnreachable
 from bastion.mcp.upstream.limits import UpstreamLimits
 from bastion.mcp.upstream.link import Link
 from bastion.proto.mcp import McpServerSpec
+from mcp.client._transport import TransportStreams
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
 
 __all__ = ["HTTP_TRANSPORTS", "HttpTransport", "filled_headers", "http_transport"]
 
@@ -64,7 +64,7 @@ def filled_headers(spec: McpServerSpec, values: Mapping[str, str]) -> dict[str, 
 
 
 def _http_client(
-    spec: McpServerSpec,
+    *,
     egress: EgressRoute | None,
     limits: UpstreamLimits,
     link: Link,
@@ -81,8 +81,7 @@ def _http_client(
     )
     return httpx2.AsyncClient(
         headers=headers,
-        timeout=timeout
-        or httpx2.Timeout(limits.connect_timeout_s, read=SSE_READ_TIMEOUT_S),
+        timeout=timeout or httpx2.Timeout(limits.connect_timeout_s, read=SSE_READ_TIMEOUT_S),
         auth=auth,
         transport=CappedTransport(inner, limits.max_message_bytes, link),
         trust_env=False,
@@ -93,14 +92,18 @@ def _http_client(
 async def _streamable(
     spec: McpServerSpec, client: httpx2.AsyncClient, limits: UpstreamLimits
 ) -> AsyncIterator[TransportStreams]:
-    async with client, streamable_http_client(
-        spec.url or "", http_client=client, max_sse_event_size=limits.max_message_bytes
-    ) as streams:
+    async with (
+        client,
+        streamable_http_client(
+            spec.url or "", http_client=client, max_sse_event_size=limits.max_message_bytes
+        ) as streams,
+    ):
         yield streams
 
 
 def http_transport(
     spec: McpServerSpec,
+    *,
     values: Mapping[str, str],
     egress: EgressRoute | None,
     limits: UpstreamLimits,
@@ -120,7 +123,9 @@ def http_transport(
         )
     headers = filled_headers(spec, values)
     if which == "streamable":
-        client = _http_client(spec, egress, limits, link, headers, None)
+        client = _http_client(
+            egress=egress, limits=limits, link=link, headers=headers, timeout=None
+        )
         return _streamable(spec, client, limits)
 
     def factory(
@@ -128,7 +133,9 @@ def http_transport(
         timeout: httpx2.Timeout | None = None,
         auth: httpx2.Auth | None = None,
     ) -> httpx2.AsyncClient:
-        return _http_client(spec, egress, limits, link, headers, timeout, auth)
+        return _http_client(
+            egress=egress, limits=limits, link=link, headers=headers, timeout=timeout, auth=auth
+        )
 
     return sse_client(
         spec.url or "",

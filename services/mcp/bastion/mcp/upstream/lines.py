@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Final
 
-import mcp.types as types
 from anyio import DelimiterNotFound, EndOfStream, IncompleteRead
 from anyio.abc import ByteReceiveStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import ValidationError
+
+from mcp import types
 
 __all__ = ["LineTooLong", "NotJsonRpc", "buffered", "read_message"]
 

@@ -20,12 +20,12 @@ from typing import Final
 import anyio
 from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.shared.message import SessionMessage
 
 from bastion.mcp.upstream.launch import Launch
 from bastion.mcp.upstream.limits import UpstreamLimits
 from bastion.mcp.upstream.lines import LineTooLong, NotJsonRpc, buffered, read_message
 from bastion.mcp.upstream.link import Link
+from mcp.shared.message import SessionMessage
 
 __all__ = ["describe_exit", "stdio_streams"]
 
@@ -111,7 +111,10 @@ async def _stop(process: Process) -> None:
 async def stdio_streams(
     launch: Launch, limits: UpstreamLimits, link: Link
 ) -> AsyncIterator[
-    tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+    tuple[
+        MemoryObjectReceiveStream[SessionMessage | Exception],
+        MemoryObjectSendStream[SessionMessage],
+    ]
 ]:
     """Start the process and yield the session's streams; stop it on exit, whatever happens.
 

@@ -9,20 +9,20 @@ connection (the process is killed): it may have taken effect, and is never retri
 from __future__ import annotations
 
 import logging
+from functools import partial
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 import anyio
-import mcp.types as types
-from mcp import Client
-from mcp.client.session import ClientRequestContext
-from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from bastion.mcp.upstream.errors import UpstreamNoAnswer, UpstreamRefused, UpstreamUnreachable
 from bastion.mcp.upstream.handlers import Asking
 from bastion.mcp.upstream.limits import UpstreamLimits
 from bastion.mcp.upstream.link import Link
+from mcp import Client, types
+from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
 
 __all__ = ["LIST_TIMEOUT_S", "Upstream"]
 
@@ -34,6 +34,7 @@ LIST_TIMEOUT_S: Final = 30.0
 _T = TypeVar("_T")
 _CONNECTION_CLOSED: Final = types.CONNECTION_CLOSED
 _REQUEST_TIMEOUT: Final = types.REQUEST_TIMEOUT
+_SILENT: Final = "did not answer"
 
 
 class Upstream:
@@ -64,7 +65,12 @@ class Upstream:
             if call
             else "connect to it again"
         )
-        return UpstreamNoAnswer(f"the MCP server {self._server} {reason} before answering {doing}: {tail}")
+        if reason.startswith(_SILENT):
+            # "did not answer within 5 s" reads "did not answer add_note within 5 s".
+            happened = f"{_SILENT} {doing}{reason.removeprefix(_SILENT)}"
+        else:
+            happened = f"{reason} before answering {doing}"
+        return UpstreamNoAnswer(f"the MCP server {self._server} {happened}: {tail}")
 
     async def _ask(
         self, doing: str, timeout_s: float, request: Callable[[], Awaitable[_T]], *, call: bool
@@ -79,17 +85,20 @@ class Upstream:
             with anyio.fail_after(timeout_s):
                 return await request()
         except TimeoutError:
-            self._link.break_with(f"did not answer within {timeout_s:g} s")
+            self._link.break_with(f"{_SILENT} within {timeout_s:g} s")
         except MCPError as error:
             if error.code == _REQUEST_TIMEOUT:
-                self._link.break_with(f"did not answer within {timeout_s:g} s")
+                self._link.break_with(f"{_SILENT} within {timeout_s:g} s")
             elif self._link.alive and error.code != _CONNECTION_CLOSED:
                 raise UpstreamRefused(self._server, doing, error.code, error.message) from None
             self._link.break_with("closed the connection")
         except RuntimeError:
             # The SDK checked a result against the tool's output schema, and it failed.
             raise UpstreamRefused(
-                self._server, doing, types.INTERNAL_ERROR, "its answer does not match its own schema"
+                self._server,
+                doing,
+                types.INTERNAL_ERROR,
+                "its answer does not match its own schema",
             ) from None
         except (ValidationError, ValueError):
             self._link.break_with("sent an answer that is not valid MCP")
@@ -100,7 +109,9 @@ class Upstream:
     async def _pages(
         self,
         what: str,
-        fetch: Callable[[types.PaginatedRequestParams | None], Awaitable[tuple[list[_T], str | None]]],
+        fetch: Callable[
+            [types.PaginatedRequestParams | None], Awaitable[tuple[list[_T], str | None]]
+        ],
     ) -> list[_T]:
         """Every page of a listing, at most `max_tools` items and `max_pages` pages."""
         items: list[_T] = []
@@ -108,24 +119,28 @@ class Upstream:
         seen: set[str] = set()
         for _ in range(self._limits.max_pages):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page, cursor = await self._ask(
-                what, LIST_TIMEOUT_S, lambda params=params: fetch(params), call=False
-            )
+            page, cursor = await self._ask(what, LIST_TIMEOUT_S, partial(fetch, params), call=False)
             room = self._limits.max_tools - len(items)
             items += page[:room]
             if len(page) > room or (cursor is not None and len(items) == self._limits.max_tools):
-                logger.warning("MCP server %s lists over %d in %s: cut", self._server, len(items), what)
+                logger.warning(
+                    "MCP server %s lists over %d in %s: cut", self._server, len(items), what
+                )
                 return items
             if cursor is None or cursor in seen:
                 return items
             seen.add(cursor)
-        logger.warning("MCP server %s lists over %d pages: cut", self._server, self._limits.max_pages)
+        logger.warning(
+            "MCP server %s lists over %d pages: cut", self._server, self._limits.max_pages
+        )
         return items
 
     async def list_tools(self) -> list[types.Tool]:
         """Every tool it lists now (never cached), at most `max_tools`."""
 
-        async def page(params: types.PaginatedRequestParams | None) -> tuple[list[types.Tool], str | None]:
+        async def page(
+            params: types.PaginatedRequestParams | None,
+        ) -> tuple[list[types.Tool], str | None]:
             result = await self._session.list_tools(params=params)
             return result.tools, result.next_cursor
 
@@ -152,7 +167,9 @@ class Upstream:
     async def list_prompts(self) -> list[types.Prompt]:
         """Its prompts, at most `max_tools`."""
 
-        async def page(params: types.PaginatedRequestParams | None) -> tuple[list[types.Prompt], str | None]:
+        async def page(
+            params: types.PaginatedRequestParams | None,
+        ) -> tuple[list[types.Prompt], str | None]:
             result = await self._session.list_prompts(params=params)
             return result.prompts, result.next_cursor
 

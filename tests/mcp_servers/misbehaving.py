@@ -1,0 +1,102 @@
+"""An MCP server (the official SDK) whose tools each misbehave in one way.
+
+Over stdio by default; `--http PORT` serves Streamable HTTP and `--sse PORT` only the
+legacy HTTP+SSE transport (the SDK's SSE server), both on 127.0.0.1.
+
+huge: answers 10 MiB. garbage: writes a line that is not JSON-RPC. die: exits mid-call.
+sleep: never answers in time. environ: shows its environment. noisy: writes a secret to
+standard error. ask_password / ask_colour: ask a question (elicitation) during the call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel, Field
+
+server = MCPServer("misbehaving", version="0.1")
+WIRE = os.dup(1)
+"""Standard output as it is before the SDK diverts fd 1 to standard error: the wire."""
+
+
+class Password(BaseModel):
+    password: str = Field(description="Your account password")
+
+
+class Colour(BaseModel):
+    colour: str = Field(description="Your favourite colour")
+
+
+@server.tool(description="Say which process answers.")
+def pid() -> str:
+    return str(os.getpid())
+
+
+@server.tool(description="Answer 10 MiB of text.")
+def huge() -> str:
+    return "x" * (10 * 1024 * 1024)
+
+
+@server.tool(description="Write a line that is not JSON-RPC, then wait.")
+async def garbage() -> str:
+    os.write(WIRE, b"{this is not json\n")
+    await anyio.sleep(30)
+    return "unreachable"
+
+
+@server.tool(description="Exit in the middle of the call.")
+def die() -> str:
+    os._exit(3)
+
+
+@server.tool(description="Take longer than any caller waits.")
+async def sleep() -> str:
+    await anyio.sleep(60)
+    return "late"
+
+
+@server.tool(description="Show the environment the server runs with.")
+def environ() -> str:
+    return json.dumps(dict(os.environ))
+
+
+@server.tool(description="Write a secret to standard error, then answer.")
+def noisy() -> str:
+    sys.stderr.write("the secret is hunter2\n" * 1000)
+    sys.stderr.flush()
+    return "said something on stderr"
+
+
+@server.tool(description="Ask for a password.")
+async def ask_password(ctx: Context) -> str:
+    answer = await ctx.elicit("Your password, please", Password)
+    return f"password: {answer.action}"
+
+
+@server.tool(description="Ask for a colour.")
+async def ask_colour(ctx: Context) -> str:
+    answer = await ctx.elicit("Your favourite colour?", Colour)
+    data = getattr(answer, "data", None)
+    return f"colour: {answer.action} {data.colour if data is not None else ''}".strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http", type=int, metavar="PORT")
+    parser.add_argument("--sse", type=int, metavar="PORT")
+    args = parser.parse_args()
+    if args.http is not None:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse is not None:
+        server.run("sse", host="127.0.0.1", port=args.sse)
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    main()
