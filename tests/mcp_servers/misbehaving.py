@@ -85,6 +85,12 @@ async def ask_colour(ctx: Context) -> str:
     return f"colour: {answer.action} {data.colour if data is not None else ''}".strip()
 
 
+@server.tool(description="Ask seven questions in one call.")
+async def ask_many(ctx: Context) -> str:
+    actions = [(await ctx.elicit(f"Question {n}?", Colour)).action for n in range(7)]
+    return " ".join(actions)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, metavar="PORT")

@@ -166,6 +166,25 @@ async def test_a_password_form_is_declined_unasked_and_another_question_is_relay
     assert "colour" in json.loads(asked[0].schema_json)["properties"]
 
 
+async def test_at_most_five_questions_of_a_call_are_relayed(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    async def elicit(question: ElicitQuestion) -> ElicitAnswer:
+        asked.append(question.message)
+        return ElicitAnswer(action="accept", content={"colour": "red"})
+
+    handlers = UpstreamHandlers(elicit=elicit, session_id=SESSION)
+    spec = stdio_spec(MISBEHAVING, tmp_path)
+    async with open_upstream(
+        spec, server="bad", values={}, handlers=handlers, prefer_protocol="2025-11-25"
+    ) as bad:
+        many = await bad.call_tool("ask_many", {}, timeout_s=10)
+        again = await bad.call_tool("ask_colour", {}, timeout_s=10)
+    assert _text(many) == "accept accept accept accept accept decline decline"
+    assert _text(again) == "colour: accept red"
+    assert len(asked) == 6
+
+
 async def test_with_no_one_to_ask_a_question_is_declined(tmp_path: Path) -> None:
     spec = stdio_spec(MISBEHAVING, tmp_path)
     async with open_upstream(spec, server="bad", values={}, prefer_protocol="2025-11-25") as bad:

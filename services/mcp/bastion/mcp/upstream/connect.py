@@ -24,6 +24,7 @@ from bastion.mcp.upstream.egress import EgressRoute
 from bastion.mcp.upstream.errors import UpstreamUnreachable, quoted
 from bastion.mcp.upstream.handlers import Asking, UpstreamHandlers
 from bastion.mcp.upstream.http import HTTP_TRANSPORTS, http_transport
+from bastion.mcp.upstream.isolate import UNREACHED
 from bastion.mcp.upstream.launch import Launch, launching
 from bastion.mcp.upstream.limits import UpstreamLimits
 from bastion.mcp.upstream.link import Link
@@ -83,10 +84,12 @@ def _failed(
             f"{what} could not be started ({reason}): check the program is installed "
             "where the server runs and may be run"
         )
-    if isinstance(error, httpx2.HTTPError) and link.alive:
+    if isinstance(error, httpx2.TransportError) and link.alive:
+        link.break_with(f"{UNREACHED} ({type(error).__name__})")
+    if (link.reason or "").startswith(UNREACHED):
         return UpstreamUnreachable(
-            f"{what} could not be reached ({type(error).__name__}): check the URL, and that "
-            "the server is up and the egress service lets the mcp service reach it"
+            f"{what} {link.reason}: check the URL, and that the server is up and the egress "
+            "service lets the mcp service reach it"
         )
     if isinstance(error, MCPError) and link.alive and error.code != types.CONNECTION_CLOSED:
         return UpstreamUnreachable(

@@ -19,6 +19,7 @@ import httpx2
 from bastion.mcp.upstream.capped import CappedTransport
 from bastion.mcp.upstream.egress import EgressRoute, is_loopback_url
 from bastion.mcp.upstream.errors import UpstreamUnreachable
+from bastion.mcp.upstream.isolate import isolated
 from bastion.mcp.upstream.limits import UpstreamLimits
 from bastion.mcp.upstream.link import Link
 from bastion.proto.mcp import McpServerSpec
@@ -28,6 +29,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 __all__ = ["HTTP_TRANSPORTS", "HttpTransport", "filled_headers", "http_transport"]
 
+LEGACY_SSE_EVENT_BYTES: Final = 1024 * 1024
+"""The largest event the SDK's legacy SSE client reads (httpx2's `EventSource` default):
+a larger message breaks the link here first, with the reason."""
 SSE_READ_TIMEOUT_S: Final = 300.0
 """How long a stream may stay silent before it counts as lost."""
 
@@ -67,6 +71,7 @@ def _http_client(
     *,
     egress: EgressRoute | None,
     limits: UpstreamLimits,
+    max_bytes: int,
     link: Link,
     headers: Mapping[str, str] | None,
     timeout: httpx2.Timeout | None,
@@ -83,7 +88,7 @@ def _http_client(
         headers=headers,
         timeout=timeout or httpx2.Timeout(limits.connect_timeout_s, read=SSE_READ_TIMEOUT_S),
         auth=auth,
-        transport=CappedTransport(inner, limits.max_message_bytes, link),
+        transport=CappedTransport(inner, max_bytes, link),
         trust_env=False,
     )
 
@@ -124,9 +129,14 @@ def http_transport(
     headers = filled_headers(spec, values)
     if which == "streamable":
         client = _http_client(
-            egress=egress, limits=limits, link=link, headers=headers, timeout=None
+            egress=egress,
+            limits=limits,
+            max_bytes=limits.max_message_bytes,
+            link=link,
+            headers=headers,
+            timeout=None,
         )
-        return _streamable(spec, client, limits)
+        return isolated(_streamable(spec, client, limits), link)
 
     def factory(
         headers: dict[str, str] | None = None,
@@ -134,13 +144,22 @@ def http_transport(
         auth: httpx2.Auth | None = None,
     ) -> httpx2.AsyncClient:
         return _http_client(
-            egress=egress, limits=limits, link=link, headers=headers, timeout=timeout, auth=auth
+            egress=egress,
+            limits=limits,
+            max_bytes=min(limits.max_message_bytes, LEGACY_SSE_EVENT_BYTES),
+            link=link,
+            headers=headers,
+            timeout=timeout,
+            auth=auth,
         )
 
-    return sse_client(
-        spec.url or "",
-        headers=headers,
-        timeout=limits.connect_timeout_s,
-        sse_read_timeout=SSE_READ_TIMEOUT_S,
-        httpx_client_factory=factory,
+    return isolated(
+        sse_client(
+            spec.url or "",
+            headers=headers,
+            timeout=limits.connect_timeout_s,
+            sse_read_timeout=SSE_READ_TIMEOUT_S,
+            httpx_client_factory=factory,
+        ),
+        link,
     )

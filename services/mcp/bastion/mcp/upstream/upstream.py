@@ -9,8 +9,8 @@ connection (the process is killed): it may have taken effect, and is never retri
 from __future__ import annotations
 
 import logging
-from functools import partial
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final, TypeVar
 
 import anyio
