@@ -17,6 +17,8 @@ import sys
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp.types import SamplingMessage, TextContent
 from pydantic import BaseModel, Field
 
 server = MCPServer("misbehaving", version="0.1")
@@ -85,6 +87,18 @@ async def ask_colour(ctx: Context) -> str:
     return f"colour: {answer.action} {data.colour if data is not None else ''}".strip()
 
 
+@server.tool(description="Ask the client's model for a completion (sampling).")
+async def sample(ctx: Context) -> str:
+    message = SamplingMessage(role="user", content=TextContent(type="text", text="Say hi"))
+    try:
+        result = await ctx.request_context.session.create_message(
+            [message], max_tokens=10, related_request_id=ctx.request_id
+        )
+    except MCPError as error:
+        return f"refused: {error.error.message}"
+    return f"model said: {result.content.text if isinstance(result.content, TextContent) else '?'}"
+
+
 @server.tool(description="Ask seven questions in one call.")
 async def ask_many(ctx: Context) -> str:
     actions = [(await ctx.elicit(f"Question {n}?", Colour)).action for n in range(7)]
@@ -95,6 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, metavar="PORT")
     parser.add_argument("--sse", type=int, metavar="PORT")
+    parser.add_argument("--tag", help="ignored: lets a test find this process")
     args = parser.parse_args()
     if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)

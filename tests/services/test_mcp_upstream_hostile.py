@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import uuid
 from pathlib import Path
 
 import anyio
@@ -21,8 +22,8 @@ from bastion.mcp.upstream import (
     asks_for_secret,
     open_upstream,
 )
-from bastion.proto.mcp import ElicitAnswer, ElicitQuestion
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
+from bastion.proto.mcp import ElicitAnswer, ElicitQuestion, McpServerSpec
+from tests.services.mcp_upstream_helpers import PYTHON, SERVERS, stdio_spec
 
 MISBEHAVING = SERVERS / "misbehaving.py"
 SESSION = "0123456789abcdef"
@@ -105,6 +106,53 @@ async def test_a_call_past_its_timeout_is_uncertain_and_the_server_is_killed(
         "taken effect, so it is not made again"
     )
     assert _gone(pid)
+
+
+def _processes_naming(tag: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if tag.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+async def test_a_sandboxed_server_past_its_timeout_is_killed_with_its_sandbox(
+    tmp_path: Path,
+) -> None:
+    tag = f"--tag={uuid.uuid4().hex}"
+    spec = stdio_spec(MISBEHAVING, tmp_path, tag, sandbox="bwrap")
+    with anyio.fail_after(30):
+        async with open_upstream(spec, server="bad", values={}) as bad:
+            assert len(_processes_naming(tag)) >= 2  # bwrap and the server in it
+            with pytest.raises(UpstreamNoAnswer, match=r"did not answer sleep within 0\.5 s"):
+                await bad.call_tool("sleep", {}, timeout_s=0.5)
+            while True:
+                if not _processes_naming(tag):
+                    break
+                await anyio.sleep(0.05)  # polling for the kill to land, bounded above
+
+
+async def test_a_server_that_exits_at_once_is_unreachable_with_its_exit_status(
+    tmp_path: Path,
+) -> None:
+    spec = McpServerSpec(
+        transport="stdio",
+        command=(PYTHON, "-c", "raise SystemExit(2)"),
+        directory=str(tmp_path),
+        sandbox="none",
+    )
+    with pytest.raises(UpstreamUnreachable) as unreachable:
+        async with open_upstream(spec, server="quick", values={}):
+            pass
+    assert unreachable.value.message == (
+        f"the MCP server quick (`{PYTHON} -c 'raise SystemExit(2)'`) stopped (exit status 2) "
+        "before its handshake was done: check that it runs by itself and speaks MCP on its "
+        "standard output"
+    )
 
 
 async def test_a_listing_is_cut_at_the_limit(tmp_path: Path) -> None:
@@ -190,6 +238,34 @@ async def test_with_no_one_to_ask_a_question_is_declined(tmp_path: Path) -> None
     async with open_upstream(spec, server="bad", values={}, prefer_protocol="2025-11-25") as bad:
         colour = await bad.call_tool("ask_colour", {}, timeout_s=10)
     assert _text(colour) == "colour: decline"
+
+
+async def test_sampling_is_relayed_to_its_handler_and_refused_without_one(
+    tmp_path: Path,
+) -> None:
+    prompts: list[str] = []
+
+    async def sample(params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        first = params.messages[0].content
+        prompts.append(first.text if isinstance(first, types.TextContent) else "")
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="hi"), model="test"
+        )
+
+    spec = stdio_spec(MISBEHAVING, tmp_path)
+    async with open_upstream(
+        spec,
+        server="bad",
+        values={},
+        handlers=UpstreamHandlers(sample=sample),
+        prefer_protocol="2025-11-25",
+    ) as bad:
+        relayed = await bad.call_tool("sample", {}, timeout_s=10)
+    async with open_upstream(spec, server="bad", values={}, prefer_protocol="2025-11-25") as bad:
+        refused = await bad.call_tool("sample", {}, timeout_s=10)
+    assert _text(relayed) == "model said: hi"
+    assert prompts == ["Say hi"]
+    assert _text(refused).startswith("refused: ")
 
 
 @pytest.mark.parametrize(
