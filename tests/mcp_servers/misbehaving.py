@@ -1,7 +1,8 @@
 """An MCP server (the official SDK) whose tools each misbehave in one way.
 
-Over stdio by default; `--http PORT` serves Streamable HTTP and `--sse PORT` only the
-legacy HTTP+SSE transport (the SDK's SSE server), both on 127.0.0.1.
+Over stdio by default; `--http PORT` serves Streamable HTTP (`--json-http PORT`: with
+JSON bodies rather than SSE) and `--sse PORT` only the legacy HTTP+SSE transport (the
+SDK's SSE server), all on 127.0.0.1.
 
 huge: answers 10 MiB. garbage: writes a line that is not JSON-RPC. die: exits mid-call.
 sleep: never answers in time. environ: shows its environment. noisy: writes a secret to
@@ -109,10 +110,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, metavar="PORT")
     parser.add_argument("--sse", type=int, metavar="PORT")
+    parser.add_argument("--json-http", type=int, metavar="PORT", help="JSON bodies, not SSE")
     parser.add_argument("--tag", help="ignored: lets a test find this process")
     args = parser.parse_args()
     if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.json_http is not None:
+        server.run("streamable-http", host="127.0.0.1", port=args.json_http, json_response=True)
     elif args.sse is not None:
         server.run("sse", host="127.0.0.1", port=args.sse)
     else:

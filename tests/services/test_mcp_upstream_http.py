@@ -65,7 +65,9 @@ async def test_a_legacy_sse_server_is_found_after_its_post_is_refused(tmp_path: 
     assert pid.isdigit()
 
 
-@pytest.mark.parametrize(("flag", "path"), [("--http", "mcp"), ("--sse", "sse")])
+@pytest.mark.parametrize(
+    ("flag", "path"), [("--http", "mcp"), ("--json-http", "mcp"), ("--sse", "sse")]
+)
 async def test_an_http_answer_over_the_size_limit_is_no_answer(
     tmp_path: Path, flag: str, path: str
 ) -> None:
@@ -96,13 +98,14 @@ async def test_without_an_egress_route_only_a_loopback_url_is_reached() -> None:
 
 
 async def test_a_server_that_is_not_listening_is_unreachable_with_its_url() -> None:
-    spec = _spec("http://127.0.0.1:9/mcp")
+    spec = _spec("http://user:pw@127.0.0.1:9/mcp?key=k")
     with pytest.raises(UpstreamUnreachable) as unreachable:
         async with open_upstream(spec, server="down", values={}):
             pass
     assert unreachable.value.message.startswith(
         "the MCP server down at http://127.0.0.1:9/mcp could not be reached"
     )
+    assert "pw" not in unreachable.value.message and "key" not in unreachable.value.message
 
 
 async def test_http_goes_through_the_egress_proxy_under_a_grant_and_is_recorded(

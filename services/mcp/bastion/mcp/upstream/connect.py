@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -65,9 +66,21 @@ def _sandbox_started(launch: Launch) -> bool:
         return False
 
 
+def shown_url(url: str) -> str:
+    """The URL without credentials, query or fragment: what a message may show of it."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    named = f"[{host}]" if ":" in host else host
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return quoted(f"{parts.scheme}://{named}{port}{parts.path}", 200)
+
+
 def _what(spec: McpServerSpec) -> str:
     if spec.transport == "http":
-        return f"at {spec.url}"
+        return f"at {shown_url(spec.url or '')}"
     return f"(`{quoted(shlex.join(spec.command), 200)}`)"
 
 
@@ -99,8 +112,7 @@ def _failed(
     reason = link.reason or "did not complete the MCP handshake"
     return UpstreamUnreachable(
         f"{what} {reason} before its handshake was done: check that it runs by itself and "
-        "speaks MCP"
-        + (" on its standard output" if spec.transport == "stdio" else f" at {spec.url}")
+        "speaks MCP" + (" on its standard output" if spec.transport == "stdio" else " there")
     )
 
 
