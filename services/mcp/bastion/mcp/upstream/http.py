@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Final
+from typing import Final, Literal
 
 import httpx2
 
@@ -35,8 +35,8 @@ a larger message breaks the link here first, with the reason."""
 SSE_READ_TIMEOUT_S: Final = 300.0
 """How long a stream may stay silent before it counts as lost."""
 
-HttpTransport = str
-HTTP_TRANSPORTS: Final = ("streamable", "sse")
+HttpTransport = Literal["streamable", "sse"]
+HTTP_TRANSPORTS: Final[tuple[HttpTransport, ...]] = ("streamable", "sse")
 """The transports tried, in order."""
 
 _VARIABLE: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
