@@ -22,7 +22,8 @@ NOTES = REPO / "examples" / "mcp-notes"
 def add_notes(up: Up, directory: Path) -> list[str]:
     added = bastion(
         "mcp", "add", "notes", "--dir", str(directory), "--sandbox-read", sys.prefix,
-        "--sandbox-read", str(NOTES), "--", sys.executable, str(NOTES / "notes_server.py"),
+        "--sandbox-read", sys.base_prefix, "--sandbox-read", str(NOTES),
+        "--", sys.executable, str(NOTES / "notes_server.py"),
         state_dir=up.state_dir,
     )  # fmt: skip
     assert added.returncode == 0, added.stdout + added.stderr

@@ -66,6 +66,7 @@ async def setup(client: Client, settings: McpSettings) -> AsyncIterator[Service]
             pool,
             ValueSource(client, leases, settings.request_timeout_s),
             elicit_timeout_s=settings.mcp_elicit_timeout_s,
+            grant_ttl_s=settings.mcp_idle_s + 60,
         )
 
         async def session_closed(message: Msg) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from bastion.mcp.upstream.connect import open_upstream
 from bastion.mcp.upstream.egress import EgressRoute, grant_for, host_and_port, is_loopback_url
 from bastion.mcp.upstream.errors import (
-    UPSTREAM_ERROR,
     UpstreamNoAnswer,
     UpstreamRefused,
     UpstreamUnreachable,
@@ -30,7 +29,6 @@ from bastion.mcp.upstream.secretform import asks_for_secret
 from bastion.mcp.upstream.upstream import Upstream
 
 __all__ = [
-    "UPSTREAM_ERROR",
     "EgressRoute",
     "ElicitHandler",
     "SampleHandler",

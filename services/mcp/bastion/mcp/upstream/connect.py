@@ -19,6 +19,9 @@ from urllib.parse import urlsplit
 
 import anyio
 import httpx2
+from mcp import Client, types
+from mcp.client._transport import TransportStreams
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from bastion.mcp.upstream.egress import EgressRoute
@@ -33,9 +36,6 @@ from bastion.mcp.upstream.stdio import stdio_streams
 from bastion.mcp.upstream.upstream import Upstream
 from bastion.proto.mcp import McpServerSpec
 from bastion.shared.version import VERSION
-from mcp import Client, types
-from mcp.client._transport import TransportStreams
-from mcp.shared.exceptions import MCPError
 
 __all__ = ["open_upstream"]
 

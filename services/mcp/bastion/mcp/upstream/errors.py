@@ -18,15 +18,11 @@ from bastion.proto import errors as codes
 from bastion.shared.errors import BastionError, Unavailable
 
 __all__ = [
-    "UPSTREAM_ERROR",
     "UpstreamNoAnswer",
     "UpstreamRefused",
     "UpstreamUnreachable",
     "quoted",
 ]
-
-UPSTREAM_ERROR: Final = "upstream_error"
-"""The wire code of an upstream's own error answer (not yet a constant in `proto.errors`)."""
 
 _QUOTE_CHARS: Final = 300
 
@@ -55,7 +51,7 @@ class UpstreamNoAnswer(BastionError):
 class UpstreamRefused(BastionError):
     """The server answered the request with a JSON-RPC error; its message is quoted."""
 
-    code = UPSTREAM_ERROR
+    code = codes.UPSTREAM_ERROR
 
     def __init__(self, server: str, doing: str, error_code: int, error_message: str) -> None:
         super().__init__(

@@ -12,10 +12,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bastion.mcp.upstream.secretform import asks_for_secret
-from bastion.proto.mcp import MAX_DESCRIPTION, MAX_SCHEMA_JSON, ElicitAnswer, ElicitQuestion
 from mcp import types
 from mcp.client.session import ClientRequestContext
+
+from bastion.mcp.upstream.secretform import asks_for_secret
+from bastion.proto.mcp import MAX_DESCRIPTION, MAX_SCHEMA_JSON, ElicitAnswer, ElicitQuestion
 
 __all__ = ["Asking", "ElicitHandler", "SampleHandler", "UpstreamHandlers"]
 

@@ -15,6 +15,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Final, Literal
 
 import httpx2
+from mcp.client._transport import TransportStreams
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
 
 from bastion.mcp.upstream.capped import CappedTransport
 from bastion.mcp.upstream.egress import EgressRoute, is_loopback_url
@@ -23,9 +26,6 @@ from bastion.mcp.upstream.isolate import isolated
 from bastion.mcp.upstream.limits import UpstreamLimits
 from bastion.mcp.upstream.link import Link
 from bastion.proto.mcp import McpServerSpec
-from mcp.client._transport import TransportStreams
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 
 __all__ = ["HTTP_TRANSPORTS", "HttpTransport", "filled_headers", "http_transport"]
 

@@ -16,10 +16,10 @@ from typing import Final, TypeVar
 import anyio
 import httpx2
 from anyio.abc import TaskStatus
-
-from bastion.mcp.upstream.link import Link
 from mcp.client._transport import ReadStream, TransportStreams, WriteStream
 from mcp.shared.message import SessionMessage
+
+from bastion.mcp.upstream.link import Link
 
 __all__ = ["UNREACHED", "isolated"]
 

@@ -11,9 +11,8 @@ from typing import Final
 from anyio import DelimiterNotFound, EndOfStream, IncompleteRead
 from anyio.abc import ByteReceiveStream
 from anyio.streams.buffered import BufferedByteReceiveStream
-from pydantic import ValidationError
-
 from mcp import types
+from pydantic import ValidationError
 
 __all__ = ["LineTooLong", "NotJsonRpc", "buffered", "read_message"]
 

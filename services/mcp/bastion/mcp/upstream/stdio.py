@@ -20,12 +20,12 @@ from typing import Final
 import anyio
 from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
 
 from bastion.mcp.upstream.launch import Launch
 from bastion.mcp.upstream.limits import UpstreamLimits
 from bastion.mcp.upstream.lines import LineTooLong, NotJsonRpc, buffered, read_message
 from bastion.mcp.upstream.link import Link
-from mcp.shared.message import SessionMessage
 
 __all__ = ["describe_exit", "stdio_streams"]
 

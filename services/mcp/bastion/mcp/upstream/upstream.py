@@ -14,15 +14,15 @@ from functools import partial
 from typing import Any, Final, TypeVar
 
 import anyio
+from mcp import Client, types
+from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from bastion.mcp.upstream.errors import UpstreamNoAnswer, UpstreamRefused, UpstreamUnreachable
 from bastion.mcp.upstream.handlers import Asking
 from bastion.mcp.upstream.limits import UpstreamLimits
 from bastion.mcp.upstream.link import Link
-from mcp import Client, types
-from mcp.client.session import ClientRequestContext
-from mcp.shared.exceptions import MCPError
 
 __all__ = ["LIST_TIMEOUT_S", "Upstream"]
 
