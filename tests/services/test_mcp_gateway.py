@@ -202,3 +202,45 @@ async def test_a_server_without_its_command_or_url_is_refused_with_what_to_give(
             )  # fmt: skip
     assert refused.value.code == "invalid_input"
     assert ("-- CMD" if field == "command" else "--url URL") in refused.value.message
+
+
+async def test_a_server_dying_mid_call_leaves_the_call_uncertain_and_never_repeats_it(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        session = await open_session(client, autonomy="L5", mcp=["bad"])
+        died = await call(client, session.session_id, "bad_die")
+        again = await call(client, session.session_id, "bad_die")
+        alive = await call(client, session.session_id, "bad_pid")
+    assert isinstance(died, ErrorReply) and died.code == "uncertain", died
+    assert "stopped" in died.message and "exit status 3" in died.message
+    assert isinstance(again, ErrorReply) and again.code == "uncertain", again
+    assert "an identical bad_die call was made" in again.message
+    assert "ask MCP server bad" in again.message
+    assert text_of(alive).splitlines()[-1].isdigit()
+
+
+@pytest.mark.parametrize(
+    ("tool", "said"),
+    [("huge", "sent a message over 4194304 bytes"), ("garbage", "JSON-RPC")],
+)
+async def test_an_oversized_or_malformed_answer_is_a_bounded_clear_error_and_the_gateway_stays_up(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    tool: str,
+    said: str,
+) -> None:
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        session = await open_session(client, autonomy="L5", mcp=["bad"])
+        first = await call(client, session.session_id, "bad_environ")
+        broken = await call(client, session.session_id, f"bad_{tool}")
+        after = await call(client, session.session_id, "bad_pid")
+    assert isinstance(broken, ErrorReply) and broken.code == "uncertain", broken
+    assert said in broken.message, broken.message
+    assert len(broken.message) < 1000
+    assert isinstance(first, ToolOutput)
+    assert text_of(after).isdigit()  # the next call is made on a new connection

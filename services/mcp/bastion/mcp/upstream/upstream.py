@@ -60,11 +60,7 @@ class Upstream:
         return self._link.alive
 
     def _no_answer(self, doing: str, reason: str, *, call: bool) -> UpstreamNoAnswer:
-        tail = (
-            "the call may or may not have taken effect, so it is not made again"
-            if call
-            else "connect to it again"
-        )
+        tail = "the call may or may not have taken effect" if call else "connect to it again"
         if reason.startswith(_SILENT):
             # "did not answer within 5 s" reads "did not answer add_note within 5 s".
             happened = f"{_SILENT} {doing}{reason.removeprefix(_SILENT)}"
