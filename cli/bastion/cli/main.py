@@ -6,7 +6,18 @@ import argparse
 import logging
 import sys
 
-from bastion.cli import agent, approvals, audit, hooks, schema, secret, skill, status, up
+from bastion.cli import (
+    agent,
+    approvals,
+    audit,
+    hooks,
+    schema,
+    secret,
+    skill,
+    status,
+    token,
+    up,
+)
 from bastion.cli.common import fail
 from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.version import VERSION
@@ -30,6 +41,7 @@ def parser() -> argparse.ArgumentParser:
     hooks.add_parser(commands)
     secret.add_parser(commands)
     skill.add_parser(commands)
+    token.add_parser(commands)
     return root
 
 

@@ -87,13 +87,11 @@ class DoorManager(StreamableHTTPSessionManager):
                 # Another agent's session answers exactly as an unknown one.
                 await _not_found(scope, receive, send)
                 return
+            if scope["method"] == "DELETE":
+                # Closed before the answer, so a client that reads on after its DELETE
+                # finds the Bastion session closed.
+                await self._end(session_id)
         await super()._handle_stateful_request(scope, receive, send)
-        if (
-            session_id is not None
-            and scope["method"] == "DELETE"
-            and session_id not in self._server_instances
-        ):
-            await self._end(session_id)
 
     async def _adopt(self, session_id: str, token_hash: str) -> bool:
         """Serve a session another replica began; False when there is none for this token."""
