@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,11 @@ from bastion.proto.frontdoor import (
     TokenList,
     TokenRevoked,
 )
+from bastion.proto.mcp import ElicitAnswer, ElicitQuestion
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
 from bastion.shared.codec import decode
+from bastion.shared.errors import Unavailable
 from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
@@ -335,3 +338,70 @@ async def test_delete_closes_the_bastion_session_and_its_transcript_stays_readab
     assert ("result", "write_file", "ok") in actions
     assert "secret-ish" not in msgspec.json.encode(transcript).decode()
     assert "bastion://sessions" in {str(r.uri) for r in resources.resources}
+
+
+async def test_a_long_call_reports_progress_and_relays_an_upstream_question_to_the_person(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    person = Asked({"folder": "notes"})
+    progress: list[str] = []
+
+    async def on_progress(_done: float, _total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async def ask_during_the_call(session_id: str) -> ElicitAnswer:
+        question = ElicitQuestion(
+            session_id=session_id,
+            server="notes",
+            message="Which folder?",
+            schema_json='{"type":"object","properties":{"folder":{"type":"string"}}}',
+        )
+        with anyio.fail_after(20):
+            while True:  # until the front door subscribes, as the call starts
+                try:
+                    answered: ElicitAnswer = await request(
+                        client, subjects.mcp_elicit(session_id), question, ElicitAnswer,
+                        timeout_s=20,
+                    )  # fmt: skip
+                except Unavailable:
+                    continue
+                return answered
+
+    async with plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L3", shell=True)
+        async with mcp_client(url, token, elicit=person) as mcp:
+            await mcp.list_tools()
+            [session] = (await read_json(mcp, "bastion://sessions"))["sessions"]
+            async with anyio.create_task_group() as running:
+                running.start_soon(
+                    partial(mcp.call_tool, progress_callback=on_progress),
+                    "shell",
+                    {"command": "sleep 2.5"},
+                )
+                answer_of_person = await ask_during_the_call(session["session_id"])
+    assert answer_of_person == ElicitAnswer(action="accept", content={"folder": "notes"})
+    assert person.messages == ["The MCP server notes asks: Which folder?"]
+    assert progress and progress[0] == "shell runs (2 s)"
+
+
+async def test_stateless_requests_share_one_session_per_token_closed_when_it_is_revoked(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    async with plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L3")
+        async with mcp_client(url, token, "auto") as first:
+            await first.call_tool("write_file", {"path": "a.txt", "content": "1"})
+        async with mcp_client(url, token, "auto") as second:
+            await second.call_tool("write_file", {"path": "b.txt", "content": "2"})
+            [session] = (await read_json(second, "bastion://sessions"))["sessions"]
+        [info] = (await request_tokens(client)).tokens
+        await request(
+            client,
+            subjects.FRONTDOOR_TOKEN_REVOKE,
+            RevokeToken(token_id=info.token_id),
+            TokenRevoked,
+            timeout_s=10,
+        )
+        closed = await session_of(client, session["session_id"])
+    assert session["calls"] == 2
+    assert closed.state == "closed"

@@ -44,7 +44,7 @@ async def setup(client: Client, settings: McpSettings) -> AsyncIterator[Service]
         serving_http(app, door.host, door.port, settings.drain_timeout_s) as port,
         _upstream(client, settings) as service,
     ):
-        add_token_endpoints(service, endpoint.tokens)
+        add_token_endpoints(service, endpoint.tokens, endpoint.binding.token_revoked)
         logger.info(
             "front door listening",
             extra={"url": f"http://{door.host}:{port}", "tokens": len(door.tokens)},

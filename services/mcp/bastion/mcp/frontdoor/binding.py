@@ -69,9 +69,26 @@ class Binding:
         )
         return found
 
-    def forget(self, agent: Agent, mcp_session_id: str | None) -> None:
-        """Drop what this replica remembers of the request's session (it was closed)."""
-        self._known.pop(mcp_session_id or stateless_key(agent.token_hash), None)
+    async def closed(self, agent: Agent, mcp_session_id: str | None, session_id: str) -> None:
+        """The request's Bastion session was found closed (an operator closed it). A token's
+        stateless session is opened anew at its next request; an MCP session stays bound to
+        the closed one, and its client starts a new session."""
+        if mcp_session_id is not None:
+            return
+        key = stateless_key(agent.token_hash)
+        self._known.pop(key, None)
+        await self._records.update(
+            key,
+            lambda r: (
+                msgspec.structs.replace(r, bastion_session_id="")
+                if r.bastion_session_id == session_id
+                else r
+            ),
+        )
+
+    async def token_revoked(self, token_hash: str) -> None:
+        """Close the stateless session of a token that was just revoked."""
+        await self.end(stateless_key(token_hash))
 
     async def end(self, key: str) -> None:
         """Close the Bastion session of the MCP session (or token) `key`; forget its record."""

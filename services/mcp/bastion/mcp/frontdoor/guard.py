@@ -17,6 +17,7 @@ from bastion.mcp.httperrors import HttpError
 from bastion.mcp.httpguard import check_origin
 from bastion.mcp.httpsettings import FrontDoor
 from bastion.proto.frontdoor import TokenInfo
+from bastion.shared.errors import Unavailable
 
 __all__ = ["AGENT_KEY", "Agent", "McpGuard", "agent_of", "jsonrpc_refusal"]
 
@@ -122,6 +123,9 @@ class McpGuard:
             await jsonrpc_refusal(refused.status, refused.code, refused.message)(
                 scope, receive, send
             )
+            return
+        except Unavailable as down:
+            await jsonrpc_refusal(503, down.code, down.message)(scope, receive, send)
             return
         scope[AGENT_KEY] = agent
         await self._app(scope, receive, send)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
@@ -12,7 +13,7 @@ from bastion.proto.errors import CONFLICT
 from bastion.proto.frontdoor import McpSessionRecord
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
-from bastion.shared.errors import RemoteError
+from bastion.shared.errors import RemoteError, Unavailable
 from bastion.shared.kv import bucket_keys, open_bucket
 
 __all__ = ["SessionRecords", "stateless_key"]
@@ -84,6 +85,8 @@ class SessionRecords:
             entry = await self._kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return None
+        except (nats.errors.Error, TimeoutError):
+            raise Unavailable("the MCP sessions could not be read from NATS: retry") from None
         if entry.value is None or entry.revision is None:
             return None
         record: McpSessionRecord = decode(entry.value, McpSessionRecord)

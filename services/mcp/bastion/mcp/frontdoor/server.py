@@ -40,6 +40,7 @@ class McpEndpoint:
     app: McpGuard
     manager: DoorManager
     tokens: TokenStore
+    binding: Binding
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -76,5 +77,8 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
         idle_timeout_s=door.session_idle_s,
     )
     return McpEndpoint(
-        app=McpGuard(manager.handle_request, door, tokens), manager=manager, tokens=tokens
+        app=McpGuard(manager.handle_request, door, tokens),
+        manager=manager,
+        tokens=tokens,
+        binding=binding,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from bastion.mcp.frontdoor.tokens import TokenStore
 from bastion.proto import subjects
@@ -21,8 +22,11 @@ __all__ = ["add_token_endpoints"]
 logger = logging.getLogger(__name__)
 
 
-def add_token_endpoints(service: Service, store: TokenStore) -> None:
-    """Serve the token operations on `service`."""
+def add_token_endpoints(
+    service: Service, store: TokenStore, revoked: Callable[[str], Awaitable[None]]
+) -> None:
+    """Serve the token operations on `service`; `revoked(token_hash)` is awaited after a
+    token is revoked (it closes the token's stateless session)."""
 
     async def create(ask: CreateToken, _context: RequestContext) -> TokenCreated:
         created = await store.create(ask)
@@ -36,7 +40,8 @@ def add_token_endpoints(service: Service, store: TokenStore) -> None:
         return TokenList(tokens=tuple(await store.every(query.tenant)))
 
     async def revoke(ask: RevokeToken, _context: RequestContext) -> TokenRevoked:
-        info = await store.revoke(ask.token_id)
+        token_hash, info = await store.revoke(ask.token_id)
+        await revoked(token_hash)
         logger.info("agent token revoked", extra={"token_id": info.token_id, "agent": info.agent})
         return TokenRevoked(token_id=info.token_id, agent=info.agent, tenant=info.tenant)
 

@@ -7,6 +7,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Final
 
+import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
@@ -14,7 +15,7 @@ from bastion.proto import subjects
 from bastion.proto.frontdoor import CreateToken, TokenCreated, TokenInfo
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
-from bastion.shared.errors import NotFound
+from bastion.shared.errors import NotFound, Unavailable
 from bastion.shared.kv import bucket_keys, open_bucket
 
 __all__ = ["TOKEN_PREFIX", "TokenStore", "hash_of"]
@@ -73,6 +74,8 @@ class TokenStore:
             entry = await self._kv.get(digest)
         except nats.js.errors.KeyNotFoundError:
             return None
+        except (nats.errors.Error, TimeoutError):
+            raise Unavailable("the agent tokens could not be read from NATS: retry") from None
         if entry.value is None:
             return None
         info: TokenInfo = decode(entry.value, TokenInfo)
@@ -93,8 +96,8 @@ class TokenStore:
                 found.append(info)
         return sorted(found, key=lambda i: i.created_at)
 
-    async def revoke(self, token_id: str) -> TokenInfo:
-        """Forget the token `token_id`.
+    async def revoke(self, token_id: str) -> tuple[str, TokenInfo]:
+        """Forget the token `token_id`; its hash and what it was.
 
         Raises:
             NotFound: no live token has that id.
@@ -109,5 +112,5 @@ class TokenStore:
             assert entry.value is not None
             info: TokenInfo = decode(entry.value, TokenInfo)
             await self._kv.delete(key)
-            return info
+            return key, info
         raise NotFound(f"there is no token {token_id}: `bastion token list` shows the live ones")

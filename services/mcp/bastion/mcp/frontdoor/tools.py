@@ -174,7 +174,7 @@ class ToolHandlers:
         except BastionError as error:
             raise mcp_error(error) from None
         if isinstance(result, ErrorReply) and result.code == codes.SESSION_CLOSED:
-            self._binding.forget(agent, mcp_session_id)
+            await self._binding.closed(agent, mcp_session_id, session_id)
         if isinstance(result, ErrorReply) and result.code in _PROTOCOL_CODES:
             raise mcp_error(RemoteError(result.code, result.message))
         return _text(result)
