@@ -12,7 +12,7 @@ from bastion.mcp.service import setup as mcp_setup
 from bastion.policy.service import policy_service
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.stubs import McpCallRequest
+from bastion.proto.mcp import McpCall
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.discovery import list_instances
@@ -34,7 +34,7 @@ PLACEHOLDERS: list[tuple[str, Any, str, object, int]] = [
         "mcp",
         mcp_on_any_port,
         subjects.MCP_CALL,
-        McpCallRequest(session_id=SESSION, server="notes", tool="list"),
+        McpCall(tenant="default", session_id=SESSION, call_id="c1", server="notes", tool="list"),
         6,
     ),
 ]
