@@ -22,6 +22,7 @@ from bastion.mcp.httpsettings import McpSettings
 from bastion.mcp.service import setup as mcp_setup
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
+from bastion.proto.events import SessionClosed
 from bastion.proto.frontdoor import (
     CreateToken,
     ListTokens,
@@ -123,6 +124,7 @@ async def mcp_client(
     mode: str = "legacy",
     elicit: Asked | None = None,
     transport: httpx2.AsyncBaseTransport | None = None,
+    delete_on_exit: bool = True,
 ) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"},
@@ -132,7 +134,9 @@ async def mcp_client(
     async with (
         http,
         Client(
-            streamable_http_client(f"{url}/mcp", http_client=http),
+            streamable_http_client(
+                f"{url}/mcp", http_client=http, terminate_on_close=delete_on_exit
+            ),
             mode=mode,  # type: ignore[arg-type]
             elicitation_callback=elicit,
             cache=None,
@@ -404,4 +408,21 @@ async def test_stateless_requests_share_one_session_per_token_closed_when_it_is_
         )
         closed = await session_of(client, session["session_id"])
     assert session["calls"] == 2
+    assert closed.state == "closed"
+
+
+async def test_an_mcp_session_left_idle_ends_and_closes_its_bastion_session(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    closing = await client.subscribe(subjects.event("session_closed", "default"))
+    async with plane_of(), door_of(mcp_session_idle_s=0.5) as url:
+        token = await new_token(client, workspace)
+        async with mcp_client(url, token, delete_on_exit=False) as mcp:
+            await mcp.list_tools()
+            [session] = (await read_json(mcp, "bastion://sessions"))["sessions"]
+        # the client left without DELETE: no request in flight, no stream open
+        closed_event = decode((await closing.next_msg(timeout=20)).data, SessionClosed)
+        closed = await session_of(client, session["session_id"])
+    await closing.unsubscribe()
+    assert closed_event.session_id == session["session_id"] == closed.session_id
     assert closed.state == "closed"
