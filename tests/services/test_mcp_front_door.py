@@ -182,13 +182,14 @@ async def test_an_agent_with_a_token_lists_its_tools_and_runs_shell_and_write_fi
     assert (workspace / "hello.txt").read_text() == "hi MCP\n"
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_call_that_asks_is_put_to_the_person_by_elicitation_and_runs_once_approved(
-    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, mode: str
 ) -> None:
     approve = Asked({"decision": "approve"})
     async with plane_of(), door_of() as url:
         token = await new_token(client, workspace, autonomy="L2")
-        async with mcp_client(url, token, elicit=approve) as mcp:
+        async with mcp_client(url, token, mode, elicit=approve) as mcp:
             wrote = await mcp.call_tool("write_file", {"path": "README.md", "content": "ok"})
             again = await mcp.call_tool("read_file", {"path": "README.md"})
     assert not wrote.is_error, text_of(wrote)
@@ -199,13 +200,14 @@ async def test_a_call_that_asks_is_put_to_the_person_by_elicitation_and_runs_onc
     assert not again.is_error and "ok" in text_of(again)
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_decline_through_elicitation_is_a_tool_error_with_the_reason(
-    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, mode: str
 ) -> None:
     decline = Asked({"decision": "decline", "reason": "not the README"})
     async with plane_of(), door_of() as url:
         token = await new_token(client, workspace, autonomy="L2")
-        async with mcp_client(url, token, elicit=decline) as mcp:
+        async with mcp_client(url, token, mode, elicit=decline) as mcp:
             refused = await mcp.call_tool("write_file", {"path": "README.md", "content": "no"})
     assert refused.is_error
     assert text_of(refused) == (
@@ -426,3 +428,20 @@ async def test_an_mcp_session_left_idle_ends_and_closes_its_bastion_session(
     await closing.unsubscribe()
     assert closed_event.session_id == session["session_id"] == closed.session_id
     assert closed.state == "closed"
+
+
+async def test_a_stateless_call_with_a_request_state_it_was_not_given_is_invalid_params(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    async with plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L2")
+        async with mcp_client(url, token, "auto", elicit=Asked(None)) as mcp:
+            with pytest.raises(MCPError) as refused:
+                await mcp.call_tool(
+                    "write_file",
+                    {"path": "x", "content": "y"},
+                    request_state="approval:0123456789abcdef",
+                )
+    assert refused.value.error.code == -32602
+    assert "not one of an approval of this session" in refused.value.error.message
+    assert not (workspace / "x").exists()

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any, Final
 
 import anyio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bastion.proto import errors as codes
 from bastion.proto import subjects
@@ -28,13 +31,15 @@ from bastion.proto.approvals import (
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import CallResult
 from bastion.shared.bus import Client, request
-from bastion.shared.errors import BastionError, RemoteError
+from bastion.shared.errors import BastionError, InvalidInput, RemoteError
 
-__all__ = ["Asking", "takes_form_elicitation"]
+__all__ = ["Asking", "takes_form_elicitation", "takes_input_required"]
 
 logger = logging.getLogger(__name__)
 
 _POLL_S: Final = 0.25
+_INPUT_KEY: Final = "approval"
+_STATE_PREFIX: Final = "approval:"
 _DECISIONS: Final = ("approve", "always", "decline")
 APPROVAL_FORM: Final[dict[str, Any]] = {
     "type": "object",
@@ -59,15 +64,31 @@ APPROVAL_FORM: Final[dict[str, Any]] = {
 }
 
 
-def takes_form_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
-    """Whether the client declared form elicitation and this request can carry one."""
+def _declares_form_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
     capabilities = ctx.session.client_capabilities
     if capabilities is None or capabilities.elicitation is None:
         return False
     elicitation = capabilities.elicitation
     # An empty `elicitation: {}` means form mode (the spec keeps that for older clients).
-    form = elicitation.form is not None or elicitation.url is None
-    return form and ctx.session.can_send_request
+    return elicitation.form is not None or elicitation.url is None
+
+
+def takes_form_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the client declared form elicitation and this request can carry one."""
+    return _declares_form_elicitation(ctx) and ctx.session.can_send_request
+
+
+def takes_input_required(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether a stateless (2026-07-28) client can be asked by an `InputRequiredResult`."""
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and _declares_form_elicitation(ctx)
+
+
+def _question(parked: ParkedCall) -> str:
+    because = " (the session is tainted)" if parked.decision.asked_because_tainted else ""
+    return (
+        f"Bastion asks before {parked.tool} runs{because}: {parked.decision.reason}."
+        f"\nInput: {_shown(parked.input)}"
+    )
 
 
 class Asking:
@@ -85,8 +106,9 @@ class Asking:
         call_id: str,
         parked_message: str,
         by: str,
-    ) -> CallResult:
-        """The parked call's result once a person answered, or an error saying how to."""
+    ) -> CallResult | InputRequiredResult:
+        """The parked call's result once a person answered, or an error saying how to; for
+        a stateless client that takes elicitation, the question to come back with."""
         parked = await self._parked(session_id, call_id)
         if parked is None:
             return ErrorReply(code=codes.WAITING_FOR_APPROVAL, message=parked_message)
@@ -95,24 +117,62 @@ class Asking:
                 return await self._ask_client(ctx, parked, by)
             except NoBackChannelError:
                 pass
+        if takes_input_required(ctx):
+            # The stateless era asks through the client: it comes back with the answer.
+            return InputRequiredResult(
+                input_requests={
+                    _INPUT_KEY: ElicitRequest(
+                        params=ElicitRequestFormParams(
+                            message=_question(parked), requested_schema=APPROVAL_FORM
+                        )
+                    )
+                },
+                request_state=_STATE_PREFIX + parked.request_id,
+            )
         return await self._wait(parked)
+
+    async def resume(
+        self,
+        session_id: str,
+        request_state: str,
+        responses: Mapping[str, object] | None,
+        by: str,
+    ) -> CallResult:
+        """A stateless call coming back with the person's answer to its approval.
+
+        Raises:
+            InvalidInput: the state is not one this front door gave, or not this session's.
+        """
+        request_id = request_state.removeprefix(_STATE_PREFIX)
+        parked = None
+        if request_state.startswith(_STATE_PREFIX):
+            parked = await self._parked(session_id, request_id, every=True, by_request=True)
+        if parked is None:
+            raise InvalidInput(
+                "the requestState of this call is not one of an approval of this session: "
+                "call the tool again without it"
+            )
+        answer = (responses or {}).get(_INPUT_KEY)
+        if parked.state != "pending" or not isinstance(answer, ElicitResult):
+            return await self._wait(parked)
+        return await self._answer(parked, answer, by)
 
     async def _ask_client(
         self, ctx: ServerRequestContext[Any, Any], parked: ParkedCall, by: str
     ) -> CallResult:
-        because = " (the session is tainted)" if parked.decision.asked_because_tainted else ""
         try:
             answer = await ctx.session.elicit_form(
-                message=(
-                    f"Bastion asks before {parked.tool} runs{because}: {parked.decision.reason}."
-                    f"\nInput: {_shown(parked.input)}"
-                ),
+                message=_question(parked),
                 requested_schema=APPROVAL_FORM,
                 related_request_id=ctx.request_id,
             )
         except MCPError:
             # The client could not ask (no person there): the call stays parked.
             return await self._wait(parked)
+        return await self._answer(parked, answer, by)
+
+    async def _answer(self, parked: ParkedCall, answer: ElicitResult, by: str) -> CallResult:
+        """Carry out the person's answer given in the client; the call's result."""
         content = answer.content or {}
         decision = content.get("decision") if answer.action == "accept" else None
         if decision not in _DECISIONS:
@@ -173,8 +233,9 @@ class Asking:
         )
 
     async def _parked(
-        self, session_id: str, call_id: str, *, every: bool = False
+        self, session_id: str, wanted: str, *, every: bool = False, by_request: bool = False
     ) -> ParkedCall | None:
+        """The session's parked call of call id (or request id) `wanted`, if any."""
         try:
             found: ApprovalList = await request(
                 self._client,
@@ -186,7 +247,7 @@ class Asking:
         except BastionError:
             return None
         for parked in found.approvals:
-            if parked.call_id == call_id:
+            if (parked.request_id if by_request else parked.call_id) == wanted:
                 return parked
         return None
 

@@ -23,6 +23,7 @@ from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
+    InputRequiredResult,
     ListToolsResult,
     PaginatedRequestParams,
     TextContent,
@@ -40,7 +41,13 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.session import ToolSpec
 from bastion.proto.tools import CallResult, ToolCall
 from bastion.shared.bus import Client, request
-from bastion.shared.errors import BastionError, NotFound, RemoteError, Unavailable
+from bastion.shared.errors import (
+    BastionError,
+    InvalidInput,
+    NotFound,
+    RemoteError,
+    Unavailable,
+)
 
 __all__ = ["ToolHandlers", "mcp_error", "request_agent", "tool_of"]
 
@@ -84,7 +91,7 @@ def mcp_error(error: BastionError) -> MCPError:
             "(`bastion status` says)",
             data={"code": error.code},
         )
-    if error.code in _PROTOCOL_CODES or isinstance(error, NotFound):
+    if error.code in _PROTOCOL_CODES or isinstance(error, NotFound | InvalidInput):
         return MCPError(code=INVALID_PARAMS, message=error.message, data={"code": error.code})
     return MCPError(code=INTERNAL_ERROR, message=error.message, data={"code": error.code})
 
@@ -151,8 +158,10 @@ class ToolHandlers:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
-    ) -> CallToolResult:
+    ) -> CallToolResult | InputRequiredResult:
         agent, mcp_session_id = request_agent(ctx)
+        if params.request_state is not None:
+            return await self._resume(agent, mcp_session_id, params)
         call_id = secrets.token_hex(8)
         try:
             call = msgspec.convert(
@@ -173,6 +182,30 @@ class ToolHandlers:
                 result = await self._call(ctx, agent, session_id, call)
         except BastionError as error:
             raise mcp_error(error) from None
+        if isinstance(result, InputRequiredResult):
+            return result
+        return await self._answer(agent, mcp_session_id, session_id, result)
+
+    async def _resume(
+        self, agent: Agent, mcp_session_id: str | None, params: CallToolRequestParams
+    ) -> CallToolResult:
+        """A call that comes back with the person's answer its approval asked for."""
+        assert params.request_state is not None
+        try:
+            session_id = await self._binding.session_of(agent, mcp_session_id)
+            result = await self._asking.resume(
+                session_id,
+                params.request_state,
+                params.input_responses,
+                by=f"mcp:{agent.info.agent}",
+            )
+        except BastionError as error:
+            raise mcp_error(error) from None
+        return await self._answer(agent, mcp_session_id, session_id, result)
+
+    async def _answer(
+        self, agent: Agent, mcp_session_id: str | None, session_id: str, result: CallResult
+    ) -> CallToolResult:
         if isinstance(result, ErrorReply) and result.code == codes.SESSION_CLOSED:
             await self._binding.closed(agent, mcp_session_id, session_id)
         if isinstance(result, ErrorReply) and result.code in _PROTOCOL_CODES:
@@ -181,7 +214,7 @@ class ToolHandlers:
 
     async def _call(
         self, ctx: ServerRequestContext[Any, Any], agent: Agent, session_id: str, call: ToolCall
-    ) -> CallResult:
+    ) -> CallResult | InputRequiredResult:
         try:
             result: CallResult = await request(
                 self._client,
