@@ -176,7 +176,10 @@ async def test_an_agent_with_a_token_lists_its_tools_and_runs_shell_and_write_fi
     assert read_file is not None and read_file.read_only_hint is True
     write = tools["write_file"].annotations
     assert write is not None and write.read_only_hint is False and write.destructive_hint is True
-    assert tools["shell"].input_schema == {"type": "object"}
+    shell_schema = tools["shell"].input_schema
+    assert shell_schema["type"] == "object" and shell_schema["required"] == ["command"]
+    assert set(shell_schema["properties"]) == {"command", "timeout_s"}
+    assert set(tools["write_file"].input_schema["required"]) == {"path", "content"}
     assert not wrote.is_error and text_of(wrote) == "wrote 7 bytes to hello.txt"
     assert not ran.is_error and "hi MCP" in text_of(ran)
     assert (workspace / "hello.txt").read_text() == "hi MCP\n"
