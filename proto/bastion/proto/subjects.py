@@ -60,6 +60,7 @@ __all__ = [
     "event",
     "hook",
     "mcp_elicit",
+    "mcp_sample",
     "session_call",
 ]
 
@@ -162,6 +163,12 @@ def session_call(session_id: str) -> str:
 def mcp_elicit(session_id: str) -> str:
     """Where an upstream server's question during one of the session's calls is relayed."""
     return f"{PREFIX}.mcp.elicit.{session_id}"
+
+
+def mcp_sample(session_id: str) -> str:
+    """Where an upstream server's sampling request during one of the session's calls is
+    relayed (only for a server the operator allowed to sample)."""
+    return f"{PREFIX}.mcp.sample.{session_id}"
 
 
 def event(kind: str, tenant: str) -> str:

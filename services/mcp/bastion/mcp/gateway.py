@@ -20,6 +20,7 @@ from bastion.mcp.registry import Registry
 from bastion.mcp.rendering import prompts_text, read_text, resources_text, result_text
 from bastion.mcp.signing import SignatureCheck, check_key_pin, key_fingerprint, load_public_key
 from bastion.mcp.upstream import (
+    SampleHandler,
     Upstream,
     UpstreamHandlers,
     grant_for,
@@ -45,6 +46,9 @@ from bastion.proto.mcp import (
     OfferTools,
     RemoveServer,
     ReviewServer,
+    SampleAnswer,
+    SampleQuestion,
+    SamplingAllowance,
     ServerList,
     ServerRemoved,
     ServerSummary,
@@ -119,17 +123,66 @@ class Gateway:
         self._elicit_timeout_s = elicit_timeout_s
         self._grant_ttl_s = grant_ttl_s
         self._can_ask: dict[str, bool] = {}
+        self._samples: dict[str, int] = {}
 
-    def _handlers(self, session_id: str) -> UpstreamHandlers:
+    def _sampler(
+        self, server: str, allowance: SamplingAllowance | None, session_id: str
+    ) -> SampleHandler | None:
+        """Sampling for a server the operator allowed it, within the allowance: relayed to
+        whoever answers for the session, `max_tokens` capped, none of its context given."""
+        if allowance is None or not session_id:
+            return None
+
+        async def sample(
+            params: mt.CreateMessageRequestParams,
+        ) -> mt.CreateMessageResult | mt.ErrorData:
+            used = self._samples.get(session_id, 0)
+            if used >= allowance.per_session:
+                return mt.ErrorData(
+                    code=mt.INVALID_REQUEST,
+                    message=f"MCP server {server} has had its {allowance.per_session} "
+                    "completions for this session",
+                )
+            self._samples[session_id] = used + 1
+            bounded = params.model_copy(
+                update={
+                    "max_tokens": min(params.max_tokens, allowance.max_tokens),
+                    "include_context": None,
+                }
+            )
+            question = SampleQuestion(
+                session_id=session_id,
+                server=server,
+                request_json=bounded.model_dump_json(by_alias=True, exclude_none=True),
+            )
+            try:
+                answer: SampleAnswer = await request(
+                    self._client,
+                    subjects.mcp_sample(session_id),
+                    question,
+                    SampleAnswer,
+                    timeout_s=self._elicit_timeout_s,
+                )
+            except Unavailable:
+                return mt.ErrorData(
+                    code=mt.INVALID_REQUEST,
+                    message="no one can complete a message for this session now",
+                )
+            if answer.refused or not answer.result_json:
+                return mt.ErrorData(code=mt.INVALID_REQUEST, message=answer.refused[:300])
+            return mt.CreateMessageResult.model_validate_json(answer.result_json)
+
+        return sample
+
+    def _handlers(self, server: str, spec: McpServerSpec, session_id: str) -> UpstreamHandlers:
         async def elicit(question: ElicitQuestion) -> ElicitAnswer:
             if not self._can_ask.get(session_id, False):
                 return ElicitAnswer(action="decline")
-            asked = msgspec.structs.replace(question, session_id=session_id)
             try:
                 answer: ElicitAnswer = await request(
                     self._client,
                     subjects.mcp_elicit(session_id),
-                    asked,
+                    question,
                     ElicitAnswer,
                     timeout_s=self._elicit_timeout_s,
                 )
@@ -139,7 +192,11 @@ class Gateway:
                 return ElicitAnswer(action="decline")  # nobody answers for the session now
             return answer
 
-        return UpstreamHandlers(elicit=elicit if session_id else None, session_id=session_id)
+        return UpstreamHandlers(
+            elicit=elicit if session_id else None,
+            sample=self._sampler(server, spec.sampling, session_id),
+            session_id=session_id,
+        )
 
     @asynccontextmanager
     async def _connect(
@@ -159,7 +216,7 @@ class Gateway:
             spec,
             server=name,
             values=values,
-            handlers=self._handlers(session_id),
+            handlers=self._handlers(name, spec, session_id),
             prefer_protocol=protocol,
             egress=route,
         ) as upstream:
@@ -326,4 +383,5 @@ class Gateway:
 
     def session_closed(self, session_id: str) -> None:
         self._can_ask.pop(session_id, None)
+        self._samples.pop(session_id, None)
         self._pool.close_session(session_id)
