@@ -36,6 +36,8 @@ class VaultSettings(BusSettings, frozen=True, kw_only=True):
     vault_master_key_file: str = ""
     vault_other_master_key_file: str = ""
     vault_lease_keys: str = ""
+    vault_lease_accounts: str = "SANDBOX,MCP"
+    """The NATS accounts whose stamped requests (`Nats-Request-Info`) may lease."""
 
 
 def key_file(settings: VaultSettings) -> Path:
