@@ -189,8 +189,13 @@ def remove(args: argparse.Namespace) -> int:
 
 
 def browse(args: argparse.Namespace) -> int:
-    what = "prompts" if args.verb == "prompts" else ("read" if args.read else "resources")
-    ask = BrowseServer(tenant=args.tenant, name=args.name, what=what, uri=args.read or "")
+    read = getattr(args, "read", None)
+    ask = BrowseServer(
+        tenant=args.tenant,
+        name=args.name,
+        what="prompts" if args.verb == "prompts" else ("read" if read else "resources"),
+        uri=read or "",
+    )
     found: BrowseText = _send(args, subjects.MCP_BROWSE, ask, BrowseText)
     sys.stdout.write(found.text.rstrip("\n") + "\n")
     return 0

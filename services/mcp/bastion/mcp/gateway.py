@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import mcp.types as mt
 import msgspec
 
-from bastion.mcp.pins import offer, pin_of, review, tool_digest
+from bastion.mcp.pins import accepted_pins, offer, review, tool_digest
 from bastion.mcp.pool import UpstreamPool
 from bastion.mcp.registry import Registry
 from bastion.mcp.rendering import prompts_text, read_text, resources_text, result_text
@@ -33,6 +33,7 @@ from bastion.proto.mcp import (
     McpReview,
     McpServerRecord,
     McpServerSpec,
+    OfferedTool,
     OfferTools,
     RemoveServer,
     ReviewServer,
@@ -164,7 +165,9 @@ class Gateway:
             server_version=upstream.server_version,
             protocol=upstream.protocol,
             runs=runs_sentence(record.spec),
-            tools=tuple(review(live, record.pins, record.spec.effects, verifier)),
+            tools=tuple(
+                review(live, record.pins, record.spec.effects, verifier, server=record.name)
+            ),
             pinned=pinned,
         )
 
@@ -173,16 +176,13 @@ class Gateway:
     ) -> McpServerRecord:
         """The record with the live tools as its pins (those a review does not refuse)."""
         verifier = _verifier(record.key_fingerprint, record.spec)
-        refused = {
-            t.name for t in review(live, (), record.spec.effects, verifier) if t.status == "refused"
-        }
         return msgspec.structs.replace(
             record,
             reviewed_at=datetime.now(UTC),
             server_name=upstream.server_name,
             server_version=upstream.server_version,
             protocol=upstream.protocol,
-            pins=tuple(pin_of(t, record.spec.effects) for t in live if t.name not in refused),
+            pins=accepted_pins(live, record.spec.effects, verifier, server=record.name),
         )
 
     async def add(self, ask: AddServer, _context: RequestContext) -> McpReview:
@@ -231,7 +231,8 @@ class Gateway:
         return ServerRemoved(name=ask.name)
 
     async def offer(self, ask: OfferTools, _context: RequestContext) -> ToolOffer:
-        tools, notices = [], []
+        tools: list[OfferedTool] = []
+        notices: list[str] = []
         for name in dict.fromkeys(ask.servers):
             try:
                 record, _ = await self._registry.get(ask.tenant, name)

@@ -1,0 +1,89 @@
+"""The reference's MCP transcripts with the scripted agent against `bastion up`: the notes
+server added and pinned, its tools called as `notes_<tool>`, then changed and withheld
+until `bastion mcp review notes --accept`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import test_bastion_up
+from tests.e2e.test_bastion_up import REPO, Up, bastion
+
+up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
+
+pytestmark = pytest.mark.e2e
+
+NOTES = REPO / "examples" / "mcp-notes"
+
+
+def add_notes(up: Up, directory: Path) -> list[str]:
+    added = bastion(
+        "mcp", "add", "notes", "--dir", str(directory), "--sandbox-read", sys.prefix,
+        "--sandbox-read", str(NOTES), "--", sys.executable, str(NOTES / "notes_server.py"),
+        state_dir=up.state_dir,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stdout + added.stderr
+    return added.stdout.splitlines()
+
+
+def notes_run(up: Up) -> list[str]:
+    run = bastion(
+        "agent", "run", "--script", str(NOTES / "notes.json"), "--mcp", "notes",
+        "--autonomy", "L3", state_dir=up.state_dir,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout.splitlines()
+
+
+def test_a_server_is_added_reviewed_and_its_tools_called_then_changes_wait_for_review(
+    up: Up, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    added = add_notes(up, notes)
+    assert added[0].startswith("MCP server notes (") and added[0].endswith(": reviewed tools")
+    assert "list_notes (read): List the notes kept, by name." in added
+    assert any(line.startswith("add_note (write") for line in added)
+    assert added[-1] == "Give it to a session with --mcp notes."
+
+    listed = bastion("mcp", "list", state_dir=up.state_dir)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[0].startswith("notes: ")
+    assert "  add_note (write)" in listed.stdout
+
+    first = notes_run(up)
+    assert (
+        first[1]
+        == '→ notes_add_note {"name":"release","text":"Ship the shell and MCP tools on Friday."}'
+    )
+    assert "← Ship the shell and MCP tools on Friday." in first
+    assert first[-1].endswith(": done")
+
+    (notes / "revision").write_text("changed")
+    second = notes_run(up)
+    assert any("export_notes is new" in line for line in second[:4]), second
+    assert any("add_note changed" in line for line in second[:4]), second
+    assert any(
+        line.startswith("← error (unknown_tool)") and "notes_add_note" in line for line in second
+    ), second
+
+    reviewed = bastion("mcp", "review", "notes", state_dir=up.state_dir)
+    assert reviewed.returncode == 0, reviewed.stderr
+    assert any(
+        line.endswith("[new]") and line.startswith("export_notes")
+        for line in reviewed.stdout.splitlines()
+    )
+    assert any(
+        line.endswith("[changed]") and line.startswith("add_note")
+        for line in reviewed.stdout.splitlines()
+    )
+    assert reviewed.stdout.splitlines()[-1] == "Add --accept to pin the tools as listed."
+
+    accepted = bastion("mcp", "review", "notes", "--accept", state_dir=up.state_dir)
+    assert accepted.stdout.splitlines()[-1] == "Pinned as listed."
+    third = notes_run(up)
+    assert not any("is not offered" in line or "not reviewed" in line for line in third)
+    assert third[-1].endswith(": done")
