@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
 
@@ -249,3 +250,21 @@ async def test_a_publish_outside_the_grant_is_dropped_and_reported(secured: Secu
             await orchestrator.client.flush()
     assert received == []
     assert sum("permissions violation for publish" in e for e in policy.errors) == 2
+
+
+async def test_the_operator_reads_state_but_neither_writes_it_nor_leases_secrets(
+    secured: Secured,
+) -> None:
+    async with as_user(secured, "operator") as operator:
+        js = operator.client.jetstream()
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await js.stream_info(f"KV_{subjects.JOURNAL_BUCKET}")  # allowed: it is not there yet
+        await operator.client.publish(f"$KV.{subjects.SESSIONS_BUCKET}.x", b"forged")
+        await operator.client.publish(subjects.VAULT_LEASE, b"x")
+        await operator.client.publish(f"$JS.API.STREAM.DELETE.{subjects.AUDIT_STREAM}", b"")
+        await operator.client.flush()
+        for _ in range(5):
+            if sum("permissions violation for publish" in e for e in operator.errors) == 3:
+                break
+            await operator.client.flush()
+    assert sum("permissions violation for publish" in e for e in operator.errors) == 3

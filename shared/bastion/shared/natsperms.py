@@ -39,6 +39,8 @@ class Grant:
     """Subjects it subscribes to without answering (events)."""
     buckets: tuple[str, ...] = ()
     """JetStream KV buckets it reads, writes and creates."""
+    reads_buckets: tuple[str, ...] = ()
+    """KV buckets it only reads (the operator looking at state): never writes."""
     writes_streams: tuple[str, ...] = ()
     """Streams it appends to (and creates when missing): never reads, deletes or purges."""
     reads_streams: tuple[str, ...] = ()
@@ -144,7 +146,8 @@ GRANTS: Final[dict[str, Grant]] = {
             s.POLICY_STATUS,
         ),
         listens=(s.EVENTS_ALL,),
-        reads_streams=(s.AUDIT_STREAM, f"KV_{s.HOOKS_BUCKET}"),
+        reads_buckets=(s.SESSIONS_BUCKET, s.JOURNAL_BUCKET, s.APPROVALS_BUCKET, s.HOOKS_BUCKET),
+        reads_streams=(s.AUDIT_STREAM,),
         discovery=True,
     ),
 }
@@ -194,7 +197,7 @@ def permissions(user: str) -> Permissions:
         publish += _stream_creating(stream)
     if s.AUDIT_STREAM in grant.writes_streams:
         publish.append(s.AUDIT_ALL)
-    for stream in grant.reads_streams:
+    for stream in (*grant.reads_streams, *(f"KV_{b}" for b in grant.reads_buckets)):
         publish += _stream_reading(stream)
     if grant.discovery:
         publish.append("$SRV.>")
