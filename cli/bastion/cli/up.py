@@ -44,6 +44,7 @@ from bastion.shared.keyfiles import create_key_file, read_x25519_key
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
 from bastion.shared.natsperms import OPERATOR
 from bastion.shared.natsserver import free_port, nats_server_binary, port_answers
+from bastion.shared.natsstore import move_to_accounts
 from bastion.shared.sealing import public_bytes
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.shared.statedir import RunRecord, nats_dir, run_record_path
@@ -244,6 +245,20 @@ def env_for(name: str, env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in private}
 
 
+def _nats_users(state_dir: Path, port: int, url: str) -> dict[str, UserCredentials]:
+    """NATS's config with new passwords, and its store's streams in their accounts (a
+    state dir from before accounts has them all in the global one)."""
+    store = nats_dir(state_dir) / "jetstream"
+    users = write_nats_config(
+        nats_dir(state_dir), listen=f"127.0.0.1:{port}", store_dir=str(store), url=url,
+        name="bastion-local",
+    )  # fmt: skip
+    moved = move_to_accounts(store)
+    if moved:
+        _say(f"  moved {len(moved)} JetStream streams into their NATS accounts")
+    return users
+
+
 def _children(
     logs: Path, env: dict[str, str], users: dict[str, UserCredentials], url: str, hooks: bool
 ) -> list[Child]:
@@ -281,13 +296,8 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
     read_tokens(tokens)  # refuses a file others can read before the mcp service does
     url = f"nats://127.0.0.1:{port}"
     front_door = f"127.0.0.1:{args.http_port}"
-    users = write_nats_config(
-        nats_dir(state_dir),
-        listen=f"127.0.0.1:{port}",
-        store_dir=str(nats_dir(state_dir) / "jetstream"),
-        url=url,
-        name="bastion-local",
-    )
+    _say(f"bastion up: state dir {state_dir}")
+    users = _nats_users(state_dir, port, url)
     env = dict(
         os.environ,
         BASTION_STATE_DIR=str(state_dir),
@@ -300,7 +310,6 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
     nats = _nats_child(state_dir, {k: v for k, v in others.items() if k not in _BUS_VARIABLES})
     hooks = hooks_path(state_dir).exists()
     children = _children(logs, env, users, url, hooks)
-    _say(f"bastion up: state dir {state_dir}")
     nats.start()
     try:
         deadline = time.monotonic() + 15

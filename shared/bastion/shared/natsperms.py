@@ -5,6 +5,11 @@ answer through `allow_responses`), the subjects it asks or tells (publish), what
 listens to, and the JetStream KV buckets and streams it uses. Everything a server config
 needs is derived from it (`permissions`), so a new subject is one line in one entry.
 Every user has its own inbox prefix (`_INBOX.<user>`): no user may read another's replies.
+
+Users live in NATS accounts (`ACCOUNT_OF`): the vault alone in `VAULT`, everyone else in
+`BASTION`. Whatever a user asks of a user in another account crosses an export/import pair
+(`crossings`), so the server stamps `Nats-Request-Info` with the caller's account (and, for
+`SHARED_IDENTITY` subjects, its user) and no client can forge it.
 """
 
 from __future__ import annotations
@@ -15,11 +20,19 @@ from typing import Final
 from bastion.proto import subjects as s
 
 __all__ = [
+    "ACCOUNT_OF",
     "GRANTS",
+    "MAIN_ACCOUNT",
     "OPERATOR",
     "SERVICE_USERS",
+    "SHARED_IDENTITY",
+    "Crossing",
     "Grant",
     "Permissions",
+    "account_of",
+    "accounts",
+    "callers",
+    "crossings",
     "inbox_prefix",
     "permissions",
 ]
@@ -207,3 +220,60 @@ def permissions(user: str) -> Permissions:
     return Permissions(
         publish=_unique(publish), subscribe=_unique(subscribe), allow_responses=bool(grant.serves)
     )
+
+
+MAIN_ACCOUNT: Final = "BASTION"
+ACCOUNT_OF: Final[dict[str, str]] = {"vault": "VAULT"}
+"""The account of each user not in `MAIN_ACCOUNT`, which holds every stream others share."""
+SHARED_IDENTITY: Final = frozenset({s.VAULT_LEASE})
+"""Imports that stamp the caller's user as well as its account (`share: true`)."""
+STREAM_SUBJECTS: Final[dict[str, str]] = {s.AUDIT_STREAM: s.AUDIT_ALL}
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """`subject`, served in account `exporter`, imported by account `importer`."""
+
+    subject: str
+    exporter: str
+    importer: str
+    share: bool = False
+    many_replies: bool = False
+
+
+def account_of(user: str) -> str:
+    return ACCOUNT_OF.get(user, MAIN_ACCOUNT)
+
+
+def callers(subject: str) -> tuple[str, ...]:
+    """Who may ask `subject`, as the server stamps it: `ACCOUNT/user`."""
+    return tuple(f"{account_of(u)}/{u}" for u, grant in GRANTS.items() if subject in grant.asks)
+
+
+def accounts() -> dict[str, tuple[str, ...]]:
+    """Each account's users, the main account first."""
+    found: dict[str, list[str]] = {MAIN_ACCOUNT: []}
+    for user in GRANTS:
+        found.setdefault(account_of(user), []).append(user)
+    return {name: tuple(users) for name, users in found.items()}
+
+
+def crossings() -> tuple[Crossing, ...]:
+    """Every subject a user asks of another account, every shared stream a user of another
+    account writes, and each other account's discovery (`$SRV.>`) seen from the main one."""
+    served = {subject: account_of(user) for user, g in GRANTS.items() for subject in g.serves}
+    found: list[Crossing] = []
+    for user, grant in GRANTS.items():
+        mine = account_of(user)
+        for subject in grant.asks:
+            home = served.get(subject, mine)
+            if home != mine:
+                found.append(Crossing(subject, home, mine, share=subject in SHARED_IDENTITY))
+        if mine != MAIN_ACCOUNT:
+            for stream in grant.writes_streams:
+                for subject in (STREAM_SUBJECTS[stream], *_stream_creating(stream)):
+                    found.append(Crossing(subject, MAIN_ACCOUNT, mine))
+    for account in accounts():
+        if account != MAIN_ACCOUNT:
+            found.append(Crossing("$SRV.>", account, MAIN_ACCOUNT, many_replies=True))
+    return tuple(dict.fromkeys(found))

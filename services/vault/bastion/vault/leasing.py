@@ -2,7 +2,7 @@
 
 A lease is refused whole if any name is not the tenant's, if the recipient key is not one
 the operator allowed (`BASTION_VAULT_LEASE_KEYS`, when set), if the NATS server stamped the
-request as coming from an account that may not lease (`BASTION_VAULT_LEASE_ACCOUNTS`), or
+request as coming from a caller that may not lease (`BASTION_VAULT_LEASE_CALLERS`), or
 if its audit records cannot be stored: a read nobody can account for does not happen.
 """
 
@@ -24,11 +24,11 @@ from bastion.shared.errors import BastionError, InvalidInput
 from bastion.shared.sealing import seal
 from bastion.vault.keeper import Keeper
 
-__all__ = ["AccountRefused", "Leases", "lease_context", "requester", "stamped_account"]
+__all__ = ["CallerRefused", "Leases", "lease_context", "requester", "stamped_caller"]
 
 
-class AccountRefused(BastionError):
-    """The server says the request came from an account that may not lease."""
+class CallerRefused(BastionError):
+    """The server says the request came from an account or user that may not lease."""
 
     code = codes.DENIED
 
@@ -49,10 +49,13 @@ def _request_info(headers: Mapping[str, str]) -> dict[str, object]:
     return stamped if isinstance(stamped, dict) else {"acc": "?"}
 
 
-def stamped_account(headers: Mapping[str, str]) -> str | None:
-    """The account the server stamped on a request that crossed accounts, else None."""
+def stamped_caller(headers: Mapping[str, str]) -> tuple[str, str] | None:
+    """The account and user (`""` unless the import shares it) the server stamped on a
+    request that crossed accounts, else None."""
     info = _request_info(headers)
-    return str(info.get("acc") or "?") if info else None
+    if not info:
+        return None
+    return str(info.get("acc") or "?"), str(info.get("user") or "")
 
 
 def requester(headers: Mapping[str, str], public_key: bytes) -> str:
@@ -74,12 +77,12 @@ class Leases:
         keeper: Keeper,
         js: JetStreamContext,
         allowed: frozenset[bytes] = frozenset(),
-        accounts: frozenset[str] = frozenset(),
+        callers: frozenset[str] = frozenset(),
     ) -> None:
         self._keeper = keeper
         self._js = js
         self._allowed = allowed
-        self._accounts = accounts
+        self._callers = callers
 
     async def lease(self, request: LeaseRequest, headers: Mapping[str, str]) -> Lease:
         if len(request.public_key) != 32:
@@ -92,15 +95,16 @@ class Leases:
                 f"{len(request.names)}"
             )
         who = requester(headers, request.public_key)
-        account = stamped_account(headers)
+        caller = stamped_caller(headers)
         try:
-            # Within one account the server stamps nothing (and passes a client's header
-            # unchanged): the header is proof only across accounts, so it is checked when
-            # present, and the subject permissions keep other services off `vault.lease`.
-            if account is not None and account not in self._accounts:
-                raise AccountRefused(
-                    f"NATS account {account[:40]!r} may not lease secrets: only the accounts in "
-                    "BASTION_VAULT_LEASE_ACCOUNTS (the sandbox and mcp services') may"
+            # The server stamps (replacing a client's) only requests that cross accounts,
+            # as every lease does when the vault has an account of its own; within one
+            # account the header is whatever the client sent, and what keeps others off
+            # `vault.lease` is their subject permissions.
+            if caller is not None and not self._callers & {caller[0], "/".join(caller)}:
+                raise CallerRefused(
+                    f"{'/'.join(caller)[:80]!r} may not lease secrets: only the callers in "
+                    "BASTION_VAULT_LEASE_CALLERS (the sandbox and mcp services) may"
                 )
             if self._allowed and request.public_key not in self._allowed:
                 raise InvalidInput(

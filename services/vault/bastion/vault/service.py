@@ -99,7 +99,7 @@ async def vault_service(client: Client, settings: VaultSettings) -> AsyncIterato
         keeper,
         await open_audit_stream(client),
         parse_public_keys(settings.vault_lease_keys),
-        frozenset(filter(None, (a.strip() for a in settings.vault_lease_accounts.split(",")))),
+        frozenset(filter(None, (c.strip() for c in settings.vault_lease_callers.split(",")))),
     )
     vault = Vault(keeper, leases, settings)
     service = Service("vault", VERSION, "Secrets encrypted at rest, leased to the sandbox only.")
