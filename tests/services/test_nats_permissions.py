@@ -18,22 +18,27 @@ import nats
 import nats.errors
 import nats.js.errors
 import pytest
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from nats.aio.client import Client
 
 from bastion.policy.service import PolicySettings, policy_service
 from bastion.proto import subjects
+from bastion.proto.audit import AuditRecord
 from bastion.proto.policy import PolicyStatus, PolicyStatusQuery
-from bastion.proto.vault import Lease, LeaseRequest, VaultKey, VaultKeyQuery
+from bastion.proto.vault import Lease, LeasedValues, LeaseRequest, VaultKey, VaultKeyQuery
 from bastion.shared.bus import connect, request
-from bastion.shared.codec import encode
+from bastion.shared.codec import decode, encode
 from bastion.shared.errors import RemoteError
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
 from bastion.shared.natsperms import GRANTS
 from bastion.shared.natsserver import free_port, serving
+from bastion.shared.sealing import open_sealed, public_bytes
 from bastion.shared.settings import BusSettings, load_settings
+from bastion.vault.leasing import lease_context
 from bastion.vault.service import vault_service
 from bastion.vault.settings import VaultSettings
 from tests.conftest import ServiceRunner
+from tests.services import vaulthelp
 from tests.services.vaulthelp import key_file
 
 pytestmark = pytest.mark.anyio
@@ -274,3 +279,31 @@ async def test_the_operator_reads_state_but_neither_writes_it_nor_leases_secrets
                 break
             await operator.client.flush()
     assert sum("permissions violation for publish" in e for e in operator.errors) == 3
+
+
+async def test_the_sandbox_leases_a_secret_the_operator_added_across_the_vaults_account(
+    secured: Secured, run_as: ServiceRunner, vault_settings: VaultSettings
+) -> None:
+    recipient = X25519PrivateKey.generate()
+    async with (
+        run_as(vault_service, vault_settings),
+        connect(secured.settings("operator"), "operator") as operator,
+        connect(secured.settings("sandbox"), "sandbox") as sandbox,
+    ):
+        await vaulthelp.add(operator, "DEPLOY_TOKEN", b"a-long-enough-value")
+        leased = await vaulthelp.lease(sandbox, public_bytes(recipient), "DEPLOY_TOKEN")
+        records = await audit_records(operator)
+    context = lease_context("default", vaulthelp.SESSION, "c1")
+    opened = decode(open_sealed(recipient, leased.sealed, context), LeasedValues)
+    assert opened.values == (("DEPLOY_TOKEN", "a-long-enough-value"),)
+    # The read is audited in the main account's stream, by the caller the server stamped.
+    assert [r.by.split(" ")[0] for r in records if r.action == "secret_read"] == ["BASTION/sandbox"]
+
+
+async def audit_records(client: Client) -> list[AuditRecord]:
+    js = client.jetstream()
+    info = await js.stream_info(subjects.AUDIT_STREAM)
+    return [
+        decode((await js.get_msg(subjects.AUDIT_STREAM, seq)).data, AuditRecord)
+        for seq in range(info.state.first_seq, info.state.last_seq + 1)
+    ]
