@@ -89,7 +89,9 @@ def _user(credentials: UserCredentials) -> list[str]:
         f"          subscribe: {_allow(allowed.subscribe)}",
     ]
     if allowed.allow_responses:
-        lines.append("          allow_responses: true")
+        # One reply per request, however long the work takes (a sandbox command may run
+        # minutes; an upstream tool may wait for a person): "0s" is no time limit.
+        lines.append('          allow_responses: { max: 1, expires: "0s" }')
     return [*lines, "        }", "      }"]
 
 
