@@ -90,7 +90,8 @@ def _user(credentials: UserCredentials) -> list[str]:
     ]
     if allowed.allow_responses:
         # One reply per request, however long the work takes (a sandbox command may run
-        # minutes; an upstream tool may wait for a person): "0s" is no time limit.
+        # minutes; an upstream tool may wait for a person): "0s" is no time limit, said
+        # here so that nobody "tightens" it into dropped answers.
         lines.append('          allow_responses: { max: 1, expires: "0s" }')
     return [*lines, "        }", "      }"]
 
