@@ -49,8 +49,10 @@ class Up:
 def bastion(
     *args: str, state_dir: Path, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    # Before a `--`: what follows it is a command's own arguments (`bastion mcp add … -- CMD`).
+    end = args.index("--") if "--" in args else len(args)
     return subprocess.run(
-        [*BASTION, *args, "--state-dir", str(state_dir)],
+        [*BASTION, *args[:end], "--state-dir", str(state_dir), *args[end:]],
         input=stdin,
         capture_output=True,
         text=True,
