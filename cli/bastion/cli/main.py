@@ -17,6 +17,7 @@ from bastion.cli import (
     secret,
     skill,
     status,
+    token,
     up,
 )
 from bastion.cli.common import fail
@@ -44,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     skill.add_parser(commands)
     mcp.add_parser(commands)
     natsconfig.add_parser(commands)
+    token.add_parser(commands)
     return root
 
 
