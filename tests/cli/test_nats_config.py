@@ -77,10 +77,6 @@ async def test_the_written_config_runs_and_each_env_file_connects_as_its_service
         for _ in range(5):  # the -ERR may trail the first PONG: a few round trips settle it
             await client.flush()
         await client.close()
-        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-            await nats.connect(
-                url, user="sandbox", password="wrong", allow_reconnect=False, connect_timeout=2
-            )
     assert any("permissions violation for subscription" in e for e in errors)
 
 

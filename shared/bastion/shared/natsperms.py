@@ -99,6 +99,11 @@ SESSION_ENDPOINTS: Final = (
 APPROVAL_ENDPOINTS: Final = (s.APPROVALS_LIST, s.APPROVALS_ANSWER)
 HOOKS_ALL: Final = f"{P}.hooks.>"
 MCP_ELICIT_ANY: Final = s.mcp_elicit("*")
+FRONTDOOR_TOKEN_ENDPOINTS: Final = (
+    s.FRONTDOOR_TOKEN_CREATE,
+    s.FRONTDOOR_TOKEN_LIST,
+    s.FRONTDOOR_TOKEN_REVOKE,
+)
 
 OPERATOR: Final = "operator"
 """The user of the `bastion` CLI (and of `bastion up` itself)."""
@@ -131,7 +136,13 @@ GRANTS: Final[dict[str, Grant]] = {
         writes_streams=(s.AUDIT_STREAM,),
     ),
     "mcp": Grant(
-        serves=(*MCP_OPERATOR_ENDPOINTS, s.MCP_OFFER, s.MCP_CALL, MCP_ELICIT_ANY),
+        serves=(
+            *MCP_OPERATOR_ENDPOINTS,
+            s.MCP_OFFER,
+            s.MCP_CALL,
+            MCP_ELICIT_ANY,
+            *FRONTDOOR_TOKEN_ENDPOINTS,
+        ),
         asks=(
             s.VAULT_LEASE,
             s.VAULT_LIST,
@@ -142,7 +153,8 @@ GRANTS: Final[dict[str, Grant]] = {
             MCP_ELICIT_ANY,
         ),
         listens=(s.event("session_closed", "*"),),
-        buckets=(s.MCP_SERVERS_BUCKET,),
+        buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),
+        reads_streams=(s.AUDIT_STREAM,),  # a front-door session's record, as a resource
     ),
     "vault": Grant(
         serves=(*VAULT_OPERATOR_ENDPOINTS, s.VAULT_LEASE),
@@ -156,6 +168,7 @@ GRANTS: Final[dict[str, Grant]] = {
             *APPROVAL_ENDPOINTS,
             *MCP_OPERATOR_ENDPOINTS,
             *VAULT_OPERATOR_ENDPOINTS,
+            *FRONTDOOR_TOKEN_ENDPOINTS,
             s.POLICY_STATUS,
         ),
         listens=(s.EVENTS_ALL,),
