@@ -24,7 +24,6 @@ __all__ = [
     "GRANTS",
     "MAIN_ACCOUNT",
     "OPERATOR",
-    "SERVICE_USERS",
     "SHARED_IDENTITY",
     "Crossing",
     "Grant",
@@ -105,6 +104,14 @@ FRONTDOOR_TOKEN_ENDPOINTS: Final = (
     s.FRONTDOOR_TOKEN_REVOKE,
 )
 
+MAIN_ACCOUNT: Final = "BASTION"
+ACCOUNT_OF: Final[dict[str, str]] = {"vault": "VAULT"}
+"""The account of each user not in `MAIN_ACCOUNT`, which holds every stream others share."""
+SHARED_IDENTITY: Final = frozenset({s.VAULT_LEASE})
+"""Imports that stamp the caller's user as well as its account (`share: true`)."""
+STREAM_SUBJECTS: Final[dict[str, str]] = {s.AUDIT_STREAM: s.AUDIT_ALL}
+"""The subjects each stream keeps (what a writer publishes)."""
+
 OPERATOR: Final = "operator"
 """The user of the `bastion` CLI (and of `bastion up` itself)."""
 
@@ -179,8 +186,6 @@ GRANTS: Final[dict[str, Grant]] = {
 }
 """Each NATS user's grant. `hooks` is the runner of the operator's command hooks."""
 
-SERVICE_USERS: Final = ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault")
-
 
 def inbox_prefix(user: str) -> str:
     """The inbox prefix `user` connects with (`BASTION_NATS_INBOX_PREFIX`)."""
@@ -220,9 +225,7 @@ def permissions(user: str) -> Permissions:
         stream = f"KV_{bucket}"
         publish += [*_stream_creating(stream), *_stream_reading(stream), f"$KV.{bucket}.>"]
     for stream in grant.writes_streams:
-        publish += _stream_creating(stream)
-    if s.AUDIT_STREAM in grant.writes_streams:
-        publish.append(s.AUDIT_ALL)
+        publish += [*_stream_creating(stream), STREAM_SUBJECTS[stream]]
     for stream in (*grant.reads_streams, *(f"KV_{b}" for b in grant.reads_buckets)):
         publish += _stream_reading(stream)
     if grant.discovery:
@@ -233,14 +236,6 @@ def permissions(user: str) -> Permissions:
     return Permissions(
         publish=_unique(publish), subscribe=_unique(subscribe), allow_responses=bool(grant.serves)
     )
-
-
-MAIN_ACCOUNT: Final = "BASTION"
-ACCOUNT_OF: Final[dict[str, str]] = {"vault": "VAULT"}
-"""The account of each user not in `MAIN_ACCOUNT`, which holds every stream others share."""
-SHARED_IDENTITY: Final = frozenset({s.VAULT_LEASE})
-"""Imports that stamp the caller's user as well as its account (`share: true`)."""
-STREAM_SUBJECTS: Final[dict[str, str]] = {s.AUDIT_STREAM: s.AUDIT_ALL}
 
 
 @dataclass(frozen=True)
