@@ -30,7 +30,7 @@ from bastion.shared.bus import connect, request
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import RemoteError
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
-from bastion.shared.natsperms import GRANTS
+from bastion.shared.natsperms import GRANTS, STREAM_SUBJECTS
 from bastion.shared.natsserver import free_port, serving
 from bastion.shared.sealing import open_sealed, public_bytes
 from bastion.shared.settings import BusSettings, load_settings
@@ -307,3 +307,24 @@ async def audit_records(client: Client) -> list[AuditRecord]:
         decode((await js.get_msg(subjects.AUDIT_STREAM, seq)).data, AuditRecord)
         for seq in range(info.state.first_seq, info.state.last_seq + 1)
     ]
+
+
+def test_every_subject_and_bucket_in_proto_has_a_place_in_the_table() -> None:
+    """A subject or bucket added to `bastion.proto.subjects` without a grant would be
+    refused on the wire: this says which, before anything runs."""
+    named = {
+        value
+        for name, value in vars(subjects).items()
+        if name.isupper() and isinstance(value, str) and value.startswith(subjects.PREFIX + ".")
+    }
+    buckets = {value for name, value in vars(subjects).items() if name.endswith("_BUCKET")}
+    granted = {
+        subject
+        for grant in GRANTS.values()
+        for subject in (*grant.serves, *grant.asks, *grant.listens)
+    } | set(STREAM_SUBJECTS.values())
+    served = [subject for grant in GRANTS.values() for subject in grant.serves]
+    owned = {bucket for grant in GRANTS.values() for bucket in grant.buckets}
+    assert named - granted == set()
+    assert buckets - owned == set()
+    assert len(served) == len(set(served)), "a subject is served by one user only"

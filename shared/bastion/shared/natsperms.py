@@ -25,6 +25,7 @@ __all__ = [
     "MAIN_ACCOUNT",
     "OPERATOR",
     "SHARED_IDENTITY",
+    "STREAM_SUBJECTS",
     "Crossing",
     "Grant",
     "Permissions",
