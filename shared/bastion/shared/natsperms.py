@@ -99,6 +99,7 @@ SESSION_ENDPOINTS: Final = (
 APPROVAL_ENDPOINTS: Final = (s.APPROVALS_LIST, s.APPROVALS_ANSWER)
 HOOKS_ALL: Final = f"{P}.hooks.>"
 MCP_ELICIT_ANY: Final = s.mcp_elicit("*")
+MCP_SAMPLE_ANY: Final = s.mcp_sample("*")
 FRONTDOOR_TOKEN_ENDPOINTS: Final = (
     s.FRONTDOOR_TOKEN_CREATE,
     s.FRONTDOOR_TOKEN_LIST,
@@ -149,6 +150,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.MCP_OFFER,
             s.MCP_CALL,
             MCP_ELICIT_ANY,
+            MCP_SAMPLE_ANY,
             *FRONTDOOR_TOKEN_ENDPOINTS,
         ),
         asks=(
@@ -159,6 +161,7 @@ GRANTS: Final[dict[str, Grant]] = {
             *SESSION_ENDPOINTS,
             *APPROVAL_ENDPOINTS,
             MCP_ELICIT_ANY,
+            MCP_SAMPLE_ANY,
         ),
         listens=(s.event("session_closed", "*"),),
         buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),
