@@ -27,7 +27,13 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.services.mcp_upstream_helpers import NOTES, PYTHON_DIRS, SERVERS, stdio_spec
+from tests.services.mcp_upstream_helpers import (
+    NOTES,
+    PYTHON_DIRS,
+    SERVERS,
+    serving_http,
+    stdio_spec,
+)
 from tests.services.test_orchestrator import call, open_session
 
 NOTES_SERVER = NOTES
@@ -145,6 +151,33 @@ async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_ar
     assert accepted.pinned
     assert {"notes_add_note", "notes_export_notes"} <= {t.name for t in after.tools}
     assert after.notices == ()
+
+
+async def test_a_notes_server_over_streamable_http_is_pinned_called_and_its_changes_withheld(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        async with serving_http(NOTES, notes, "--http") as port:
+            url = f"http://127.0.0.1:{port}/mcp"
+            added = await add(client, "notes", McpServerSpec(transport="http", url=url))
+            session = await open_session(client, autonomy="L3", mcp=["notes"])
+            kept = await call(
+                client, session.session_id, "notes_add_note", name="groceries", text="rice"
+            )
+            read = await call(client, session.session_id, "notes_read_note", name="groceries")
+        (notes / "revision").write_text("changed")
+        async with serving_http(NOTES, notes, "--http", port):
+            changed = await open_session(client, autonomy="L3", mcp=["notes"])
+            await review(client, "notes", accept=True)
+            after = await open_session(client, autonomy="L3", mcp=["notes"])
+    assert added.pinned and added.protocol
+    assert "groceries" in text_of(kept)
+    assert text_of(read) == "rice"
+    assert "notes_add_note" not in {t.name for t in changed.tools}
+    assert any("export_notes is new" in n for n in changed.notices)
+    assert {"notes_add_note", "notes_export_notes"} <= {t.name for t in after.tools}
 
 
 async def test_a_tool_changed_after_the_session_started_is_not_called(
