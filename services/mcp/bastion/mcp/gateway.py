@@ -56,6 +56,7 @@ from bastion.proto.mcp import (
 )
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, Timeout, Unavailable
+from bastion.shared.redaction import Redactor
 from bastion.shared.service import RequestContext
 
 __all__ = ["Gateway", "ToolChanged", "runs_sentence"]
@@ -124,6 +125,8 @@ class Gateway:
         self._grant_ttl_s = grant_ttl_s
         self._can_ask: dict[str, bool] = {}
         self._samples: dict[str, int] = {}
+        self._redactors: dict[tuple[str, str, str], Redactor] = {}
+        """The values each connection was given: cut out of what its server answers."""
 
     def _sampler(
         self, server: str, allowance: SamplingAllowance | None, session_id: str
@@ -203,6 +206,7 @@ class Gateway:
         self, tenant: str, name: str, spec: McpServerSpec, protocol: str = "", session_id: str = ""
     ) -> AsyncIterator[Upstream]:
         values = await self._values.values(tenant, name, spec, session_id)
+        self._redactors[(tenant, name, session_id)] = Redactor(sorted(values.items()))
         route = None
         if spec.url is not None and not is_loopback_url(spec.url):
             route = await grant_for(
@@ -327,12 +331,20 @@ class Gateway:
         return ToolOffer(tools=tuple(tools), notices=tuple(notices))
 
     async def call(self, ask: McpCall, _context: RequestContext) -> McpCallResult:
+        try:
+            return await self._call(ask)
+        except BastionError as error:
+            error.message = self._redacted(ask, error.message)  # a server's error quoted
+            raise
+
+    async def _call(self, ask: McpCall) -> McpCallResult:
         record, _ = await self._registry.get(ask.tenant, ask.server)
         self._can_ask[ask.session_id] = ask.can_ask
         upstream = await self._session_upstream(record, ask.session_id)
         if ask.upstream_kind == "resources":
             resources, templates = await upstream.list_resources()
-            return McpCallResult(text=resources_text(resources, templates, ask.server))
+            listed = resources_text(resources, templates, ask.server)
+            return McpCallResult(text=self._redacted(ask, listed))
         if ask.upstream_kind == "read_resource":
             uri = ask.arguments.get("uri")
             if not isinstance(uri, str) or not uri or len(uri) > 8192:
@@ -340,10 +352,13 @@ class Gateway:
                     f'{ask.server}_read_resource takes {{"uri": "..."}}: one of those '
                     f"{ask.server}_resources lists"
                 )
-            return McpCallResult(text=read_text(await upstream.read_resource(uri)))
+            read = read_text(await upstream.read_resource(uri))
+            return McpCallResult(text=self._redacted(ask, read))
         await self._check_pin(record, upstream, ask)
         result = await upstream.call_tool(ask.tool, ask.arguments, record.spec.timeout_s)
-        return McpCallResult(text=result_text(result), is_error=bool(result.is_error))
+        return McpCallResult(
+            text=self._redacted(ask, result_text(result)), is_error=bool(result.is_error)
+        )
 
     async def _check_pin(self, record: McpServerRecord, upstream: Upstream, ask: McpCall) -> None:
         """The tool as the server lists it now must be the one the session was offered."""
@@ -381,7 +396,15 @@ class Gateway:
             resources, templates = await upstream.list_resources()
             return BrowseText(text=resources_text(resources, templates, ask.name))
 
+    def _redacted(self, ask: McpCall, text: str) -> str:
+        """`text` with the values the server was given cut out: a server that echoes its
+        token (an error page quoting a header) never shows it to the model."""
+        redactor = self._redactors.get((ask.tenant, ask.server, ask.session_id))
+        return redactor.redact(text) if redactor else text
+
     def session_closed(self, session_id: str) -> None:
         self._can_ask.pop(session_id, None)
         self._samples.pop(session_id, None)
+        for key in [k for k in self._redactors if k[2] == session_id]:
+            del self._redactors[key]
         self._pool.close_session(session_id)
