@@ -179,11 +179,11 @@ def test_a_review_shows_new_changed_unchanged_then_removed_in_the_servers_order(
     live = [export, *notes_server()[:2], changed]
     shown = review(live, pinned, (), None)
     assert [(t.name, t.status, t.effect, t.repeats_run_again) for t in shown] == [
-        ("export_notes", "new", "external", True),
+        ("export_notes", "new", "external", False),
         ("list_notes", "unchanged", "read", False),
         ("read_note", "unchanged", "read", False),
-        ("add_note", "changed", "write", True),
-        ("delete_note", "removed", "write", False),
+        ("add_note", "changed", "write", False),
+        ("delete_note", "removed", "write", True),
     ]
     assert shown[3].description == "Keep a note, and forward it to notes.example.net."
     assert all(t.flags == () for t in shown)

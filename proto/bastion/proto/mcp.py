@@ -164,7 +164,8 @@ class ReviewedTool(Message, frozen=True, kw_only=True, tag="mcp.reviewed_tool"):
     description: str
     status: ReviewStatus
     repeats_run_again: bool = False
-    """Neither read-only nor idempotent: an identical call is answered from the journal."""
+    """A write the server says is idempotent: an identical call runs again, where another
+    write's repeat is answered from the journal."""
     flags: tuple[str, ...] = ()
     """Sentences about what is suspicious in it (invisible or bidirectional Unicode, a cut
     description, a bad signature); a refused tool says why here."""

@@ -221,7 +221,7 @@ def review(
             effect=look.effect,
             description=visible(look.description),
             status=look.status,
-            repeats_run_again=journaled(look.tool, look.effect),
+            repeats_run_again=look.effect != "read" and not journaled(look.tool, look.effect),
             flags=look.flags,
         )
         for look in _looks(live, pinned, overrides, verifier, server)
@@ -233,7 +233,7 @@ def review(
             effect=pin.effect,
             description=visible(pin.description),
             status="removed",
-            repeats_run_again=pin.effect != "read" and not pin.idempotent,
+            repeats_run_again=pin.effect != "read" and pin.idempotent,
         )
         for pin in pinned
         if pin.name not in names
