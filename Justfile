@@ -21,6 +21,14 @@ lint:
 docker-image *ARGS:
     tests/docker/build_image.sh {{ARGS}}
 
+# Build the base image the service images start from (Debian + Python, no registry); print its tag
+base-image *ARGS:
+    deploy/images/build_base.sh {{ARGS}}
+
+# Build the images: the six services, NATS and the trace receiver (unchanged ones are kept)
+images *ARGS:
+    python deploy/images/build.py --base "$(deploy/images/build_base.sh)" {{ARGS}}
+
 # Benchmarks: medians and ratios against baselines measured in the same run
 bench:
     python -m bench.bench_calls
