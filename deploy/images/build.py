@@ -138,7 +138,8 @@ def build(name: str, base: str, tag: str, rebuild: bool) -> str:
     with tempfile.TemporaryDirectory(prefix=f"bastion-image-{name}-") as scratch:
         context = Path(scratch)
         dockerfile = _context(name, context, version)
-        digest = _digest(context) + hashlib.sha256(dockerfile.read_bytes() + base.encode()).hexdigest()[:8]
+        recipe = hashlib.sha256(dockerfile.read_bytes() + base.encode()).hexdigest()[:8]
+        digest = _digest(context) + recipe
         if not rebuild and _existing_digest(image) == digest:
             return image
         args = ["--build-arg", f"BASE={base}", "--build-arg", f"SOURCE_DIGEST={digest}"]
