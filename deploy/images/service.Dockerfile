@@ -18,6 +18,9 @@ RUN if [ -n "${APT_PACKAGES}" ]; then \
      && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb; \
     fi
 COPY --from=install /opt/bastion /opt/bastion
+# Where a volume shared by egress and sandbox carries the proxy's socket: made here so that a
+# new volume takes this owner.
+RUN mkdir -m 0700 /run/bastion-egress && chown 10000:10000 /run/bastion-egress
 ARG SERVICE
 ARG SOURCE_DIGEST
 LABEL io.bastion.service="${SERVICE}" io.bastion.source="${SOURCE_DIGEST}"
