@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from bastion.shared.natsserver import free_port
+from tests.deploy.handmade import has_nats_config, nats_config_by_hand
 
 pytestmark = pytest.mark.e2e
 
@@ -62,22 +63,6 @@ def _env_file(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
 
 
-def _nats_config_by_hand(generated: Path) -> None:
-    """Until `bastion nats-config` (issue 7, item 3) is in this checkout: the same files
-    with one user for all, so that compose is tested with the layout it will read."""
-    nats = generated / "nats"
-    nats.mkdir(parents=True, mode=0o700)
-    (nats / "nats-server.conf").write_text(
-        'server_name: "bastion"\nlisten: "0.0.0.0:4222"\nmax_payload: 8MB\n'
-        'jetstream { store_dir: "/data/jetstream" }\ninclude "auth.conf"\n'
-    )
-    (nats / "auth.conf").write_text("# no users: bastion nats-config writes them\n")
-    for name in (*SERVICES, "operator"):
-        (nats / f"{name}.env").write_text("BASTION_NATS_URL=nats://nats:4222\n")
-    for path in nats.iterdir():
-        path.chmod(0o600)
-
-
 @dataclass
 class Compose:
     project: str
@@ -104,16 +89,8 @@ def compose(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose]:
     base = _run(str(REPO / "deploy" / "images" / "build_base.sh")).split()[-1]
     _run(sys.executable, str(REPO / "deploy" / "images" / "build.py"), "--base", base)
     generated = tmp_path_factory.mktemp("compose") / "generated"
-    has_nats_config = (
-        subprocess.run(
-            [sys.executable, "-m", "bastion.cli", "nats-config", "--help"],
-            capture_output=True,
-            check=False,
-        ).returncode
-        == 0
-    )
-    if not has_nats_config:
-        _nats_config_by_hand(generated)
+    if not has_nats_config():
+        nats_config_by_hand(generated / "nats", "nats://nats:4222")
     env = dict(
         os.environ,
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
