@@ -41,6 +41,14 @@ compose-up: images compose-config
 compose-down *ARGS:
     docker compose down {{ARGS}}
 
+# Write the Secrets' files of a Kubernetes overlay (dev or prod) into k8s/overlays/OVERLAY/generated/
+k8s-config OVERLAY *ARGS:
+    k8s/config.sh {{OVERLAY}} {{ARGS}}
+
+# Render a Kubernetes overlay (dev or prod): `just k8s-render prod | kubectl apply -f -`
+k8s-render OVERLAY:
+    kubectl kustomize k8s/overlays/{{OVERLAY}}
+
 # Benchmarks: medians and ratios against baselines measured in the same run
 bench:
     python -m bench.bench_calls

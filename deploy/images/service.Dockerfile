@@ -15,7 +15,7 @@ ARG APT_PACKAGES=""
 RUN if [ -n "${APT_PACKAGES}" ]; then \
         apt-get update -qq \
      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${APT_PACKAGES} \
-     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb; \
+     && rm -rf /var/lib/apt/lists/* /var/cache/apt/*; \
     fi
 COPY --from=install /opt/bastion /opt/bastion
 # Where a volume shared by egress and sandbox carries the proxy's socket: made here so that a

@@ -23,7 +23,8 @@ import pytest
 from bastion.shared.natsserver import free_port
 from tests.deploy.handmade import has_nats_config, nats_config_by_hand
 
-pytestmark = pytest.mark.e2e
+# The first run builds the images (a few minutes on two cores); later runs find them by tag.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault")
