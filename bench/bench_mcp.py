@@ -35,7 +35,8 @@ def add_server(state_dir: Path) -> None:
     """`bastion mcp add`, as an operator runs it: the server in bwrap, its venv shown."""
     subprocess.run(
         [sys.executable, "-m", "bastion.cli", "mcp", "add", "noop", "--state-dir",
-         str(state_dir), "--sandbox-read", sys.prefix, "--sandbox-read", str(SERVER.parent),
+         str(state_dir), "--sandbox-read", sys.prefix, "--sandbox-read", sys.base_prefix,
+         "--sandbox-read", str(SERVER.parent),
          "--", sys.executable, str(SERVER)],
         check=True,
         stdout=subprocess.DEVNULL,

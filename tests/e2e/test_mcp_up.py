@@ -4,13 +4,14 @@ until `bastion mcp review notes --accept`."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.e2e import test_bastion_up
-from tests.e2e.test_bastion_up import REPO, Up, bastion
+from tests.e2e.test_bastion_up import BASTION, REPO, Up, bastion
 
 up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
 
@@ -20,10 +21,11 @@ NOTES = REPO / "examples" / "mcp-notes"
 
 
 def add_notes(up: Up, directory: Path) -> list[str]:
-    added = bastion(
-        "mcp", "add", "notes", "--dir", str(directory), "--sandbox-read", sys.prefix,
-        "--sandbox-read", str(NOTES), "--", sys.executable, str(NOTES / "notes_server.py"),
-        state_dir=up.state_dir,
+    added = subprocess.run(
+        [*BASTION, "mcp", "add", "notes", "--dir", str(directory), "--sandbox-read", sys.prefix,
+         "--sandbox-read", sys.base_prefix, "--sandbox-read", str(NOTES),
+         "--state-dir", str(up.state_dir), "--", sys.executable, str(NOTES / "notes_server.py")],
+        capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert added.returncode == 0, added.stdout + added.stderr
     return added.stdout.splitlines()

@@ -18,6 +18,7 @@ from bastion.proto import (
     audit,
     egress,
     events,
+    frontdoor,
     hooks,
     journal,
     mcp,
@@ -91,6 +92,16 @@ OFFERED = mcp.OfferedTool(
     call_timeout_s=30.0,
 )
 
+TOKEN_INFO = frontdoor.TokenInfo(
+    token_id="0123456789abcdef",
+    agent="claude",
+    tenant="acme",
+    autonomy="L3",
+    workspace="/w",
+    shell=True,
+    mcp=("notes",),
+    created_at=AT,
+)
 PARKED = approvals.ParkedCall(
     request_id="fedcba9876543210",
     session_id=SID,
@@ -400,6 +411,26 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         url="https://a.example/",
     ),
     mcp.ElicitAnswer: mcp.ElicitAnswer(action="accept", content={"folder": "x"}),
+    frontdoor.CreateToken: frontdoor.CreateToken(
+        agent="claude", tenant="acme", autonomy="L3", workspace="/w", shell=True, mcp=("notes",)
+    ),
+    frontdoor.TokenInfo: TOKEN_INFO,
+    frontdoor.TokenCreated: frontdoor.TokenCreated(token="bst_abc", info=TOKEN_INFO),
+    frontdoor.ListTokens: frontdoor.ListTokens(tenant="acme"),
+    frontdoor.TokenList: frontdoor.TokenList(tokens=(TOKEN_INFO,)),
+    frontdoor.RevokeToken: frontdoor.RevokeToken(token_id="0123456789abcdef"),
+    frontdoor.TokenRevoked: frontdoor.TokenRevoked(
+        token_id="0123456789abcdef", agent="claude", tenant="acme"
+    ),
+    frontdoor.McpSessionRecord: frontdoor.McpSessionRecord(
+        mcp_session_id="9f" * 16,
+        token_hash="ab" * 32,
+        protocol_version="2025-11-25",
+        client_params_json='{"capabilities":{}}',
+        created_at=AT,
+        bastion_session_id=SID,
+        owner="door-1",
+    ),
     stubs.LeaseRequest: stubs.LeaseRequest(
         session_id=SID, tenant="acme", call_id="c1", names=("API_TOKEN",)
     ),
@@ -561,6 +592,14 @@ TAGS: dict[type[msgspec.Struct], str] = {
     mcp.BrowseText: "mcp.browse_text",
     mcp.ElicitQuestion: "mcp.elicit",
     mcp.ElicitAnswer: "mcp.elicit_answer",
+    frontdoor.CreateToken: "frontdoor.token_create",
+    frontdoor.TokenInfo: "frontdoor.token_info",
+    frontdoor.TokenCreated: "frontdoor.token_created",
+    frontdoor.ListTokens: "frontdoor.token_list_query",
+    frontdoor.TokenList: "frontdoor.token_list",
+    frontdoor.RevokeToken: "frontdoor.token_revoke",
+    frontdoor.TokenRevoked: "frontdoor.token_revoked",
+    frontdoor.McpSessionRecord: "frontdoor.mcp_session",
     stubs.LeaseRequest: "vault.lease",
     vault.VaultKeyQuery: "vault.key_query",
     vault.VaultKey: "vault.key",
@@ -600,6 +639,7 @@ def wire_structs() -> set[type[msgspec.Struct]]:
         audit,
         egress,
         events,
+        frontdoor,
         hooks,
         journal,
         mcp,
@@ -740,6 +780,9 @@ INGRESS = [
     mcp.ListServers,
     mcp.RemoveServer,
     mcp.BrowseServer,
+    frontdoor.CreateToken,
+    frontdoor.ListTokens,
+    frontdoor.RevokeToken,
 ]
 
 
@@ -787,6 +830,9 @@ OVERSIZED: list[tuple[type[msgspec.Struct], dict[str, Any], str]] = [
     (approvals.ApprovalAnswer, {"request_id": "../x"}, "$.request_id"),
     (approvals.ApprovalAnswer, {"reason": "r" * 1025}, "$.reason"),
     (approvals.ApprovalQuery, {"tenant": "t" * 65}, "$.tenant"),
+    (frontdoor.CreateToken, {"agent": "../x"}, "$.agent"),
+    (frontdoor.CreateToken, {"mcp": ["Notes"]}, "$.mcp[0]"),
+    (frontdoor.RevokeToken, {"token_id": "*"}, "$.token_id"),
 ]
 
 

@@ -27,9 +27,10 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.services.mcp_upstream_helpers import NOTES, PYTHON_DIRS, SERVERS, stdio_spec
 from tests.services.test_orchestrator import call, open_session
 
-NOTES_SERVER = Path(__file__).parents[2] / "examples" / "mcp-notes" / "notes_server.py"
+NOTES_SERVER = NOTES
 
 
 def notes_spec(directory: Path, **fields: object) -> McpServerSpec:
@@ -38,7 +39,7 @@ def notes_spec(directory: Path, **fields: object) -> McpServerSpec:
         "transport": "stdio",
         "command": (sys.executable, str(NOTES_SERVER)),
         "directory": str(directory),
-        "read_only_dirs": (sys.prefix, str(NOTES_SERVER.parent)),
+        "read_only_dirs": (*PYTHON_DIRS, str(NOTES_SERVER.parent)),
     }
     return McpServerSpec(**(values | fields))  # type: ignore[arg-type]
 
@@ -150,14 +151,13 @@ async def test_a_tool_changed_after_the_session_started_is_not_called(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
     """The pin is checked again at call time, on the live connection: a server that changes
-    between tools/list and tools/call does not get the call."""
-    notes = tmp_path / "notes"
-    notes.mkdir()
+    a tool between tools/list and tools/call does not get the call."""
     async with plane(run_service, bus_settings, tmp_path / "state"):
-        await add(client, "notes", notes_spec(notes))
-        session = await open_session(client, autonomy="L3", mcp=["notes"])
-        (notes / "revision").write_text("changed")
-        refused = await call(client, session.session_id, "notes_add_note", name="a", text="b")
+        await add(client, "shifty", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        session = await open_session(client, autonomy="L5", mcp=["shifty"])
+        before = await call(client, session.session_id, "shifty_target", text="a")
+        await call(client, session.session_id, "shifty_shift")
+        refused = await call(client, session.session_id, "shifty_target", text="b")
         got: SessionInfo = await request(
             client,
             subjects.SESSION_GET,
@@ -165,11 +165,12 @@ async def test_a_tool_changed_after_the_session_started_is_not_called(
             SessionInfo,
             timeout_s=10,
         )
+    assert text_of(before) == "kept a"
     assert isinstance(refused, ErrorReply), refused
     assert refused.code == "tool_changed"
-    assert "bastion mcp review notes" in refused.message
-    assert not (notes / "a").exists()
-    assert got.calls == 1
+    assert "changed target since this session was offered it" in refused.message
+    assert "bastion mcp review shifty" in refused.message
+    assert got.calls == 3
 
 
 async def test_a_session_asking_for_an_unknown_server_is_told_so(
@@ -201,3 +202,45 @@ async def test_a_server_without_its_command_or_url_is_refused_with_what_to_give(
             )  # fmt: skip
     assert refused.value.code == "invalid_input"
     assert ("-- CMD" if field == "command" else "--url URL") in refused.value.message
+
+
+async def test_a_server_dying_mid_call_leaves_the_call_uncertain_and_never_repeats_it(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        session = await open_session(client, autonomy="L5", mcp=["bad"])
+        died = await call(client, session.session_id, "bad_die")
+        again = await call(client, session.session_id, "bad_die")
+        alive = await call(client, session.session_id, "bad_pid")
+    assert isinstance(died, ErrorReply) and died.code == "uncertain", died
+    assert "stopped" in died.message and "exit status 3" in died.message
+    assert isinstance(again, ErrorReply) and again.code == "uncertain", again
+    assert "an identical bad_die call was made" in again.message
+    assert "ask MCP server bad" in again.message
+    assert text_of(alive).splitlines()[-1].isdigit()
+
+
+@pytest.mark.parametrize(
+    ("tool", "said"),
+    [("huge", "sent a message over 4194304 bytes"), ("garbage", "JSON-RPC")],
+)
+async def test_an_oversized_or_malformed_answer_is_a_bounded_clear_error_and_the_gateway_stays_up(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    tool: str,
+    said: str,
+) -> None:
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        session = await open_session(client, autonomy="L5", mcp=["bad"])
+        first = await call(client, session.session_id, "bad_environ")
+        broken = await call(client, session.session_id, f"bad_{tool}")
+        after = await call(client, session.session_id, "bad_pid")
+    assert isinstance(broken, ErrorReply) and broken.code == "uncertain", broken
+    assert said in broken.message, broken.message
+    assert len(broken.message) < 1000
+    assert isinstance(first, ToolOutput)
+    assert text_of(after).isdigit()  # the next call is made on a new connection

@@ -6,7 +6,19 @@ import argparse
 import logging
 import sys
 
-from bastion.cli import agent, approvals, audit, hooks, mcp, schema, secret, skill, status, up
+from bastion.cli import (
+    agent,
+    approvals,
+    audit,
+    hooks,
+    mcp,
+    schema,
+    secret,
+    skill,
+    status,
+    token,
+    up,
+)
 from bastion.cli.common import fail
 from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.version import VERSION
@@ -31,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
     secret.add_parser(commands)
     skill.add_parser(commands)
     mcp.add_parser(commands)
+    token.add_parser(commands)
     return root
 
 

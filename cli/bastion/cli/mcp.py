@@ -75,6 +75,10 @@ def _public_key(path: Path | None) -> str | None:
 
 def _spec(args: argparse.Namespace) -> McpServerSpec:
     command = [part for part in args.command if part != "--"]
+    if command and "/" in command[0]:
+        # The program is found from here; its arguments are its own (a relative path in
+        # them is taken from its directory, --dir, where it runs).
+        command[0] = str(Path(command[0]).absolute())
     if bool(command) == bool(args.url):
         raise InvalidInput(
             "give either the command that starts the server (after --) or its --url, not both"

@@ -22,9 +22,11 @@ __all__ = [
     "SANDBOX_FAILED",
     "SESSION_CLOSED",
     "TIMEOUT",
+    "TOOL_CHANGED",
     "UNAVAILABLE",
     "UNCERTAIN",
     "UNKNOWN_TOOL",
+    "UPSTREAM_ERROR",
     "WAITING_FOR_APPROVAL",
     "ErrorCode",
     "ErrorReply",
@@ -66,6 +68,11 @@ INTERNAL: Final = "internal"
 UNCERTAIN: Final = "uncertain"
 """An identical earlier call got no answer (a timeout, a service died): it may or may not
 have taken effect, so it is not made again."""
+TOOL_CHANGED: Final = "tool_changed"
+"""An upstream MCP tool is not what the session was offered any more (or is no longer
+there, or no longer signed by its key): the call was not made."""
+UPSTREAM_ERROR: Final = "upstream_error"
+"""An upstream MCP server answered the request with a JSON-RPC error."""
 HOOK_BLOCKED: Final = "hook_blocked"
 """An operator's before-tool hook blocked the call (or failed to answer, which blocks too)."""
 

@@ -16,6 +16,11 @@ __all__ = [
     "EGRESS_GRANTS_BUCKET",
     "EGRESS_SEARCH",
     "EVENTS_ALL",
+    "FRONTDOOR_SESSIONS_BUCKET",
+    "FRONTDOOR_TOKENS_BUCKET",
+    "FRONTDOOR_TOKEN_CREATE",
+    "FRONTDOOR_TOKEN_LIST",
+    "FRONTDOOR_TOKEN_REVOKE",
     "HOOKS_BUCKET",
     "JOURNAL_BUCKET",
     "MCP_ADD",
@@ -112,6 +117,14 @@ VAULT_LEASE: Final = f"{PREFIX}.vault.lease"
 """The sandbox service asks for one call's secrets, sealed to its public key."""
 VAULT_KEY: Final = f"{PREFIX}.vault.key"
 """The vault's transport public key: values are sealed to it on their way in."""
+FRONTDOOR_TOKEN_CREATE: Final = f"{PREFIX}.frontdoor.tokens.create"
+FRONTDOOR_TOKEN_LIST: Final = f"{PREFIX}.frontdoor.tokens.list"
+FRONTDOOR_TOKEN_REVOKE: Final = f"{PREFIX}.frontdoor.tokens.revoke"
+"""Operator operations on agents' front-door tokens: mint one, list them, revoke one."""
+FRONTDOOR_TOKENS_BUCKET: Final = "bastion_agent_tokens"
+"""The JetStream KV bucket of agents' tokens (key: the token's SHA-256, hex; never the token)."""
+FRONTDOOR_SESSIONS_BUCKET: Final = "bastion_mcp_sessions"
+"""The JetStream KV bucket of session-based MCP sessions (key: the `Mcp-Session-Id`)."""
 VAULT_ADD: Final = f"{PREFIX}.vault.add"
 VAULT_LIST: Final = f"{PREFIX}.vault.list"
 VAULT_REMOVE: Final = f"{PREFIX}.vault.remove"

@@ -5,6 +5,7 @@ sessions and called, each checked against its pin on the live connection first.
 from __future__ import annotations
 
 import logging
+import secrets
 import shlex
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,8 +19,15 @@ from bastion.mcp.pool import UpstreamPool
 from bastion.mcp.registry import Registry
 from bastion.mcp.rendering import prompts_text, read_text, resources_text, result_text
 from bastion.mcp.signing import SignatureCheck, check_key_pin, key_fingerprint, load_public_key
-from bastion.mcp.upstream import Upstream, UpstreamHandlers, open_upstream
+from bastion.mcp.upstream import (
+    Upstream,
+    UpstreamHandlers,
+    grant_for,
+    is_loopback_url,
+    open_upstream,
+)
 from bastion.mcp.values import ValueSource
+from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.mcp import (
     AddServer,
@@ -50,13 +58,11 @@ __all__ = ["Gateway", "ToolChanged", "runs_sentence"]
 
 logger = logging.getLogger(__name__)
 
-TOOL_CHANGED = "tool_changed"
-
 
 class ToolChanged(BastionError):
     """The tool is not what the session was offered any more: the call was not made."""
 
-    code = TOOL_CHANGED
+    code = codes.TOOL_CHANGED
 
 
 def runs_sentence(spec: McpServerSpec) -> str:
@@ -104,12 +110,14 @@ class Gateway:
         values: ValueSource,
         *,
         elicit_timeout_s: float,
+        grant_ttl_s: float,
     ) -> None:
         self._client = client
         self._registry = registry
         self._pool = pool
         self._values = values
         self._elicit_timeout_s = elicit_timeout_s
+        self._grant_ttl_s = grant_ttl_s
         self._can_ask: dict[str, bool] = {}
 
     def _handlers(self, session_id: str) -> UpstreamHandlers:
@@ -131,19 +139,29 @@ class Gateway:
                 return ElicitAnswer(action="decline")  # nobody answers for the session now
             return answer
 
-        return UpstreamHandlers(elicit=elicit if session_id else None)
+        return UpstreamHandlers(elicit=elicit if session_id else None, session_id=session_id)
 
     @asynccontextmanager
     async def _connect(
         self, tenant: str, name: str, spec: McpServerSpec, protocol: str = "", session_id: str = ""
     ) -> AsyncIterator[Upstream]:
         values = await self._values.values(tenant, name, spec, session_id)
+        route = None
+        if spec.url is not None and not is_loopback_url(spec.url):
+            route = await grant_for(
+                self._client,
+                spec.url,
+                session_id=session_id or secrets.token_hex(8),
+                tenant=tenant,
+                ttl_s=self._grant_ttl_s,
+            )
         async with open_upstream(
             spec,
             server=name,
             values=values,
             handlers=self._handlers(session_id),
             prefer_protocol=protocol,
+            egress=route,
         ) as upstream:
             yield upstream
 

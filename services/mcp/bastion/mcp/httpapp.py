@@ -1,14 +1,16 @@
-"""The front door's HTTP routes: probes, and approvals forwarded to the orchestrator.
+"""The front door's HTTP routes: probes, approvals forwarded to the orchestrator, and MCP.
 
-The front door holds no session state: listing and answering are requests to the
-orchestrator's `approvals.list` / `approvals.answer` endpoints, and their answers are sent
-back as the JSON of the same proto structs.
+Listing and answering approvals are requests to the orchestrator's `approvals.list` /
+`approvals.answer` endpoints, their answers sent back as the JSON of the same proto
+structs. `/mcp` is the MCP endpoint (`bastion.mcp.frontdoor`), its session manager run in
+the app's lifespan.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import msgspec
@@ -18,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bastion.mcp.frontdoor.server import McpEndpoint
 from bastion.mcp.httperrors import HttpError, error_response, response_of
 from bastion.mcp.httpguard import check_origin, label_of
 from bastion.mcp.httpsettings import FrontDoor
@@ -34,7 +37,7 @@ logger = logging.getLogger(__name__)
 LIST_TIMEOUT_S = 30.0
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
 _ROUTE_ERRORS = {
-    404: ("not_found", "no such route: the API has /v1/approvals, /livez and /readyz"),
+    404: ("not_found", "no such route: the API has /mcp, /v1/approvals, /livez and /readyz"),
     405: ("method_not_allowed", "this route does not take that method"),
 }
 _QUERY_FIELDS = {"session": "session_id", "tenant": "tenant", "all": "every_state"}
@@ -129,8 +132,9 @@ def _orchestrator_sentence(error: Unavailable) -> Unavailable:
     )
 
 
-def build_app(client: Client, door: FrontDoor) -> Starlette:
-    """The front door's application, forwarding to the orchestrator over `client`."""
+def build_app(client: Client, door: FrontDoor, mcp: McpEndpoint | None = None) -> Starlette:
+    """The front door's application, forwarding to the orchestrator over `client`, with the
+    MCP endpoint at `/mcp` when `mcp` is given."""
 
     def guarded(handler: Callable[[Request, str], Awaitable[Response]]) -> Handler:
         async def run(request: Request) -> Response:
@@ -185,12 +189,24 @@ def build_app(client: Client, door: FrontDoor) -> Starlette:
     async def crashed(_request: Request, _error: Exception) -> Response:
         return error_response(500, "internal", "the front door failed; its log has the detail")
 
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if mcp is None:
+            yield
+            return
+        async with mcp.running():
+            yield
+
+    routes = [
+        Route("/livez", livez, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/v1/approvals", guarded(list_approvals), methods=["GET"]),
+        Route("/v1/approvals/{request_id}", guarded(answer_approval), methods=["POST"]),
+    ]
+    if mcp is not None:
+        routes.append(Route("/mcp", mcp.app, methods=["GET", "POST", "DELETE"]))
     return Starlette(
-        routes=[
-            Route("/livez", livez, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/v1/approvals", guarded(list_approvals), methods=["GET"]),
-            Route("/v1/approvals/{request_id}", guarded(answer_approval), methods=["POST"]),
-        ],
+        routes=routes,
         exception_handlers={HTTPException: http_error, Exception: crashed},
+        lifespan=lifespan,
     )

@@ -40,11 +40,12 @@ async def serving_http(
     app: ASGIApp, host: str, port: int, drain_timeout_s: float
 ) -> AsyncIterator[int]:
     """Serve `app` on `host:port` until the block exits; yields the bound port (`port` 0 picks
-    one). On exit it stops accepting, lets requests in flight finish up to `drain_timeout_s`."""
+    one). The app's lifespan runs around serving. On exit it stops accepting, lets requests
+    in flight finish up to `drain_timeout_s`."""
     sock = _bind(host, port)
     config = uvicorn.Config(
         app,
-        lifespan="off",
+        lifespan="on",
         log_config=None,
         access_log=False,
         server_header=False,

@@ -23,8 +23,9 @@ def _default_state_dir() -> str:
 class McpSettings(BusSettings, frozen=True, kw_only=True):
     """The bus; the front door: `http_listen` (`host:port`), `http_tokens_file` (default
     `<state_dir>/http-tokens`), `http_origins` (comma-separated; none by default, so a request
-    carrying an `Origin` is refused) and how long an approval's answer may take; and the
-    upstream servers' connections."""
+    carrying an `Origin` is refused), how long an approval's answer may take, and the MCP
+    endpoint's waits; and the upstream servers' connections (`mcp_key_file`, `mcp_idle_s`,
+    `mcp_elicit_timeout_s`)."""
 
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
     http_listen: str = "127.0.0.1:8787"
@@ -39,6 +40,13 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     """How long a session's upstream connection stays open with no call."""
     mcp_elicit_timeout_s: float = 600.0
     """How long an upstream server's question waits for an answer before it is cancelled."""
+    mcp_approval_wait_s: float = 30.0
+    """How long `/mcp` waits for a person to answer a parked call elsewhere (a client that
+    cannot be asked through elicitation) before it says how to answer."""
+    mcp_call_timeout_s: float = 3600.0
+    """The longest a `tools/call` through `/mcp` may take."""
+    mcp_session_idle_s: float = 1800.0
+    """An MCP session with no request for this long ends, and its Bastion session closes."""
 
 
 class UnsafeListen(BastionError):
@@ -47,7 +55,8 @@ class UnsafeListen(BastionError):
 
 @dataclass(frozen=True)
 class FrontDoor:
-    """What the HTTP server needs: where to listen, the tokens by label, allowed origins."""
+    """What the HTTP server needs: where to listen, the tokens by label, allowed origins, and
+    the MCP endpoint's waits."""
 
     host: str
     port: int
@@ -55,6 +64,9 @@ class FrontDoor:
     origins: frozenset[str]
     answer_timeout_s: float
     max_body_bytes: int
+    approval_wait_s: float = 30.0
+    call_timeout_s: float = 3600.0
+    session_idle_s: float = 1800.0
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -102,4 +114,7 @@ def front_door_of(settings: McpSettings) -> FrontDoor:
         origins=origins,
         answer_timeout_s=settings.http_answer_timeout_s,
         max_body_bytes=settings.http_max_body_bytes,
+        approval_wait_s=settings.mcp_approval_wait_s,
+        call_timeout_s=settings.mcp_call_timeout_s,
+        session_idle_s=settings.mcp_session_idle_s,
     )

@@ -50,7 +50,8 @@ def result_text(result: mt.CallToolResult) -> str:
     has_text = any(isinstance(b, mt.TextContent) for b in result.content)
     if not has_text and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
-    return _bounded("\n".join(parts) if parts else "(no output)")
+    text = "\n".join(parts)
+    return _bounded(text if text.strip() else "(no output)")
 
 
 def resources_text(

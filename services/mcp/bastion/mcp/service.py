@@ -1,5 +1,5 @@
-"""The mcp service's setup: upstream servers (added, reviewed, offered, called) on the bus,
-and the front door's HTTP API beside them."""
+"""The mcp service's setup: upstream servers (added, reviewed, offered, called) and agents'
+tokens on the bus; the front door's HTTP API and MCP endpoint beside them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 
 from nats.aio.msg import Msg
 
+from bastion.mcp.frontdoor.server import open_mcp_endpoint
+from bastion.mcp.frontdoor.tokenapi import add_token_endpoints
 from bastion.mcp.gateway import Gateway
 from bastion.mcp.httpapp import build_app
 from bastion.mcp.httpserver import serving_http
@@ -57,7 +59,8 @@ async def setup(client: Client, settings: McpSettings) -> AsyncIterator[Service]
         UnsafeListen, UnsafeTokensFile: the front door's settings are not safe to serve.
     """
     door = front_door_of(settings)
-    app = build_app(client, door)
+    endpoint = await open_mcp_endpoint(client, door)
+    app = build_app(client, door, endpoint)
     leases = LeaseClient(client, lease_key(settings.mcp_key_file), settings.request_timeout_s)
     async with running_pool(settings.mcp_idle_s) as pool:
         gateway = Gateway(
@@ -66,6 +69,7 @@ async def setup(client: Client, settings: McpSettings) -> AsyncIterator[Service]
             pool,
             ValueSource(client, leases, settings.request_timeout_s),
             elicit_timeout_s=settings.mcp_elicit_timeout_s,
+            grant_ttl_s=settings.mcp_idle_s + 60,
         )
 
         async def session_closed(message: Msg) -> None:
@@ -81,6 +85,7 @@ async def setup(client: Client, settings: McpSettings) -> AsyncIterator[Service]
             "mcp", VERSION, "Upstream MCP servers, reviewed and pinned, and the MCP front door."
         )
         _endpoints(service, gateway)
+        add_token_endpoints(service, endpoint.tokens, endpoint.binding.token_revoked)
         try:
             async with serving_http(app, door.host, door.port, settings.drain_timeout_s) as port:
                 logger.info(

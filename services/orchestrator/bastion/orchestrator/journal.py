@@ -62,12 +62,20 @@ def _when(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _check_advice() -> str:
-    return (
-        "it may or may not have taken effect, so it is not made again: look at the "
-        "workspace (read the file, list the directory) to see what happened, and make a "
-        "different call if something is still needed"
+def _not_again(tool: ToolSpec) -> str:
+    where = (
+        f"ask MCP server {tool.server} (its tools that read) what it holds"
+        if tool.server
+        else "look at the workspace (read the file, list the directory)"
     )
+    return (
+        f"so it is not made again: {where} to see what happened, and make a different call "
+        "if something is still needed"
+    )
+
+
+def _check_advice(tool: ToolSpec) -> str:
+    return f"it may or may not have taken effect, {_not_again(tool)}"
 
 
 def _unanswered(error: BastionError) -> bool:
@@ -122,7 +130,7 @@ class Journal:
                 await self._write(key, entry, revision)
             raise UncertainCall(
                 f"an identical {tool.name} call was made at {_when(entry.started_at)} and got "
-                f"no answer ({entry.why or 'no reason known'}): {_check_advice()}"
+                f"no answer ({entry.why or 'no reason known'}): {_check_advice(tool)}"
             )
         assert entry.decision is not None
         return ToolOutput(
@@ -167,7 +175,7 @@ class Journal:
             revision = await self._kv.create(key, encode(entry))
         except nats.js.errors.KeyWrongLastSequenceError:
             raise UncertainCall(
-                f"an identical {tool.name} call is already being made: {_check_advice()}"
+                f"an identical {tool.name} call is already being made: {_check_advice(tool)}"
             ) from None
         try:
             text = await make()
@@ -181,8 +189,10 @@ class Journal:
                 entry, state="uncertain", finished_at=datetime.now(UTC), why=error.message
             )
             await self._write(key, entry, revision)
+            if error.code == codes.UNCERTAIN:  # the service that made it says so, and why
+                raise UncertainCall(f"{error.message}, {_not_again(tool)}") from None
             raise UncertainCall(
-                f"this {tool.name} call got no answer ({error.message}): {_check_advice()}"
+                f"this {tool.name} call got no answer ({error.message}): {_check_advice(tool)}"
             ) from None
         kept = (
             text if len(text) <= MAX_KEPT_TEXT else text[:MAX_KEPT_TEXT] + "\n[cut in the journal]"

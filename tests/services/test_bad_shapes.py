@@ -1,4 +1,4 @@
-"""mcp registers and answers `mcp.call` with a typed `not_implemented` until issue 6."""
+"""A request of the wrong shape gets a typed `bad_request`, never silence, from any service."""
 
 from __future__ import annotations
 
@@ -12,16 +12,11 @@ from bastion.mcp.service import setup as mcp_setup
 from bastion.policy.service import policy_service
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.stubs import McpCallRequest
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client
 from bastion.shared.codec import decode
-from bastion.shared.discovery import list_instances
-from bastion.shared.errors import RemoteError
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner, raw_request
-
-SESSION = "0123456789abcdef"
 
 
 def mcp_on_any_port(client: Client, settings: BusSettings) -> AbstractAsyncContextManager[Service]:
@@ -29,39 +24,13 @@ def mcp_on_any_port(client: Client, settings: BusSettings) -> AbstractAsyncConte
     return mcp_setup(client, McpSettings(nats_url=settings.nats_url, http_listen="127.0.0.1:0"))
 
 
-PLACEHOLDERS: list[tuple[str, Any, str, object, int]] = [
-    (
-        "mcp",
-        mcp_on_any_port,
-        subjects.MCP_CALL,
-        McpCallRequest(session_id=SESSION, server="notes", tool="list"),
-        6,
-    ),
-]
-
-
-@pytest.mark.parametrize(("name", "setup", "subject", "message", "issue"), PLACEHOLDERS)
-async def test_a_placeholder_registers_and_answers_not_implemented_naming_its_issue(
-    client: Client,
-    run_service: ServiceRunner,
-    name: str,
-    setup: Any,
-    subject: str,
-    message: object,
-    issue: int,
-) -> None:
-    async with run_service(setup):
-        instances = await list_instances(client)
-        with pytest.raises(RemoteError) as refused:
-            await request(client, subject, message, ErrorReply, timeout_s=5)
-    assert [i.name for i in instances] == [name]
-    assert refused.value.code == "not_implemented"
-    assert f"issue {issue}" in refused.value.message
-
-
 @pytest.mark.parametrize(
     ("setup", "subject"),
-    [(p[1], p[2]) for p in PLACEHOLDERS] + [(policy_service, subjects.POLICY_DECIDE)],
+    [
+        (mcp_on_any_port, subjects.MCP_CALL),
+        (mcp_on_any_port, subjects.MCP_ADD),
+        (policy_service, subjects.POLICY_DECIDE),
+    ],
 )
 async def test_a_message_of_the_wrong_shape_gets_bad_request_not_silence(
     client: Client, run_service: ServiceRunner, setup: Any, subject: str

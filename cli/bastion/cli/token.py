@@ -1,0 +1,140 @@
+"""`bastion token create|list|revoke`: agents' bearer tokens for the MCP front door.
+
+A token is printed once, when it is created; the mcp service keeps only its hash, with the
+profile (agent, tenant, autonomy, workspace, tools) every MCP session opened with it gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from bastion.cli.common import add_location_options, bus
+from bastion.proto import AUTONOMY_LEVELS, subjects
+from bastion.proto.frontdoor import (
+    CreateToken,
+    ListTokens,
+    RevokeToken,
+    TokenCreated,
+    TokenList,
+    TokenRevoked,
+)
+from bastion.shared.bus import request
+from bastion.shared.codec import describe_decode_error
+from bastion.shared.errors import InvalidInput
+
+__all__ = ["add_parser"]
+
+TIMEOUT_S = 30.0
+
+
+async def _ask(args: argparse.Namespace, subject: str, message: object, reply: object) -> object:
+    async with bus(args, "bastion-token") as client:
+        return await request(client, subject, message, reply, timeout_s=TIMEOUT_S)
+
+
+def create(args: argparse.Namespace) -> int:
+    workspace: Path | None = args.workspace
+    try:
+        ask = msgspec.convert(
+            {
+                "agent": args.agent,
+                "tenant": args.tenant,
+                "autonomy": args.autonomy,
+                "workspace": str(workspace.expanduser().resolve()) if workspace else None,
+                "shell": args.shell,
+                "web": args.web,
+                "mcp": tuple(args.mcp),
+            },
+            CreateToken,
+        )
+    except msgspec.ValidationError as error:
+        raise InvalidInput(describe_decode_error(error, CreateToken)) from None
+    created = anyio.run(_ask, args, subjects.FRONTDOOR_TOKEN_CREATE, ask, TokenCreated)
+    assert isinstance(created, TokenCreated)
+    if args.output == "json":
+        info = msgspec.to_builtins(created.info)
+        sys.stdout.write(json.dumps({"token": created.token, "info": info}, indent=2) + "\n")
+        return 0
+    sys.stdout.write(
+        f"{created.token}\n"
+        f"token {created.info.token_id} for agent {created.info.agent} "
+        f"(tenant {created.info.tenant}, autonomy {created.info.autonomy}): it is shown only "
+        "now, so keep it; send it as `Authorization: Bearer <token>` to the front door's /mcp\n"
+    )
+    return 0
+
+
+def list_tokens(args: argparse.Namespace) -> int:
+    found = anyio.run(
+        _ask, args, subjects.FRONTDOOR_TOKEN_LIST, ListTokens(tenant=args.tenant), TokenList
+    )
+    assert isinstance(found, TokenList)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(msgspec.to_builtins(found.tokens), indent=2) + "\n")
+        return 0
+    if not found.tokens:
+        sys.stdout.write("no agent tokens\n")
+    for info in found.tokens:
+        tools = [name for name, on in (("shell", info.shell), ("web", info.web)) if on]
+        tools += [f"mcp:{m}" for m in info.mcp]
+        sys.stdout.write(
+            f"{info.token_id}  {info.agent}  tenant {info.tenant}  {info.autonomy}  "
+            f"workspace {info.workspace or '-'}  {','.join(tools) or '-'}  "
+            f"created {info.created_at:%Y-%m-%dT%H:%M:%SZ}\n"
+        )
+    return 0
+
+
+def revoke(args: argparse.Namespace) -> int:
+    try:
+        ask = msgspec.convert({"token_id": args.token_id}, RevokeToken)
+    except msgspec.ValidationError:
+        raise InvalidInput(
+            f"{args.token_id[:40]!r} is not a token id (16 hex digits): `bastion token list` "
+            "shows them"
+        ) from None
+    revoked = anyio.run(_ask, args, subjects.FRONTDOOR_TOKEN_REVOKE, ask, TokenRevoked)
+    assert isinstance(revoked, TokenRevoked)
+    sys.stdout.write(
+        f"revoked token {revoked.token_id} of agent {revoked.agent}: requests carrying it are "
+        "refused from now on\n"
+    )
+    return 0
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    token = commands.add_parser("token", help="agents' bearer tokens for the MCP front door")
+    verbs = token.add_subparsers(dest="verb", required=True)
+
+    creating = verbs.add_parser("create", help="mint a token for an agent (printed once)")
+    creating.add_argument("--agent", required=True, help="the agent's name, e.g. claude-code")
+    creating.add_argument("--tenant", default="default", help="its tenant (default: default)")
+    creating.add_argument(
+        "--autonomy", choices=AUTONOMY_LEVELS, default="L2", help="how much it may do unasked"
+    )
+    creating.add_argument("--workspace", type=Path, metavar="DIR", help="its sessions' workspace")
+    creating.add_argument("--shell", action="store_true", help="give its sessions a shell")
+    creating.add_argument("--web", action="store_true", help="give its sessions fetch_url")
+    creating.add_argument(
+        "--mcp", nargs="+", default=[], metavar="SERVER", help="upstream MCP servers' tools"
+    )
+    creating.set_defaults(handler=create)
+
+    listing = verbs.add_parser("list", help="the live tokens (ids and agents, never the token)")
+    listing.add_argument("--tenant", default=None, help="only this tenant's")
+    listing.set_defaults(handler=list_tokens)
+
+    revoking = verbs.add_parser("revoke", help="refuse a token from now on")
+    revoking.add_argument("token_id", help="the token's id, from `bastion token list`")
+    revoking.set_defaults(handler=revoke)
+
+    for verb in (creating, listing):
+        verb.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    for verb in (creating, listing, revoking):
+        add_location_options(verb)

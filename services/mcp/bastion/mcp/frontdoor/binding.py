@@ -1,0 +1,192 @@
+"""Which Bastion session an MCP request acts in: opened lazily, with the token's profile.
+
+A session-based MCP session gets its own Bastion session, opened at its first request that
+needs one and kept in its KV record, so every replica acts in the same one. Stateless
+(2026-07-28) requests carry no session: each token has one Bastion session for them, opened
+the same way and kept under `token.<hash>`. Two replicas racing to open one settle it by
+compare-and-set: the loser closes its own and takes the winner's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+import anyio
+import msgspec
+
+from bastion.mcp.frontdoor.guard import Agent
+from bastion.mcp.frontdoor.records import SessionRecords, stateless_key
+from bastion.proto import subjects
+from bastion.proto.frontdoor import McpSessionRecord
+from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.shared.bus import Client, request
+from bastion.shared.errors import BastionError, NotFound
+
+__all__ = ["STATELESS_VERSION", "Binding"]
+
+logger = logging.getLogger(__name__)
+
+STATELESS_VERSION = "2026-07-28"
+
+
+class Binding:
+    """Finds, or opens, the Bastion session of an MCP request, and closes it at the end."""
+
+    def __init__(self, client: Client, records: SessionRecords, timeout_s: float) -> None:
+        self._client = client
+        self._records = records
+        self._timeout_s = timeout_s
+        self._known: dict[str, str] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+
+    async def session_of(self, agent: Agent, mcp_session_id: str | None) -> str:
+        """The Bastion session id for a request of `agent` in `mcp_session_id` (None:
+        a stateless request).
+
+        Raises:
+            NotFound: the MCP session has ended.
+            BastionError: the session could not be opened (the orchestrator's sentence).
+        """
+        key = mcp_session_id or stateless_key(agent.token_hash)
+        known = self._known.get(key)
+        if known is not None:
+            return known
+        async with self._lock(key):
+            if key not in self._known:
+                self._known[key] = await self._find_or_open(key, agent, mcp_session_id)
+            return self._known[key]
+
+    async def info(self, session_id: str) -> SessionInfo:
+        found: SessionInfo = await request(
+            self._client,
+            subjects.SESSION_GET,
+            SessionRef(session_id=session_id),
+            SessionInfo,
+            timeout_s=self._timeout_s,
+        )
+        return found
+
+    async def closed(self, agent: Agent, mcp_session_id: str | None, session_id: str) -> None:
+        """The request's Bastion session was found closed (an operator closed it). A token's
+        stateless session is opened anew at its next request; an MCP session stays bound to
+        the closed one, and its client starts a new session."""
+        if mcp_session_id is not None:
+            return
+        key = stateless_key(agent.token_hash)
+        self._known.pop(key, None)
+        await self._records.update(
+            key,
+            lambda r: (
+                msgspec.structs.replace(r, bastion_session_id="")
+                if r.bastion_session_id == session_id
+                else r
+            ),
+        )
+
+    async def token_revoked(self, token_hash: str) -> None:
+        """Close the stateless session of a token that was just revoked."""
+        await self.end(stateless_key(token_hash))
+
+    async def end(self, key: str) -> None:
+        """Close the Bastion session of the MCP session (or token) `key`; forget its record."""
+        self._known.pop(key, None)
+        record = await self._records.get(key)
+        await self._records.forget(key)
+        if record is not None and record.bastion_session_id:
+            await self._close(record.bastion_session_id)
+            logger.info(
+                "MCP session ended: its Bastion session is closed",
+                extra={"session": record.bastion_session_id},
+            )
+
+    async def _find_or_open(self, key: str, agent: Agent, mcp_session_id: str | None) -> str:
+        record = await self._records.get(key)
+        if record is not None and record.token_hash != agent.token_hash:
+            raise NotFound("this MCP session is another agent's: start one with initialize")
+        if record is not None and record.bastion_session_id:
+            return record.bastion_session_id
+        if record is None and mcp_session_id is not None:
+            raise NotFound(
+                f"MCP session {mcp_session_id[:8]}… has ended: start a new one with initialize"
+            )
+        opened = await self._open(agent)
+        if record is None:
+            kept = McpSessionRecord(
+                mcp_session_id=key,
+                token_hash=agent.token_hash,
+                protocol_version=STATELESS_VERSION,
+                client_params_json="",
+                created_at=datetime.now(UTC),
+                bastion_session_id=opened,
+            )
+            if await self._records.create(kept):
+                return opened
+        else:
+            updated = await self._records.update(
+                key,
+                lambda r: (
+                    r
+                    if r.bastion_session_id
+                    else msgspec.structs.replace(r, bastion_session_id=opened)
+                ),
+            )
+            if updated is not None and updated.bastion_session_id == opened:
+                return opened
+        # Another replica opened one first: that one is the session.
+        await self._close(opened)
+        winner = await self._records.get(key)
+        if winner is None or not winner.bastion_session_id:
+            raise NotFound("this MCP session ended while it was being opened: initialize again")
+        return winner.bastion_session_id
+
+    async def _open(self, agent: Agent) -> str:
+        token = agent.info
+        opened: SessionInfo = await request(
+            self._client,
+            subjects.SESSION_OPEN,
+            OpenSession(
+                agent=token.agent,
+                tenant=token.tenant,
+                autonomy=token.autonomy,
+                workspace=token.workspace,
+                shell=token.shell,
+                web=token.web,
+                mcp=token.mcp,
+                ask=True,
+            ),
+            SessionInfo,
+            timeout_s=self._timeout_s,
+        )
+        logger.info(
+            "Bastion session opened for an MCP client",
+            extra={"session": opened.session_id, "agent": token.agent, "token_id": token.token_id},
+        )
+        return opened.session_id
+
+    async def _close(self, session_id: str) -> None:
+        try:
+            await request(
+                self._client,
+                subjects.SESSION_CLOSE,
+                SessionRef(session_id=session_id),
+                SessionInfo,
+                timeout_s=self._timeout_s,
+            )
+        except BastionError as error:
+            logger.warning(
+                "a Bastion session was not closed",
+                extra={"session": session_id, "code": error.code},
+            )
+
+    @asynccontextmanager
+    async def _lock(self, key: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(key, anyio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._locks.pop(key, None)

@@ -1,0 +1,283 @@
+"""The SDK's Streamable HTTP session manager, with sessions every replica can serve.
+
+The SDK keeps session-based (2025-era) sessions in one process's memory, so a request that
+reaches another replica answers 404. Here each session is also a record in KV (written once
+its `initialize` succeeded): a replica asked about a session it does not hold, by the token
+that began it, adopts it — a transport with the same session id, driving a connection born
+initialized from the stored client params — instead of answering 404. Stateless requests
+of the 2026-07-28 era never reach this code: the SDK serves each on its own.
+
+A session ends for everyone when its client sends DELETE, or when the replica that last
+served it finds it idle; a replica shutting down only lets go of its sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+from uuid import uuid4
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+from mcp.server.connection import Connection
+from mcp.server.lowlevel.server import Server
+from mcp.server.runner import serve_connection
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.transport_context import TransportContext
+from mcp_types import InitializeRequestParams
+from starlette.types import Message, Receive, Scope, Send
+
+from bastion.mcp.frontdoor.guard import agent_of, jsonrpc_refusal
+from bastion.mcp.frontdoor.records import SessionRecords
+from bastion.proto.frontdoor import McpSessionRecord
+from bastion.shared.errors import BastionError
+
+__all__ = ["DoorManager"]
+
+logger = logging.getLogger(__name__)
+
+Ended = Callable[[str], Awaitable[None]]
+ConnectionOf = Callable[[JSONRPCDispatcher[TransportContext]], Connection]
+
+
+class DoorManager(StreamableHTTPSessionManager):
+    """Serves `/mcp` in both eras; session-based sessions are shared through `records`.
+
+    `ended(mcp_session_id)` is awaited when a session ends for good (DELETE, or idle on the
+    replica that owns it): it closes the Bastion session and forgets the record.
+    """
+
+    def __init__(
+        self,
+        app: Server[Any],
+        *,
+        records: SessionRecords,
+        ended: Ended,
+        replica: str,
+        idle_timeout_s: float,
+    ) -> None:
+        # Host and Origin are checked by the guard in front; the SDK keeps its
+        # Content-Type check, which it makes with protection off too.
+        super().__init__(
+            app,
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            session_idle_timeout=idle_timeout_s,
+        )
+        self._records = records
+        self._ended = ended
+        self._replica = replica
+        self._token_of: dict[str, str] = {}
+
+    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        agent = agent_of(scope)
+        session_id = _header(scope, MCP_SESSION_ID_HEADER)
+        if session_id is not None:
+            if session_id not in self._server_instances and not await self._adopt(
+                session_id, agent.token_hash
+            ):
+                await _not_found(scope, receive, send)
+                return
+            if self._token_of.get(session_id) != agent.token_hash:
+                # Another agent's session answers exactly as an unknown one.
+                await _not_found(scope, receive, send)
+                return
+            if scope["method"] == "DELETE":
+                # Closed before the answer, so a client that reads on after its DELETE
+                # finds the Bastion session closed.
+                await self._end(session_id)
+        await super()._handle_stateful_request(scope, receive, send)
+
+    async def _adopt(self, session_id: str, token_hash: str) -> bool:
+        """Serve a session another replica began; False when there is none for this token."""
+        try:
+            record = await self._records.get(session_id)
+        except BastionError:
+            return False
+        if record is None or record.token_hash != token_hash:
+            return False
+        client_params = InitializeRequestParams.model_validate_json(record.client_params_json)
+        async with self._session_creation_lock:
+            if session_id in self._server_instances:
+                return True
+            transport = self._transport(session_id)
+            self._server_instances[session_id] = transport
+            self._token_of[session_id] = token_hash
+
+        def born_initialized(dispatcher: JSONRPCDispatcher[TransportContext]) -> Connection:
+            connection = Connection(
+                dispatcher,
+                protocol_version=record.protocol_version,
+                session_id=session_id,
+                client_params=client_params,
+            )
+            connection.initialized.set()
+            return connection
+
+        assert self._task_group is not None
+        await self._task_group.start(self._serve, transport, born_initialized)
+        await self._records.update(session_id, lambda r: _owned_by(r, self._replica))
+        logger.info("MCP session adopted", extra={"mcp_session": session_id[:8]})
+        return True
+
+    def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
+        if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
+            return None
+        transport = self._transport(uuid4().hex)
+        assert transport.mcp_session_id is not None
+        self._server_instances[transport.mcp_session_id] = transport
+        return transport
+
+    async def _serve_opening_request(
+        self,
+        http_transport: StreamableHTTPServerTransport,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Start the session, answer its `initialize`, and keep it in KV once it succeeded
+        (a session that failed to open is discarded, as the SDK does)."""
+        session_id = http_transport.mcp_session_id
+        assert session_id is not None and self._task_group is not None
+        opened: list[Connection] = []
+
+        def fresh(dispatcher: JSONRPCDispatcher[TransportContext]) -> Connection:
+            opened.append(Connection.for_loop(dispatcher, session_id=session_id))
+            return opened[0]
+
+        established = False
+        try:
+            await self._task_group.start(self._serve, http_transport, fresh)
+            status = await _status_of(http_transport.handle_request, scope, receive, send)
+            established = status is not None and status < 400
+            if established and opened and opened[0].client_params is not None:
+                token_hash = agent_of(scope).token_hash
+                self._token_of[session_id] = token_hash
+                await self._records.put(
+                    McpSessionRecord(
+                        mcp_session_id=session_id,
+                        token_hash=token_hash,
+                        protocol_version=opened[0].protocol_version,
+                        client_params_json=opened[0].client_params.model_dump_json(
+                            by_alias=True, exclude_none=True
+                        ),
+                        created_at=datetime.now(UTC),
+                        owner=self._replica,
+                    )
+                )
+            else:
+                established = False
+        finally:
+            if not established:
+                await self._discard_session(session_id, http_transport)
+
+    async def _serve(
+        self,
+        transport: StreamableHTTPServerTransport,
+        connection_of: ConnectionOf,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """One session's server task: the SDK's, with the connection built by `connection_of`."""
+        session_id = transport.mcp_session_id
+        assert session_id is not None
+        idle = False
+        async with transport.connect() as (read_stream, write_stream):
+            dispatcher: JSONRPCDispatcher[TransportContext] = JSONRPCDispatcher(
+                read_stream, write_stream, inline_methods=frozenset({"initialize"})
+            )
+            connection = connection_of(dispatcher)
+            task_status.started()
+            try:
+                idle_scope = transport.idle_scope or anyio.CancelScope()
+                with idle_scope:
+                    await serve_connection(
+                        self.app,
+                        dispatcher,
+                        connection=connection,
+                        lifespan_state=self._lifespan_state,
+                    )
+                idle = idle_scope.cancelled_caught
+            except Exception:
+                logger.exception("MCP session crashed", extra={"mcp_session": session_id[:8]})
+            finally:
+                await self._discard_session(session_id, transport)
+                self._token_of.pop(session_id, None)
+        if idle:
+            await self._expire(session_id)
+
+    async def _expire(self, session_id: str) -> None:
+        """An idle session ends for everyone only if this replica served it last."""
+        with anyio.CancelScope(shield=True):
+            try:
+                record = await self._records.get(session_id)
+            except BastionError:
+                return
+            if record is not None and record.owner == self._replica:
+                logger.info("MCP session idle: ended", extra={"mcp_session": session_id[:8]})
+                await self._end(session_id)
+
+    async def _end(self, session_id: str) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._ended(session_id)
+            except BastionError as error:
+                logger.warning(
+                    "an ended MCP session was not closed cleanly",
+                    extra={"mcp_session": session_id[:8], "code": error.code},
+                )
+
+    def _transport(self, session_id: str) -> StreamableHTTPServerTransport:
+        return StreamableHTTPServerTransport(
+            mcp_session_id=session_id,
+            is_json_response_enabled=self.json_response,
+            event_store=self.event_store,
+            security_settings=self.security_settings,
+            retry_interval=self.retry_interval,
+            idle_timeout=self.session_idle_timeout,
+        )
+
+
+def _owned_by(record: McpSessionRecord, replica: str) -> McpSessionRecord:
+    return msgspec.structs.replace(record, owner=replica)
+
+
+def _header(scope: Scope, name: str) -> str | None:
+    wanted = name.lower().encode("latin-1")
+    for key, value in scope["headers"]:
+        if key == wanted:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    await jsonrpc_refusal(
+        404,
+        "not_found",
+        "this MCP session is unknown or has ended (or is another agent's): start a new one "
+        "with initialize",
+    )(scope, receive, send)
+
+
+async def _status_of(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> int | None:
+    """Run `app` for one request; the HTTP status it answered with (None if it sent none)."""
+    status: int | None = None
+
+    async def watch(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    await app(scope, receive, watch)
+    return status

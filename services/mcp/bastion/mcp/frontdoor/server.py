@@ -1,0 +1,84 @@
+"""The MCP endpoint put together: the SDK's low-level `Server` with Bastion's handlers, the
+session manager that serves both protocol eras, and the guard in front of it."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from mcp.server.lowlevel.server import Server
+
+from bastion.mcp.frontdoor.asking import Asking
+from bastion.mcp.frontdoor.binding import Binding
+from bastion.mcp.frontdoor.guard import McpGuard
+from bastion.mcp.frontdoor.manager import DoorManager
+from bastion.mcp.frontdoor.records import SessionRecords
+from bastion.mcp.frontdoor.resources import ResourceHandlers
+from bastion.mcp.frontdoor.tokens import TokenStore
+from bastion.mcp.frontdoor.tools import ToolHandlers
+from bastion.mcp.httpsettings import FrontDoor
+from bastion.shared.bus import Client
+from bastion.shared.version import VERSION
+
+__all__ = ["McpEndpoint", "open_mcp_endpoint"]
+
+BUS_TIMEOUT_S = 30.0
+INSTRUCTIONS = (
+    "Bastion runs your tool calls in a sandbox, under its operator's policy: a call may be "
+    "refused, or wait for a person's approval (asked through elicitation when your client "
+    "supports it). A refusal is a tool result with isError and a sentence that says why and "
+    "what to do. The resources bastion://sessions/{id} hold each session's transcript."
+)
+
+
+@dataclass(frozen=True)
+class McpEndpoint:
+    """What `/mcp` is: the guarded ASGI app, and the manager to run in the app's lifespan."""
+
+    app: McpGuard
+    manager: DoorManager
+    tokens: TokenStore
+    binding: Binding
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The manager's task group, for as long as the HTTP app runs (its lifespan)."""
+        async with self.manager.run():
+            yield
+
+
+async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
+    """The endpoint, its buckets opened (created if missing)."""
+    tokens = await TokenStore.open(client)
+    records = await SessionRecords.open(client)
+    binding = Binding(client, records, BUS_TIMEOUT_S)
+    tools = ToolHandlers(
+        client, binding, Asking(client, BUS_TIMEOUT_S, door.approval_wait_s), door.call_timeout_s
+    )
+    resources = ResourceHandlers(client, binding, records)
+    server: Server[object] = Server(
+        "bastion",
+        version=VERSION,
+        title="Bastion",
+        instructions=INSTRUCTIONS,
+        on_list_tools=tools.list_tools,
+        on_call_tool=tools.call_tool,
+        on_list_resources=resources.list_resources,
+        on_list_resource_templates=resources.list_templates,
+        on_read_resource=resources.read,
+    )
+    manager = DoorManager(
+        server,
+        records=records,
+        ended=binding.end,
+        replica=secrets.token_hex(4),
+        idle_timeout_s=door.session_idle_s,
+    )
+    return McpEndpoint(
+        app=McpGuard(manager.handle_request, door, tokens),
+        manager=manager,
+        tokens=tokens,
+        binding=binding,
+    )

@@ -1,0 +1,233 @@
+"""`tools/list` and `tools/call`: the Bastion session's tools, and its calls' answers as MCP.
+
+A tool's effect becomes its annotations. A call goes to `session.<id>.call`; its output is
+text content, a refusal (denied, declined, uncertain...) a result with `isError` and the
+sentence, so the model can read it; what is wrong with the request itself (an unknown tool,
+Bastion unreachable) is a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+import msgspec
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    InputRequiredResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    Tool,
+    ToolAnnotations,
+)
+
+from bastion.mcp.frontdoor.asking import Asking
+from bastion.mcp.frontdoor.binding import Binding
+from bastion.mcp.frontdoor.guard import Agent, agent_of
+from bastion.mcp.frontdoor.relay import relaying
+from bastion.proto import errors as codes
+from bastion.proto import subjects
+from bastion.proto.errors import ErrorReply
+from bastion.proto.session import ToolSpec
+from bastion.proto.tools import CallResult, ToolCall
+from bastion.shared.bus import Client, request
+from bastion.shared.errors import (
+    BastionError,
+    InvalidInput,
+    NotFound,
+    RemoteError,
+    Unavailable,
+)
+
+__all__ = ["ToolHandlers", "mcp_error", "request_agent", "tool_of"]
+
+_PROGRESS_EVERY_S: Final = 2.0
+_PROTOCOL_CODES: Final = {codes.UNKNOWN_TOOL, codes.BAD_REQUEST, codes.NOT_FOUND}
+_ANY_OBJECT: Final[dict[str, Any]] = {"type": "object"}
+
+
+def _meta_of(spec: ToolSpec) -> dict[str, Any]:
+    meta: dict[str, Any] = {"bastion/effect": spec.effect}
+    if spec.server:
+        meta["bastion/server"] = spec.server
+    return meta
+
+
+def tool_of(spec: ToolSpec) -> Tool:
+    """A session's tool as MCP lists it: what its effect is says its annotations."""
+    schema = _ANY_OBJECT
+    if spec.input_schema_json:
+        given = json.loads(spec.input_schema_json)
+        schema = given if isinstance(given, dict) else _ANY_OBJECT
+    return Tool(
+        name=spec.name,
+        description=spec.description,
+        input_schema=schema,
+        annotations=ToolAnnotations(
+            read_only_hint=spec.effect == "read",
+            destructive_hint=spec.effect in ("write", "spend"),
+            open_world_hint=spec.effect in ("external", "spend"),
+        ),
+        _meta=_meta_of(spec),
+    )
+
+
+def mcp_error(error: BastionError) -> MCPError:
+    """A failure that is not the tool's answer, as the JSON-RPC error a client shows."""
+    if isinstance(error, Unavailable):
+        return MCPError(
+            code=INTERNAL_ERROR,
+            message=f"Bastion does not answer ({error.message}): is it running? "
+            "(`bastion status` says)",
+            data={"code": error.code},
+        )
+    if error.code in _PROTOCOL_CODES or isinstance(error, NotFound | InvalidInput):
+        return MCPError(code=INVALID_PARAMS, message=error.message, data={"code": error.code})
+    return MCPError(code=INTERNAL_ERROR, message=error.message, data={"code": error.code})
+
+
+def request_agent(ctx: ServerRequestContext[Any, Any]) -> tuple[Agent, str | None]:
+    """The agent of the request, and its MCP session id (None: a stateless request)."""
+    http = ctx.request
+    assert http is not None, "the front door serves MCP over HTTP only"
+    return agent_of(http.scope), http.headers.get("mcp-session-id")
+
+
+def _text(result: CallResult) -> CallToolResult:
+    if isinstance(result, ErrorReply):
+        return CallToolResult(
+            content=[TextContent(type="text", text=f"{result.code}: {result.message}")],
+            is_error=True,
+        )
+    return CallToolResult(content=[TextContent(type="text", text=result.text)], is_error=False)
+
+
+@asynccontextmanager
+async def _progress(ctx: ServerRequestContext[Any, Any], tool: str) -> AsyncIterator[None]:
+    """Tell a client that asked for progress (a `progressToken`) that the call still runs."""
+    if ctx.meta is None or ctx.meta.get("progress_token") is None:
+        yield
+        return
+
+    async def tick() -> None:
+        elapsed = 0.0
+        while True:
+            await anyio.sleep(_PROGRESS_EVERY_S)
+            elapsed += _PROGRESS_EVERY_S
+            await ctx.session.report_progress(elapsed, None, f"{tool} runs ({elapsed:g} s)")
+
+    async with anyio.create_task_group() as ticking:
+        ticking.start_soon(tick)
+        try:
+            yield
+        finally:
+            ticking.cancel_scope.cancel()
+
+
+class ToolHandlers:
+    """The two tool methods, acting in the request's Bastion session."""
+
+    def __init__(
+        self, client: Client, binding: Binding, asking: Asking, call_timeout_s: float
+    ) -> None:
+        self._client = client
+        self._binding = binding
+        self._asking = asking
+        self._call_timeout_s = call_timeout_s
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], _params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        agent, mcp_session_id = request_agent(ctx)
+        try:
+            session_id = await self._binding.session_of(agent, mcp_session_id)
+            info = await self._binding.info(session_id)
+        except BastionError as error:
+            raise mcp_error(error) from None
+        return ListToolsResult(tools=[tool_of(spec) for spec in info.tools])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+    ) -> CallToolResult | InputRequiredResult:
+        agent, mcp_session_id = request_agent(ctx)
+        if params.request_state is not None:
+            return await self._resume(agent, mcp_session_id, params)
+        call_id = secrets.token_hex(8)
+        try:
+            call = msgspec.convert(
+                {"tool": params.name, "input": params.arguments or {}, "call_id": call_id},
+                ToolCall,
+            )
+        except msgspec.ValidationError:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"a call names a tool (letters, digits, _ and -, at most 128) and "
+                f"gives it at most 64 arguments: {params.name[:40]!r} with "
+                f"{len(params.arguments or {})} arguments is not one; tools/list shows the "
+                "tools",
+            ) from None
+        try:
+            session_id = await self._binding.session_of(agent, mcp_session_id)
+            async with _progress(ctx, call.tool), relaying(self._client, ctx, session_id):
+                result = await self._call(ctx, agent, session_id, call)
+        except BastionError as error:
+            raise mcp_error(error) from None
+        if isinstance(result, InputRequiredResult):
+            return result
+        return await self._answer(agent, mcp_session_id, session_id, result)
+
+    async def _resume(
+        self, agent: Agent, mcp_session_id: str | None, params: CallToolRequestParams
+    ) -> CallToolResult:
+        """A call that comes back with the person's answer its approval asked for."""
+        assert params.request_state is not None
+        try:
+            session_id = await self._binding.session_of(agent, mcp_session_id)
+            result = await self._asking.resume(
+                session_id,
+                params.request_state,
+                params.input_responses,
+                by=f"mcp:{agent.info.agent}",
+            )
+        except BastionError as error:
+            raise mcp_error(error) from None
+        return await self._answer(agent, mcp_session_id, session_id, result)
+
+    async def _answer(
+        self, agent: Agent, mcp_session_id: str | None, session_id: str, result: CallResult
+    ) -> CallToolResult:
+        if isinstance(result, ErrorReply) and result.code == codes.SESSION_CLOSED:
+            await self._binding.closed(agent, mcp_session_id, session_id)
+        if isinstance(result, ErrorReply) and result.code in _PROTOCOL_CODES:
+            raise mcp_error(RemoteError(result.code, result.message))
+        return _text(result)
+
+    async def _call(
+        self, ctx: ServerRequestContext[Any, Any], agent: Agent, session_id: str, call: ToolCall
+    ) -> CallResult | InputRequiredResult:
+        try:
+            result: CallResult = await request(
+                self._client,
+                subjects.session_call(session_id),
+                call,
+                CallResult,
+                timeout_s=self._call_timeout_s,
+            )
+        except RemoteError as refused:
+            if refused.code != codes.WAITING_FOR_APPROVAL:
+                return refused.to_reply()
+            assert call.call_id is not None
+            return await self._asking.settle(
+                ctx, session_id, call.call_id, refused.message, by=f"mcp:{agent.info.agent}"
+            )
+        return result

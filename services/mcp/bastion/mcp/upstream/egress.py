@@ -1,0 +1,114 @@
+"""How an upstream's HTTP leaves: through the egress proxy, under a grant for its host.
+
+DESIGN §1, §6: only the egress service reaches the internet. The mcp service asks it for
+a grant naming the server's `host:port` (`grant_for`, on `bastion.egress.grant`), and
+sends every request of the connection through the proxy the grant names, with the
+grant's credentials as `Proxy-Authorization: Basic` (an https URL is a CONNECT tunnel, a
+plain http one an absolute-form request). The proxy resolves the host itself and refuses
+private and loopback addresses unless the operator allows a range
+(`BASTION_EGRESS_ALLOW_RANGES`, e.g. `127.0.0.0/8` for a server on this machine).
+
+Without a route (`egress=None`) only a loopback URL is reached, directly: a server on the
+gateway's own machine, as in development and tests.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import urlsplit
+
+import httpx2
+
+from bastion.mcp.upstream.errors import UpstreamUnreachable
+from bastion.proto import subjects
+from bastion.proto.egress import EgressGrant, GrantRequest
+from bastion.shared.bus import Client, request
+
+__all__ = ["EgressRoute", "grant_for", "host_and_port", "is_loopback_url"]
+
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class EgressRoute:
+    """The egress proxy (`host:port`) and the grant its requests carry."""
+
+    proxy: str
+    grant_id: str
+    secret: str = field(repr=False)
+
+    @classmethod
+    def from_grant(cls, grant: EgressGrant) -> EgressRoute:
+        """The route an `EgressGrant` reply describes.
+
+        Raises:
+            UpstreamUnreachable: the proxy listens on a Unix socket, which this HTTP
+                client does not use yet (run the egress proxy on `host:port`).
+        """
+        if grant.proxy.startswith("unix:"):
+            raise UpstreamUnreachable(
+                "the egress proxy listens on a Unix socket, which the mcp service cannot send "
+                "HTTP through yet: set BASTION_EGRESS_LISTEN to a host:port"
+            )
+        return cls(proxy=grant.proxy, grant_id=grant.grant_id, secret=grant.secret)
+
+    def proxy_for_httpx(self) -> httpx2.Proxy:
+        """The proxy as the HTTP client takes it, credentials kept out of its URL."""
+        return httpx2.Proxy(f"http://{self.proxy}", auth=(self.grant_id, self.secret))
+
+
+def host_and_port(url: str) -> tuple[str, int]:
+    """The host (lowercase, IPv6 without brackets) and port an http(s) URL names."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 443)
+    except ValueError:
+        raise UpstreamUnreachable(f"the MCP server's URL {url[:200]} has no valid port") from None
+    return host, port
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether the URL names this machine (`localhost`, 127.0.0.0/8, ::1)."""
+    host, _ = host_and_port(url)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def grant_for(
+    client: Client,
+    url: str,
+    *,
+    session_id: str,
+    tenant: str,
+    ttl_s: float,
+    call_id: str = "",
+    timeout_s: float = 10.0,
+) -> EgressRoute:
+    """Ask the egress service for a grant to the URL's `host:port`, as a route.
+
+    Raises:
+        RemoteError / Unavailable: the egress service refused or did not answer.
+    """
+    host, port = host_and_port(url)
+    named = f"[{host}]" if ":" in host else host
+    grant: EgressGrant = await request(
+        client,
+        subjects.EGRESS_GRANT,
+        GrantRequest(
+            session_id=session_id,
+            tenant=tenant,
+            hosts=(f"{named}:{port}",),
+            ttl_s=ttl_s,
+            call_id=call_id,
+        ),
+        EgressGrant,
+        timeout_s=timeout_s,
+    )
+    return EgressRoute.from_grant(grant)

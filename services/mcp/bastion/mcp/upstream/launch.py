@@ -1,0 +1,202 @@
+"""How a stdio server's process starts: its command line, environment and directory.
+
+`none` runs the command as the service's user with a scrubbed environment, in its
+directory. `bwrap` runs it in the same sandbox as the shell (`bastion.shared.sandboxing`):
+uid 10001, the system read-only, its directory at /workspace (an empty temporary one if it
+has none), `read_only_dirs` shown read-only at their own paths, no network unless
+`sandbox_network` is `host`, a cgroup of its own where the service may make one, and
+`prlimit` bounds. The variables the spec names reach it through bwrap's `--args` pipe,
+never on a command line. A `docker:` sandbox is not built yet.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import anyio
+
+from bastion.mcp.upstream.errors import UpstreamUnreachable
+from bastion.proto.mcp import McpServerSpec
+from bastion.proto.sandbox import Limits
+from bastion.shared.errors import NotImplementedYet
+from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, secret_args
+from bastion.shared.sandboxing.cgroup import CommandCgroup, find_cgroup_root
+from bastion.shared.sandboxing.etc import generated_etc
+from bastion.shared.sandboxing.spec import Network, SandboxSpec
+
+__all__ = ["SERVER_LIMITS", "Launch", "launching", "server_environment"]
+
+PASSED_THROUGH: Final = ("PATH", "HOME", "LANG", "TMPDIR")
+"""The service's own variables an unsandboxed server gets, besides those its spec names."""
+
+SERVER_LIMITS: Final = Limits(wall_s=86400.0, cpu_s=86400)
+"""A server lives as long as its connection: no wall clock or CPU budget of a command,
+the rest (memory, address space, file size, processes) as the shell's."""
+
+_LAUNCHER_ENV: Final = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A process ready to start: `pass_fds` must reach it; `status_fd` is bwrap's report."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    pass_fds: tuple[int, ...] = ()
+    status_fd: int | None = None
+    """The read end of bwrap's `--json-status-fd`: `child-pid` in it proves the sandbox
+    started."""
+
+
+def server_environment(spec: McpServerSpec, values: Mapping[str, str]) -> dict[str, str]:
+    """The variables the spec names, from `values`; a name without a value is left out."""
+    return {name: values[name] for name in spec.env if name in values}
+
+
+def _directory(spec: McpServerSpec) -> Path | None:
+    if spec.directory is None:
+        return None
+    directory = Path(spec.directory).expanduser().resolve()
+    if not directory.is_dir():
+        raise UpstreamUnreachable(
+            f"the MCP server's directory {spec.directory} is not a directory here: "
+            "create it, or give the server another directory"
+        )
+    return directory
+
+
+def _network(spec: McpServerSpec) -> Network:
+    if spec.sandbox_network in ("none", "host"):
+        return "none" if spec.sandbox_network == "none" else "host"
+    raise NotImplementedYet(
+        f"a sandboxed MCP server takes the network none or host for now, not "
+        f"{spec.sandbox_network}: give one of those"
+    )
+
+
+def _unsandboxed(spec: McpServerSpec, values: Mapping[str, str]) -> Launch:
+    directory = _directory(spec)
+    env = {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
+    env |= server_environment(spec, values)
+    return Launch(list(spec.command), env, str(directory) if directory else None)
+
+
+@contextmanager
+def _filled_pipes(contents: list[bytes]) -> Iterator[list[int]]:
+    """A pipe per content, already written and closed for writing: their read ends,
+    closed on exit (the child has its own copies by then)."""
+    read_ends: list[int] = []
+    try:
+        for content in contents:
+            read_end, write_end = os.pipe()
+            read_ends.append(read_end)
+            # Generated files and the variables' options are a few KiB at most: below a
+            # pipe's 64 KiB buffer, so this never blocks.
+            with os.fdopen(write_end, "wb") as writer:
+                writer.write(content)
+        yield read_ends
+    finally:
+        for fd in read_ends:
+            os.close(fd)
+
+
+def _read_only(spec: McpServerSpec) -> tuple[Path, ...]:
+    dirs: list[Path] = []
+    for given in spec.read_only_dirs:
+        path = Path(given).expanduser().resolve()
+        if not path.is_dir():
+            raise UpstreamUnreachable(
+                f"{given}, to be shown read-only in the MCP server's sandbox, is not a "
+                "directory here: give an existing directory"
+            )
+        dirs.append(path)
+    return tuple(dirs)
+
+
+@asynccontextmanager
+async def _sandboxed(spec: McpServerSpec, values: Mapping[str, str]) -> AsyncIterator[Launch]:
+    bwrap, prlimit = shutil.which("bwrap"), shutil.which("prlimit")
+    if bwrap is None or prlimit is None:
+        raise UpstreamUnreachable(
+            "the MCP server is to run in bubblewrap, which is not installed here (bwrap and "
+            "prlimit): install bubblewrap and util-linux, or run the server with sandbox none"
+        )
+    network = _network(spec)
+    directory = _directory(spec)
+    with tempfile.TemporaryDirectory(prefix="bastion-mcp-") as empty:
+        workspace = directory or Path(empty)
+        sandbox = SandboxSpec(
+            workspace=workspace, network=network, limits=SERVER_LIMITS, read_only=_read_only(spec)
+        )
+        data = generated_etc(network)
+        variables = list(server_environment(spec, values).items())
+        options = secret_args(variables) if variables else b""
+        root = find_cgroup_root()
+        cgroup = None
+        if root is not None:
+            try:
+                cgroup = CommandCgroup(root, SERVER_LIMITS)
+            except OSError:
+                cgroup = None
+        status_read, status_write = os.pipe()
+        try:
+            contents = [file.content for file in data] + ([options] if options else [])
+            with _filled_pipes(contents) as fds:
+                data_fds = fds[: len(data)]
+                args_fd = fds[len(data)] if options else None
+                argv = (
+                    (cgroup.join_argv() if cgroup else [])
+                    + prlimit_argv(prlimit, SERVER_LIMITS, nproc=cgroup is None)
+                    + bwrap_argv(
+                        bwrap,
+                        sandbox,
+                        list(spec.command),
+                        status_fd=status_write,
+                        data_fds=[(fd, file.path) for fd, file in zip(data_fds, data, strict=True)],
+                        args_fd=args_fd,
+                    )
+                )
+                yield Launch(
+                    argv,
+                    dict(_LAUNCHER_ENV),
+                    None,
+                    pass_fds=(*fds, status_write),
+                    status_fd=status_read,
+                )
+        finally:
+            for fd in (status_read, status_write):
+                os.close(fd)
+            if cgroup is not None:
+                with anyio.CancelScope(shield=True):
+                    await cgroup.aclose()
+
+
+@asynccontextmanager
+async def launching(spec: McpServerSpec, values: Mapping[str, str]) -> AsyncIterator[Launch]:
+    """How to start the server `spec` describes; what it needed is cleaned up on exit.
+
+    Raises:
+        UpstreamUnreachable: its directory is missing, or bubblewrap is not installed.
+        NotImplementedYet: a `docker:` sandbox, or a network other than none or host.
+    """
+    if not spec.command:
+        raise UpstreamUnreachable(
+            "the MCP server has no command to start: give the program and its arguments"
+        )
+    if spec.sandbox == "none":
+        yield _unsandboxed(spec, values)
+    elif spec.sandbox == "bwrap":
+        async with _sandboxed(spec, values) as launch:
+            yield launch
+    else:
+        raise NotImplementedYet(
+            "running an MCP server in a Docker sandbox is not built yet: use --sandbox bwrap"
+        )

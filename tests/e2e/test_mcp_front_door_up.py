@@ -1,0 +1,74 @@
+"""Under `bastion up`: a token made with the CLI, the SDK's MCP client at /mcp, a revoke."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import TextContent
+
+from tests.e2e import test_bastion_up
+from tests.e2e.test_bastion_up import Up, bastion
+
+up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
+
+pytestmark = pytest.mark.e2e
+
+
+async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str]:
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120)
+    )
+    async with (
+        http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="legacy") as mcp,
+    ):
+        listed = await mcp.list_tools()
+        ran = await mcp.call_tool("shell", {"command": "echo from-claude > out.txt; cat out.txt"})
+    [content] = ran.content
+    assert isinstance(content, TextContent) and not ran.is_error, ran
+    return {t.name for t in listed.tools}, content.text
+
+
+def test_an_mcp_client_with_a_cli_token_runs_a_shell_command_and_a_revoked_token_is_refused(
+    up: Up, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    [line] = [o for o in up.output if o.startswith("front door: ")]
+    found = re.match(r"front door: (\S+) \(token in .+\)$", line)
+    assert found is not None
+    url = found[1]
+    created = bastion(
+        "token", "create", "--agent", "claude-code", "--autonomy", "L3",
+        "--workspace", str(workspace), "--shell",
+        state_dir=up.state_dir,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.splitlines()[0]
+    assert token.startswith("bst_") and len(token) > 40
+
+    tools, text = anyio.run(_shell_over_mcp, url, token)
+    assert {"shell", "write_file", "read_file"} <= tools
+    assert text.endswith("from-claude")
+    assert (workspace / "out.txt").read_text() == "from-claude\n"
+
+    listed = bastion("token", "list", state_dir=up.state_dir)
+    assert listed.returncode == 0 and token not in listed.stdout
+    [row] = listed.stdout.splitlines()
+    token_id = row.split()[0]
+    assert "claude-code" in row and "L3" in row and "shell" in row
+    revoked = bastion("token", "revoke", token_id, state_dir=up.state_dir)
+    assert revoked.returncode == 0 and f"revoked token {token_id}" in revoked.stdout
+    refused = httpx2.post(
+        f"{url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+    )
+    assert refused.status_code == 401
+    assert "bastion token create" in refused.json()["error"]["message"]

@@ -1,0 +1,1 @@
+"""Small MCP servers that misbehave, for the upstream connection's tests."""
