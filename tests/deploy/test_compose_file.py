@@ -34,7 +34,8 @@ def test_every_container_is_read_only_non_root_without_capabilities_or_new_privi
         assert "no-new-privileges:true" in service["security_opt"], name
         assert "healthcheck" in service, name
         lifted = set(service["security_opt"]) - {"no-new-privileges:true"}
-        expected = {"seccomp=unconfined", "systempaths=unconfined"} if name == "sandbox" else set()
+        bubblewrap = name in ("sandbox", "mcp")  # commands; stdio MCP servers
+        expected = {"seccomp=unconfined", "systempaths=unconfined"} if bubblewrap else set()
         assert lifted == expected, name
 
 
@@ -46,6 +47,7 @@ def test_only_egress_has_a_way_out_and_the_bus_has_none(compose: dict[str, Any])
     # out are on it.
     front = {name for name, s in compose["services"].items() if "front" in s["networks"]}
     assert front == {"nats", "mcp", "otel"}
+    assert compose["services"]["egress-bridge"]["networks"] == ["bus"]
     for name in SERVICES:
         env_files = compose["services"][name]["env_file"]
         assert any(f.endswith(f"/nats/{name}.env") for f in env_files), name
