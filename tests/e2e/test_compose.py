@@ -111,7 +111,11 @@ def compose(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose]:
         traces_port=int(env["BASTION_TRACES_PORT"]),
     )
     try:
-        running.compose("up", "-d", "--wait", "--wait-timeout", "120")
+        try:
+            running.compose("up", "-d", "--wait", "--wait-timeout", "120")
+        except AssertionError as failed:  # say which container did not come up, and why
+            logs = running.compose("logs", "--no-color", "--tail", "20")
+            raise AssertionError(f"{failed}\n--- the containers' last lines\n{logs}") from None
         sys.stderr.write(f"compose up in {time.monotonic() - started:.1f} s\n")
         yield running
     finally:
