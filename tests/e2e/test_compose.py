@@ -167,6 +167,22 @@ def test_all_six_services_answer_on_the_bus_and_the_front_door_is_ready(
         assert ready.status == 200
 
 
+def test_the_vault_keeps_a_secret_under_the_master_key_compose_gave_it(compose: Compose) -> None:
+    env = {**compose.cli_env(), "DEMO_VALUE": "hunter2-compose"}
+    added = subprocess.run(
+        [sys.executable, "-m", "bastion.cli", "secret", "add", "DEMO_TOKEN", "--from-env",
+         "DEMO_VALUE"],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stdout + added.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "bastion.cli", "secret", "list", "-o", "json"],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert "DEMO_TOKEN" in listed.stdout and "hunter2-compose" not in listed.stdout
+
+
 def test_every_service_container_is_read_only_non_root_and_without_capabilities(
     compose: Compose,
 ) -> None:
