@@ -3,6 +3,7 @@ only egress with a way out; and `docker compose config` accepts it where compose
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -35,8 +36,21 @@ def test_every_container_is_read_only_non_root_without_capabilities_or_new_privi
         assert "healthcheck" in service, name
         lifted = set(service["security_opt"]) - {"no-new-privileges:true"}
         bubblewrap = name in ("sandbox", "mcp")  # commands; stdio MCP servers
-        expected = {"seccomp=unconfined", "systempaths=unconfined"} if bubblewrap else set()
+        ours = {"seccomp=deploy/seccomp/bubblewrap.json", "systempaths=unconfined"}
+        expected = ours if bubblewrap else set()
         assert lifted == expected, name
+
+
+def test_the_bubblewrap_seccomp_profile_allows_by_default_and_refuses_the_dangerous_calls() -> None:
+    profile = json.loads((REPO / "deploy" / "seccomp" / "bubblewrap.json").read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+    (refused,) = profile["syscalls"]
+    assert refused["action"] == "SCMP_ACT_ERRNO"
+    assert {"bpf", "keyctl", "ptrace", "io_uring_setup", "init_module", "kexec_load"} <= set(
+        refused["names"]
+    )
+    # what bubblewrap itself needs stays allowed
+    assert not {"unshare", "clone", "mount", "pivot_root", "umount2"} & set(refused["names"])
 
 
 def test_only_egress_has_a_way_out_and_the_bus_has_none(compose: dict[str, Any]) -> None:
