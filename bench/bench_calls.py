@@ -42,7 +42,7 @@ async def timed(calls: int, one: Callable[[], Awaitable[None]]) -> list[float]:
 
 
 async def measure(
-    nats_url: str, workspace: Path, calls: int
+    bus: BusSettings, workspace: Path, calls: int
 ) -> list[tuple[str, list[float], list[float]]]:
     target = workspace / "notes.txt"
     target.write_text("a line of notes\n" * 64)
@@ -54,7 +54,7 @@ async def measure(
     async def raw_bwrap() -> None:
         await anyio.to_thread.run_sync(lambda: subprocess.run(argv, check=True))
 
-    async with connect(BusSettings(nats_url=nats_url), "bench") as client:
+    async with connect(bus, "bench") as client:
         session: SessionInfo = await request(
             client,
             subjects.SESSION_OPEN,
@@ -101,9 +101,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp) / "work"
         workspace.mkdir()
-        with bastion_up(Path(tmp) / "state") as nats_url:
-            print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {nats_url}")
-            report(anyio.run(measure, nats_url, workspace, args.calls))
+        with bastion_up(Path(tmp) / "state") as bus:
+            print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {bus.nats_url}")
+            report(anyio.run(measure, bus, workspace, args.calls))
 
 
 if __name__ == "__main__":

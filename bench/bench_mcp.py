@@ -43,8 +43,8 @@ def add_server(state_dir: Path) -> None:
     )  # fmt: skip
 
 
-async def measure(nats_url: str, calls: int) -> list[tuple[str, list[float], list[float]]]:
-    async with connect(BusSettings(nats_url=nats_url), "bench") as client:
+async def measure(bus: BusSettings, calls: int) -> list[tuple[str, list[float], list[float]]]:
+    async with connect(bus, "bench") as client:
         session: SessionInfo = await request(
             client,
             subjects.SESSION_OPEN,
@@ -79,10 +79,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         state_dir = Path(tmp) / "state"
-        with bastion_up(state_dir) as nats_url:
+        with bastion_up(state_dir) as bus:
             add_server(state_dir)
-            print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {nats_url}")
-            report(anyio.run(measure, nats_url, args.calls))
+            print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {bus.nats_url}")
+            report(anyio.run(measure, bus, args.calls))
 
 
 if __name__ == "__main__":

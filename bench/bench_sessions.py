@@ -49,7 +49,7 @@ async def batch(
 
 
 async def measure(
-    nats_url: str, root: Path, sessions: int, rounds: int, tenants: int
+    bus: BusSettings, root: Path, sessions: int, rounds: int, tenants: int
 ) -> tuple[tuple[list[float], float], tuple[list[float], float]]:
     workspaces = [root / f"work{n}" for n in range(sessions)]
     for workspace in workspaces:
@@ -60,7 +60,7 @@ async def measure(
         argv = raw_bwrap_argv(workspaces[index])
         await anyio.to_thread.run_sync(lambda: subprocess.run(argv, check=True), limiter=limiter)
 
-    async with connect(BusSettings(nats_url=nats_url), "bench") as client:
+    async with connect(bus, "bench") as client:
         ids = [
             await open_session(client, workspaces[n], f"tenant{n % tenants}")
             for n in range(sessions)
@@ -94,9 +94,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--tenants", type=int, default=10)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, bastion_up(Path(tmp) / "state") as nats_url:
+    with tempfile.TemporaryDirectory() as tmp, bastion_up(Path(tmp) / "state") as bus:
         (plane, plane_wall), (base, base_wall) = anyio.run(
-            measure, nats_url, Path(tmp), args.sessions, args.rounds, args.tenants
+            measure, bus, Path(tmp), args.sessions, args.rounds, args.tenants
         )
     total = args.sessions * args.rounds
     print(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,13 +13,16 @@ from pathlib import Path
 from bastion.proto import subjects
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
+from bastion.shared.settings import BusSettings
+from bastion.shared.statedir import find_bus_settings
 
 __all__ = ["bastion_up", "call", "percentile", "raw_bwrap_argv"]
 
 
 @contextmanager
-def bastion_up(state_dir: Path) -> Iterator[str]:
-    """`bastion up` on `state_dir`, as a user runs it; yields its NATS URL; stopped on exit."""
+def bastion_up(state_dir: Path) -> Iterator[BusSettings]:
+    """`bastion up` on `state_dir`, as a user runs it; yields how its operator connects (the
+    URL, and the operator's NATS user `bastion up` wrote); stopped on exit."""
     up = subprocess.Popen(
         [sys.executable, "-m", "bastion.cli", "up", "--state-dir", str(state_dir)],
         stdout=subprocess.PIPE,
@@ -35,7 +37,7 @@ def bastion_up(state_dir: Path) -> Iterator[str]:
                 break
         if not last.startswith("ready:"):
             raise SystemExit(f"bastion up did not start: {last}")
-        yield str(json.loads((state_dir / "run" / "up.json").read_text())["nats_url"])
+        yield find_bus_settings(None, state_dir, env={})
     finally:
         up.send_signal(signal.SIGINT)
         up.communicate(timeout=60)

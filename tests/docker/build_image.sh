@@ -7,7 +7,7 @@
 # --rebuild to build anew. Needs root (debootstrap) and a running engine.
 set -euo pipefail
 
-RECIPE=1 # raise when what goes into the image changes, so that caches build it anew
+RECIPE=2 # raise when what goes into the image changes, so that caches build it anew
 IMAGE="${BASTION_TEST_IMAGE:-bastion-sandbox-test:bookworm-r$RECIPE}"
 SUITE="${DEBIAN_SUITE:-bookworm}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -26,7 +26,7 @@ fi
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 echo "building $IMAGE from $SUITE at $MIRROR" >&2
-debootstrap --variant=minbase --include=python3-minimal "$SUITE" "$root" "$MIRROR" >&2
+debootstrap --variant=minbase --include=python3 "$SUITE" "$root" "$MIRROR" >&2
 # What a sandbox never needs: package caches and lists, documentation.
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
     "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*

@@ -20,7 +20,7 @@ from bastion.shared.sandboxing import SandboxFailed
 from bastion.shared.sandboxing.docker import LABEL_OWNER
 from bastion.shared.sandboxing.docker_engine import DockerEngine
 
-IMAGE = os.environ.get("BASTION_TEST_IMAGE", "bastion-sandbox-test:bookworm-r1")
+IMAGE = os.environ.get("BASTION_TEST_IMAGE", "bastion-sandbox-test:bookworm-r2")
 OWNER_UID = 1000 if os.geteuid() == 0 else os.geteuid()
 """Who owns the workspaces: an ordinary user (uid 1000) when tests run as root."""
 

@@ -22,7 +22,7 @@ from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import connect, request
 from bastion.shared.errors import BastionError
 from bastion.shared.natsserver import free_port
-from bastion.shared.settings import BusSettings
+from bastion.shared.statedir import find_bus_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -45,16 +45,14 @@ class Up:
                 found[match.group(1)] = int(match.group(2))
         return found
 
-    def nats_url(self) -> str:
-        record = json.loads((self.state_dir / "run" / "up.json").read_text())
-        return str(record["nats_url"])
-
 
 def bastion(
     *args: str, state_dir: Path, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    # Before a `--`: what follows it is a command's own arguments (`bastion mcp add … -- CMD`).
+    end = args.index("--") if "--" in args else len(args)
     return subprocess.run(
-        [*BASTION, *args, "--state-dir", str(state_dir)],
+        [*BASTION, *args[:end], "--state-dir", str(state_dir), *args[end:]],
         input=stdin,
         capture_output=True,
         text=True,
@@ -161,7 +159,7 @@ def test_killing_the_orchestrator_keeps_an_open_session_usable(up: Up, tmp_path:
     workspace.mkdir()
 
     async def scenario() -> tuple[SessionInfo, CallResult]:
-        async with connect(BusSettings(nats_url=up.nats_url()), "e2e") as client:
+        async with connect(find_bus_settings(None, up.state_dir), "e2e") as client:
             session: SessionInfo = await request(
                 client,
                 subjects.SESSION_OPEN,

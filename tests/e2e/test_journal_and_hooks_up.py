@@ -23,7 +23,7 @@ from bastion.shared.codec import decode
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
 from bastion.shared.natsserver import free_port
-from bastion.shared.settings import BusSettings
+from bastion.shared.statedir import find_bus_settings
 from tests.e2e.test_bastion_up import BASTION, Up, bastion
 
 pytestmark = pytest.mark.e2e
@@ -97,7 +97,7 @@ def test_killing_the_sandbox_service_mid_call_makes_the_call_uncertain_and_never
     write = ToolCall(tool="write_file", input={"path": "once.txt", "content": "x\n"})
 
     async def scenario() -> tuple[CallResult, CallResult, CallResult]:
-        async with connect(BusSettings(nats_url=up.nats_url()), "e2e") as client:
+        async with connect(find_bus_settings(None, up.state_dir), "e2e") as client:
             session: SessionInfo = await request(
                 client,
                 subjects.SESSION_OPEN,

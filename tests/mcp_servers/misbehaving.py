@@ -20,6 +20,8 @@ import sys
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.runner import serve_loop
+from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp.types import SamplingMessage, TextContent
 from pydantic import BaseModel, Field
@@ -123,12 +125,32 @@ def shift() -> str:
     return "target changed"
 
 
+async def serve_legacy_stdio() -> None:
+    """The server over stdio in the handshake era only, as servers built on the SDKs of
+    2025 are: a 2026-07-28 probe is refused, so a client falls back to `initialize`."""
+    lowlevel = server._lowlevel_server
+    async with stdio_server() as (read, write), lowlevel.lifespan(lowlevel) as state:
+        await serve_loop(
+            lowlevel,
+            read,
+            write,
+            lifespan_state=state,
+            init_options=lowlevel.create_initialization_options(),
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, metavar="PORT")
     parser.add_argument("--sse", type=int, metavar="PORT")
     parser.add_argument("--json-http", type=int, metavar="PORT", help="JSON bodies, not SSE")
     parser.add_argument("--tag", help="ignored: lets a test find this process")
+    parser.add_argument(
+        "--legacy",
+        action="store_true",
+        help="over stdio, speak only the initialize-handshake era (2025-11-25 and before), "
+        "where a server may ask questions in the middle of a call",
+    )
     args = parser.parse_args()
     if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
@@ -136,6 +158,8 @@ def main() -> None:
         server.run("streamable-http", host="127.0.0.1", port=args.json_http, json_response=True)
     elif args.sse is not None:
         server.run("sse", host="127.0.0.1", port=args.sse)
+    elif args.legacy:
+        anyio.run(serve_legacy_stdio)
     else:
         server.run()
 

@@ -411,6 +411,10 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         url="https://a.example/",
     ),
     mcp.ElicitAnswer: mcp.ElicitAnswer(action="accept", content={"folder": "x"}),
+    mcp.SampleQuestion: mcp.SampleQuestion(
+        session_id=SID, server="notes", request_json='{"maxTokens":5,"messages":[]}'
+    ),
+    mcp.SampleAnswer: mcp.SampleAnswer(result_json='{"role":"assistant"}', refused="no"),
     frontdoor.CreateToken: frontdoor.CreateToken(
         agent="claude", tenant="acme", autonomy="L3", workspace="/w", shell=True, mcp=("notes",)
     ),
@@ -592,6 +596,8 @@ TAGS: dict[type[msgspec.Struct], str] = {
     mcp.BrowseText: "mcp.browse_text",
     mcp.ElicitQuestion: "mcp.elicit",
     mcp.ElicitAnswer: "mcp.elicit_answer",
+    mcp.SampleQuestion: "mcp.sample",
+    mcp.SampleAnswer: "mcp.sample_answer",
     frontdoor.CreateToken: "frontdoor.token_create",
     frontdoor.TokenInfo: "frontdoor.token_info",
     frontdoor.TokenCreated: "frontdoor.token_created",

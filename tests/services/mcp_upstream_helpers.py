@@ -43,10 +43,12 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serving_http(script: Path, directory: Path, flag: str) -> AsyncIterator[int]:
-    """`script` serving HTTP (`--http` or `--sse`) on a free loopback port, until the block
-    exits; yields the port once it accepts connections."""
-    port = free_port()
+async def serving_http(
+    script: Path, directory: Path, flag: str, port: int | None = None
+) -> AsyncIterator[int]:
+    """`script` serving HTTP (`--http` or `--sse`) on a loopback port (a free one unless
+    given), until the block exits; yields the port once it accepts connections."""
+    port = port or free_port()
     process = await anyio.open_process(
         [PYTHON, str(script), flag, str(port)],
         stdin=subprocess.DEVNULL,

@@ -125,6 +125,7 @@ async def mcp_client(
     elicit: Asked | None = None,
     transport: httpx2.AsyncBaseTransport | None = None,
     delete_on_exit: bool = True,
+    sample: Any = None,
 ) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"},
@@ -139,6 +140,7 @@ async def mcp_client(
             ),
             mode=mode,  # type: ignore[arg-type]
             elicitation_callback=elicit,
+            sampling_callback=sample,
             cache=None,
         ) as client,
     ):

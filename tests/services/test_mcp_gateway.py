@@ -7,11 +7,13 @@ bubblewrap (its virtual environment shown read-only) — the peer is the real SD
 
 from __future__ import annotations
 
+import base64
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from bastion.mcp.service import McpSettings
@@ -25,10 +27,21 @@ from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
+from bastion.shared.keyfiles import read_x25519_key
+from bastion.shared.sealing import public_bytes
 from bastion.shared.settings import BusSettings
+from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
-from tests.services.mcp_upstream_helpers import NOTES, PYTHON_DIRS, SERVERS, stdio_spec
+from tests.services.mcp_upstream_helpers import (
+    NOTES,
+    PYTHON_DIRS,
+    SERVERS,
+    serving_http,
+    stdio_spec,
+)
 from tests.services.test_orchestrator import call, open_session
+from tests.services.vaulthelp import add as add_secret
+from tests.services.vaulthelp import key_file, vault_settings
 
 NOTES_SERVER = NOTES
 
@@ -101,6 +114,17 @@ async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_ar
         )
         listed = await call(client, session.session_id, "notes_list_notes")
         read = await call(client, session.session_id, "notes_read_note", name="release")
+        resources = await call(client, session.session_id, "notes_resources")
+        resource = await call(
+            client, session.session_id, "notes_read_resource", uri="note://release"
+        )
+        tainted: SessionInfo = await request(
+            client,
+            subjects.SESSION_GET,
+            SessionRef(session_id=session.session_id),
+            SessionInfo,
+            timeout_s=10,
+        )
 
         (notes / "revision").write_text("changed")
         changed = await open_session(client, autonomy="L3", mcp=["notes"])
@@ -126,7 +150,10 @@ async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_ar
     assert "release" in text_of(kept)
     assert "release" in text_of(listed)
     assert "Ship the shell and MCP tools on Friday." in text_of(read)
-    assert (notes / "release").exists() or any(notes.iterdir())
+    assert "note://{name}" in text_of(resources)
+    assert text_of(resource) == "Ship the shell and MCP tools on Friday."
+    assert offered["notes_resources"].taints and offered["notes_read_resource"].taints
+    assert tainted.tainted_until is not None  # what a resource says comes from outside
 
     assert "notes_add_note" not in {t.name for t in changed.tools}
     assert "notes_export_notes" not in {t.name for t in changed.tools}
@@ -145,6 +172,33 @@ async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_ar
     assert accepted.pinned
     assert {"notes_add_note", "notes_export_notes"} <= {t.name for t in after.tools}
     assert after.notices == ()
+
+
+async def test_a_notes_server_over_streamable_http_is_pinned_called_and_its_changes_withheld(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        async with serving_http(NOTES, notes, "--http") as port:
+            url = f"http://127.0.0.1:{port}/mcp"
+            added = await add(client, "notes", McpServerSpec(transport="http", url=url))
+            session = await open_session(client, autonomy="L3", mcp=["notes"])
+            kept = await call(
+                client, session.session_id, "notes_add_note", name="groceries", text="rice"
+            )
+            read = await call(client, session.session_id, "notes_read_note", name="groceries")
+        (notes / "revision").write_text("changed")
+        async with serving_http(NOTES, notes, "--http", port):
+            changed = await open_session(client, autonomy="L3", mcp=["notes"])
+            await review(client, "notes", accept=True)
+            after = await open_session(client, autonomy="L3", mcp=["notes"])
+    assert added.pinned and added.protocol
+    assert "groceries" in text_of(kept)
+    assert text_of(read) == "rice"
+    assert "notes_add_note" not in {t.name for t in changed.tools}
+    assert any("export_notes is new" in n for n in changed.notices)
+    assert {"notes_add_note", "notes_export_notes"} <= {t.name for t in after.tools}
 
 
 async def test_a_tool_changed_after_the_session_started_is_not_called(
@@ -244,3 +298,60 @@ async def test_an_oversized_or_malformed_answer_is_a_bounded_clear_error_and_the
     assert len(broken.message) < 1000
     assert isinstance(first, ToolOutput)
     assert text_of(after).isdigit()  # the next call is made on a new connection
+
+
+async def test_a_server_gets_its_variables_from_the_vault_and_never_shows_them_to_the_model(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--env NAME`: the tenant's vault secret NAME, leased to the mcp service's own key,
+    else the mcp service's environment; a value the server echoes is cut from its answer."""
+    mcp_key = key_file(tmp_path, "mcp-lease.key")
+    public = base64.b64encode(public_bytes(read_x25519_key(mcp_key))).decode()
+    monkeypatch.setenv("FROM_SERVICE_ENV", "a-value-from-the-environment")
+    monkeypatch.setenv("NOT_NAMED", "never given")
+    spec = msgspec.structs.replace(
+        stdio_spec(SERVERS / "misbehaving.py", tmp_path),
+        env=("NOTES_TOKEN", "FROM_SERVICE_ENV"),
+    )
+    mcp_settings = McpSettings(
+        nats_url=bus_settings.nats_url,
+        http_listen="127.0.0.1:0",
+        state_dir=str(tmp_path / "state"),
+        mcp_key_file=str(mcp_key),
+    )
+    vault = vault_settings(bus_settings.nats_url, key_file(tmp_path), vault_lease_keys=public)
+    async with (
+        run_service(vault_service, vault),
+        run_service(policy_service),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
+        run_service(mcp_setup, mcp_settings),
+    ):
+        await add_secret(client, "NOTES_TOKEN", b"not-a-real-token-0451")
+        await add(client, "bad", spec)
+        session = await open_session(client, autonomy="L5", mcp=["bad"])
+        shown = text_of(await call(client, session.session_id, "bad_environ"))
+    assert '"NOTES_TOKEN": "[secret NOTES_TOKEN]"' in shown
+    assert '"FROM_SERVICE_ENV": "[secret FROM_SERVICE_ENV]"' in shown
+    assert "not-a-real-token-0451" not in shown and "a-value-from-the-environment" not in shown
+    assert "NOT_NAMED" not in shown
+
+
+async def test_a_variable_with_no_value_anywhere_is_refused_saying_where_to_put_it(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    spec = msgspec.structs.replace(
+        stdio_spec(SERVERS / "misbehaving.py", tmp_path), env=("NOWHERE_TOKEN",)
+    )
+    master = key_file(tmp_path)
+    async with (
+        run_service(vault_service, vault_settings(bus_settings.nats_url, master)),
+        plane(run_service, bus_settings, tmp_path / "state"),
+    ):
+        with pytest.raises(RemoteError) as refused:
+            await add(client, "bad", spec)
+    assert refused.value.code == "invalid_input"
+    assert "bastion secret add NOWHERE_TOKEN" in refused.value.message

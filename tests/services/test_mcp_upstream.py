@@ -10,7 +10,6 @@ from mcp import types
 
 from bastion.mcp.upstream import UpstreamRefused, UpstreamUnreachable, open_upstream
 from bastion.proto.mcp import McpServerSpec
-from bastion.shared.errors import NotImplementedYet
 from tests.services.mcp_upstream_helpers import NOTES, stdio_spec
 
 
@@ -84,13 +83,6 @@ async def test_a_tool_error_answer_is_a_result_and_a_json_rpc_error_is_refused(
     assert missing.is_error
     assert refused.value.code == "upstream_error"
     assert refused.value.message.startswith("the MCP server notes answered resources/read")
-
-
-async def test_a_docker_sandbox_is_not_built_yet_and_says_so(tmp_path: Path) -> None:
-    spec = stdio_spec(NOTES, tmp_path, sandbox="docker:python@sha256:" + "0" * 64)
-    with pytest.raises(NotImplementedYet, match="use --sandbox bwrap"):
-        async with open_upstream(spec, server="notes", values={}):
-            pass
 
 
 async def test_a_program_that_does_not_exist_is_unreachable_with_what_to_check(

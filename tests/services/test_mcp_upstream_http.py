@@ -9,6 +9,8 @@ import anyio
 import pytest
 from mcp import types
 
+from bastion.egress.service import egress_service
+from bastion.egress.settings import EgressSettings
 from bastion.mcp.upstream import (
     UpstreamNoAnswer,
     UpstreamUnreachable,
@@ -18,8 +20,13 @@ from bastion.mcp.upstream import (
 from bastion.proto import subjects
 from bastion.proto.egress import ConnectionLog, ConnectionsRequest
 from bastion.proto.mcp import McpServerSpec
-from bastion.shared.bus import request
-from tests.attacks.test_egress_ssrf import Egress, egress_loopback_allowed  # noqa: F401
+from bastion.shared.bus import Client, request
+from tests.attacks.egress_helpers import guard_network
+from tests.attacks.test_egress_ssrf import RESOLVER, Egress, egress_loopback_allowed  # noqa: F401
+from tests.conftest import ServiceRunner
+from tests.services.test_declared_network import short_dir
+
+__all__ = ["short_dir"]  # a fixture, imported to be used here
 from tests.services.mcp_upstream_helpers import NOTES, SERVERS, serving_http
 
 MISBEHAVING = SERVERS / "misbehaving.py"
@@ -127,3 +134,39 @@ async def test_http_goes_through_the_egress_proxy_under_a_grant_and_is_recorded(
         timeout_s=10,
     )
     assert f"127.0.0.1:{port} allowed" in log.summary()
+
+
+async def test_http_goes_through_an_egress_proxy_on_a_unix_socket_as_under_bastion_up(
+    client: Client,
+    run_service: ServiceRunner,
+    nats_url: str,
+    tmp_path: Path,
+    short_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    off_loopback = guard_network(monkeypatch)
+    settings = EgressSettings(
+        nats_url=nats_url,
+        egress_allow_ranges="127.0.0.0/8",
+        egress_listen=f"unix:{short_dir / 'egress.sock'}",
+    )
+    with anyio.fail_after(30):
+        async with (
+            run_service(egress_service(RESOLVER), settings),
+            serving_http(NOTES, tmp_path, "--http") as port,
+        ):
+            url = f"http://127.0.0.1:{port}/mcp"
+            route = await grant_for(client, url, session_id=SESSION, tenant="acme", ttl_s=60)
+            async with open_upstream(_spec(url), server="notes", values={}, egress=route) as notes:
+                listed = await notes.list_tools()
+            log: ConnectionLog = await request(
+                client,
+                subjects.EGRESS_CONNECTIONS,
+                ConnectionsRequest(grant_id=route.grant_id),
+                ConnectionLog,
+                timeout_s=10,
+            )
+    assert route.proxy.startswith("unix:")
+    assert len(listed) == 4
+    assert f"127.0.0.1:{port} allowed" in log.summary()
+    assert off_loopback == []

@@ -9,8 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from bastion.shared.bus import Client, connect
-from bastion.shared.settings import BusSettings
-from bastion.shared.statedir import default_state_dir, find_nats_url
+from bastion.shared.statedir import default_state_dir, find_bus_settings
 
 __all__ = ["add_location_options", "bus", "fail", "state_dir_of"]
 
@@ -37,9 +36,8 @@ def state_dir_of(args: argparse.Namespace) -> Path:
 
 @asynccontextmanager
 async def bus(args: argparse.Namespace, name: str) -> AsyncIterator[Client]:
-    """A connection to the Bastion that `--nats` / `--state-dir` point at."""
-    url = find_nats_url(args.nats, state_dir_of(args))
-    async with connect(BusSettings(nats_url=url), name) as client:
+    """A connection, as the operator, to the Bastion that `--nats` / `--state-dir` point at."""
+    async with connect(find_bus_settings(args.nats, state_dir_of(args)), name) as client:
         yield client
 
 

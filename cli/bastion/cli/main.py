@@ -12,6 +12,7 @@ from bastion.cli import (
     audit,
     hooks,
     mcp,
+    natsconfig,
     schema,
     secret,
     skill,
@@ -43,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
     secret.add_parser(commands)
     skill.add_parser(commands)
     mcp.add_parser(commands)
+    natsconfig.add_parser(commands)
     token.add_parser(commands)
     return root
 

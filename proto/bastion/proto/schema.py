@@ -81,6 +81,8 @@ MESSAGES: dict[str, Any] = {
     "McpCallResult": mcp.McpCallResult,
     "ElicitQuestion": mcp.ElicitQuestion,
     "ElicitAnswer": mcp.ElicitAnswer,
+    "SampleQuestion": mcp.SampleQuestion,
+    "SampleAnswer": mcp.SampleAnswer,
     "McpServerRecord": mcp.McpServerRecord,
     "CreateToken": frontdoor.CreateToken,
     "TokenCreated": frontdoor.TokenCreated,

@@ -6,6 +6,7 @@ from typing import Final
 
 __all__ = [
     "APPROVALS_ANSWER",
+    "APPROVALS_BUCKET",
     "APPROVALS_LIST",
     "AUDIT_ALL",
     "AUDIT_STREAM",
@@ -43,6 +44,7 @@ __all__ = [
     "SANDBOX_SKILL_READ",
     "SANDBOX_SKILL_RUN",
     "SANDBOX_SKILL_WRITE",
+    "SESSIONS_BUCKET",
     "SESSION_CALL_ANY",
     "SESSION_CLOSE",
     "SESSION_GET",
@@ -60,6 +62,7 @@ __all__ = [
     "event",
     "hook",
     "mcp_elicit",
+    "mcp_sample",
     "session_call",
 ]
 
@@ -152,6 +155,10 @@ EGRESS_CONNECTIONS_BUCKET: Final = "bastion_egress_connections"
 """The JetStream KV bucket of each grant's connection log (key: grant id)."""
 HOOKS_BUCKET: Final = "bastion_hooks"
 """The JetStream KV bucket where hook services register (key: the hook's name)."""
+SESSIONS_BUCKET: Final = "bastion_sessions"
+"""The JetStream KV bucket of the orchestrator's sessions (key: session id)."""
+APPROVALS_BUCKET: Final = "bastion_approvals"
+"""The JetStream KV bucket of parked calls waiting for a person (key: request id)."""
 
 
 def session_call(session_id: str) -> str:
@@ -162,6 +169,12 @@ def session_call(session_id: str) -> str:
 def mcp_elicit(session_id: str) -> str:
     """Where an upstream server's question during one of the session's calls is relayed."""
     return f"{PREFIX}.mcp.elicit.{session_id}"
+
+
+def mcp_sample(session_id: str) -> str:
+    """Where an upstream server's sampling request during one of the session's calls is
+    relayed (only for a server the operator allowed to sample)."""
+    return f"{PREFIX}.mcp.sample.{session_id}"
 
 
 def event(kind: str, tenant: str) -> str:

@@ -17,7 +17,14 @@ from pathlib import Path
 
 from bastion.shared.errors import Unavailable
 
-__all__ = ["free_port", "nats_server_binary", "port_answers", "running_nats_server", "write_config"]
+__all__ = [
+    "free_port",
+    "nats_server_binary",
+    "port_answers",
+    "running_nats_server",
+    "serving",
+    "write_config",
+]
 
 
 def nats_server_binary() -> str:
@@ -62,8 +69,15 @@ def write_config(directory: Path, port: int) -> Path:
 def running_nats_server(directory: Path, timeout_s: float = 10.0) -> Iterator[str]:
     """A server on a free port storing under `directory`; yields its URL; stopped on exit."""
     port = free_port()
+    with serving(write_config(directory, port), port, timeout_s) as url:
+        yield url
+
+
+@contextmanager
+def serving(config: Path, port: int, timeout_s: float = 10.0) -> Iterator[str]:
+    """A server run with `config`, which listens on loopback `port`; yields its URL."""
     process = subprocess.Popen(
-        [nats_server_binary(), "-c", str(write_config(directory, port))],
+        [nats_server_binary(), "-c", str(config)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

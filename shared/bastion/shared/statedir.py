@@ -2,8 +2,9 @@
 
 The state directory is `--state-dir`, else `BASTION_STATE_DIR`, else
 `$XDG_STATE_HOME/bastion` (`~/.local/state/bastion`). `bastion up` writes `run/up.json`
-there with the NATS URL it serves; other commands read it unless given `--nats URL` /
-`BASTION_NATS_URL`.
+there with the NATS URL it serves, and `nats/operator.env` with the operator's NATS user;
+other commands read them unless given `--nats URL` / `BASTION_NATS_URL` and
+`BASTION_NATS_USER` / `BASTION_NATS_PASSWORD`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,18 @@ from pathlib import Path
 import msgspec
 
 from bastion.shared.errors import Unavailable
+from bastion.shared.natsconfig import read_env_file
+from bastion.shared.settings import BusSettings, load_settings
 
-__all__ = ["RunRecord", "default_state_dir", "find_nats_url", "read_run_record", "run_record_path"]
+__all__ = [
+    "RunRecord",
+    "default_state_dir",
+    "find_bus_settings",
+    "find_nats_url",
+    "nats_dir",
+    "read_run_record",
+    "run_record_path",
+]
 
 
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -33,6 +44,11 @@ def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
         return Path(env["BASTION_STATE_DIR"]).expanduser().resolve()
     base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return (Path(base).expanduser() / "bastion").resolve()
+
+
+def nats_dir(state_dir: Path) -> Path:
+    """Where `bastion up` keeps NATS's config, its users' env files and JetStream's data."""
+    return state_dir / "nats"
 
 
 def run_record_path(state_dir: Path) -> Path:
@@ -74,3 +90,24 @@ def find_nats_url(
             "or give --nats URL (BASTION_NATS_URL)"
         )
     return record.nats_url
+
+
+def find_bus_settings(
+    nats_url: str | None, state_dir: Path, env: Mapping[str, str] | None = None
+) -> BusSettings:
+    """How the operator's commands connect: the URL as `find_nats_url` finds it, as the
+    NATS user of `BASTION_NATS_USER` when set, else of the state dir's `nats/operator.env`
+    (written by `bastion up`), else as nobody in particular (a server without users).
+
+    Raises:
+        Unavailable: no URL is given and no `bastion up` runs on `state_dir`.
+        InvalidInput: a variable or the operator's env file is malformed.
+    """
+    env = os.environ if env is None else env
+    url = find_nats_url(nats_url, state_dir, env)
+    variables = {k: v for k, v in env.items() if k.startswith("BASTION_NATS_")}
+    operator = nats_dir(state_dir) / "operator.env"
+    if "BASTION_NATS_USER" not in variables and operator.exists():
+        variables.update(read_env_file(operator))
+    variables["BASTION_NATS_URL"] = url
+    return load_settings(BusSettings, variables)

@@ -20,6 +20,7 @@ from bastion.mcp.registry import Registry
 from bastion.mcp.rendering import prompts_text, read_text, resources_text, result_text
 from bastion.mcp.signing import SignatureCheck, check_key_pin, key_fingerprint, load_public_key
 from bastion.mcp.upstream import (
+    SampleHandler,
     Upstream,
     UpstreamHandlers,
     grant_for,
@@ -45,6 +46,9 @@ from bastion.proto.mcp import (
     OfferTools,
     RemoveServer,
     ReviewServer,
+    SampleAnswer,
+    SampleQuestion,
+    SamplingAllowance,
     ServerList,
     ServerRemoved,
     ServerSummary,
@@ -52,6 +56,7 @@ from bastion.proto.mcp import (
 )
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, Timeout, Unavailable
+from bastion.shared.redaction import Redactor
 from bastion.shared.service import RequestContext
 
 __all__ = ["Gateway", "ToolChanged", "runs_sentence"]
@@ -119,17 +124,68 @@ class Gateway:
         self._elicit_timeout_s = elicit_timeout_s
         self._grant_ttl_s = grant_ttl_s
         self._can_ask: dict[str, bool] = {}
+        self._samples: dict[str, int] = {}
+        self._redactors: dict[tuple[str, str, str], Redactor] = {}
+        """The values each connection was given: cut out of what its server answers."""
 
-    def _handlers(self, session_id: str) -> UpstreamHandlers:
+    def _sampler(
+        self, server: str, allowance: SamplingAllowance | None, session_id: str
+    ) -> SampleHandler | None:
+        """Sampling for a server the operator allowed it, within the allowance: relayed to
+        whoever answers for the session, `max_tokens` capped, none of its context given."""
+        if allowance is None or not session_id:
+            return None
+
+        async def sample(
+            params: mt.CreateMessageRequestParams,
+        ) -> mt.CreateMessageResult | mt.ErrorData:
+            used = self._samples.get(session_id, 0)
+            if used >= allowance.per_session:
+                return mt.ErrorData(
+                    code=mt.INVALID_REQUEST,
+                    message=f"MCP server {server} has had its {allowance.per_session} "
+                    "completions for this session",
+                )
+            self._samples[session_id] = used + 1
+            bounded = params.model_copy(
+                update={
+                    "max_tokens": min(params.max_tokens, allowance.max_tokens),
+                    "include_context": None,
+                }
+            )
+            question = SampleQuestion(
+                session_id=session_id,
+                server=server,
+                request_json=bounded.model_dump_json(by_alias=True, exclude_none=True),
+            )
+            try:
+                answer: SampleAnswer = await request(
+                    self._client,
+                    subjects.mcp_sample(session_id),
+                    question,
+                    SampleAnswer,
+                    timeout_s=self._elicit_timeout_s,
+                )
+            except Unavailable:
+                return mt.ErrorData(
+                    code=mt.INVALID_REQUEST,
+                    message="no one can complete a message for this session now",
+                )
+            if answer.refused or not answer.result_json:
+                return mt.ErrorData(code=mt.INVALID_REQUEST, message=answer.refused[:300])
+            return mt.CreateMessageResult.model_validate_json(answer.result_json)
+
+        return sample
+
+    def _handlers(self, server: str, spec: McpServerSpec, session_id: str) -> UpstreamHandlers:
         async def elicit(question: ElicitQuestion) -> ElicitAnswer:
             if not self._can_ask.get(session_id, False):
                 return ElicitAnswer(action="decline")
-            asked = msgspec.structs.replace(question, session_id=session_id)
             try:
                 answer: ElicitAnswer = await request(
                     self._client,
                     subjects.mcp_elicit(session_id),
-                    asked,
+                    question,
                     ElicitAnswer,
                     timeout_s=self._elicit_timeout_s,
                 )
@@ -139,13 +195,18 @@ class Gateway:
                 return ElicitAnswer(action="decline")  # nobody answers for the session now
             return answer
 
-        return UpstreamHandlers(elicit=elicit if session_id else None, session_id=session_id)
+        return UpstreamHandlers(
+            elicit=elicit if session_id else None,
+            sample=self._sampler(server, spec.sampling, session_id),
+            session_id=session_id,
+        )
 
     @asynccontextmanager
     async def _connect(
         self, tenant: str, name: str, spec: McpServerSpec, protocol: str = "", session_id: str = ""
     ) -> AsyncIterator[Upstream]:
         values = await self._values.values(tenant, name, spec, session_id)
+        self._redactors[(tenant, name, session_id)] = Redactor(sorted(values.items()))
         route = None
         if spec.url is not None and not is_loopback_url(spec.url):
             route = await grant_for(
@@ -159,7 +220,7 @@ class Gateway:
             spec,
             server=name,
             values=values,
-            handlers=self._handlers(session_id),
+            handlers=self._handlers(name, spec, session_id),
             prefer_protocol=protocol,
             egress=route,
         ) as upstream:
@@ -270,12 +331,20 @@ class Gateway:
         return ToolOffer(tools=tuple(tools), notices=tuple(notices))
 
     async def call(self, ask: McpCall, _context: RequestContext) -> McpCallResult:
+        try:
+            return await self._call(ask)
+        except BastionError as error:
+            error.message = self._redacted(ask, error.message)  # a server's error quoted
+            raise
+
+    async def _call(self, ask: McpCall) -> McpCallResult:
         record, _ = await self._registry.get(ask.tenant, ask.server)
         self._can_ask[ask.session_id] = ask.can_ask
         upstream = await self._session_upstream(record, ask.session_id)
         if ask.upstream_kind == "resources":
             resources, templates = await upstream.list_resources()
-            return McpCallResult(text=resources_text(resources, templates, ask.server))
+            listed = resources_text(resources, templates, ask.server)
+            return McpCallResult(text=self._redacted(ask, listed))
         if ask.upstream_kind == "read_resource":
             uri = ask.arguments.get("uri")
             if not isinstance(uri, str) or not uri or len(uri) > 8192:
@@ -283,10 +352,13 @@ class Gateway:
                     f'{ask.server}_read_resource takes {{"uri": "..."}}: one of those '
                     f"{ask.server}_resources lists"
                 )
-            return McpCallResult(text=read_text(await upstream.read_resource(uri)))
+            read = read_text(await upstream.read_resource(uri))
+            return McpCallResult(text=self._redacted(ask, read))
         await self._check_pin(record, upstream, ask)
         result = await upstream.call_tool(ask.tool, ask.arguments, record.spec.timeout_s)
-        return McpCallResult(text=result_text(result), is_error=bool(result.is_error))
+        return McpCallResult(
+            text=self._redacted(ask, result_text(result)), is_error=bool(result.is_error)
+        )
 
     async def _check_pin(self, record: McpServerRecord, upstream: Upstream, ask: McpCall) -> None:
         """The tool as the server lists it now must be the one the session was offered."""
@@ -324,6 +396,15 @@ class Gateway:
             resources, templates = await upstream.list_resources()
             return BrowseText(text=resources_text(resources, templates, ask.name))
 
+    def _redacted(self, ask: McpCall, text: str) -> str:
+        """`text` with the values the server was given cut out: a server that echoes its
+        token (an error page quoting a header) never shows it to the model."""
+        redactor = self._redactors.get((ask.tenant, ask.server, ask.session_id))
+        return redactor.redact(text) if redactor else text
+
     def session_closed(self, session_id: str) -> None:
         self._can_ask.pop(session_id, None)
+        self._samples.pop(session_id, None)
+        for key in [k for k in self._redactors if k[2] == session_id]:
+            del self._redactors[key]
         self._pool.close_session(session_id)

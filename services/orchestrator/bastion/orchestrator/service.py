@@ -34,12 +34,12 @@ class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     """Where sessions and parked calls are kept, and how long a result from outside taints
     a session (`BASTION_TAINT_S`; 0 turns taint off)."""
 
-    sessions_bucket: str = "bastion_sessions"
+    sessions_bucket: str = subjects.SESSIONS_BUCKET
     journal_bucket: str = subjects.JOURNAL_BUCKET
     journal_ttl_s: float = 7 * 24 * 3600.0
     """How long a journal entry is kept: an identical call after that runs again."""
     hooks_bucket: str = subjects.HOOKS_BUCKET
-    approvals_bucket: str = "bastion_approvals"
+    approvals_bucket: str = subjects.APPROVALS_BUCKET
     taint_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
     search: str = ""
     """`BASTION_SEARCH`, the egress service's variable too: set, `web` sessions get

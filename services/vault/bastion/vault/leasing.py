@@ -1,8 +1,9 @@
 """Leases: one call's secrets, sealed to the sandbox service, every read in the audit log.
 
 A lease is refused whole if any name is not the tenant's, if the recipient key is not one
-the operator allowed (`BASTION_VAULT_LEASE_KEYS`, when set), or if its audit records
-cannot be stored: a read nobody can account for does not happen.
+the operator allowed (`BASTION_VAULT_LEASE_KEYS`, when set), if the NATS server stamped the
+request as coming from a caller that may not lease (`BASTION_VAULT_LEASE_CALLERS`), or
+if its audit records cannot be stored: a read nobody can account for does not happen.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 
 from nats.js.client import JetStreamContext
 
+from bastion.proto import errors as codes
 from bastion.proto.audit import AuditRecord
 from bastion.proto.vault import MAX_LEASE_NAMES, Lease, LeasedValues, LeaseRequest
 from bastion.shared.audit import store_record
@@ -22,7 +24,13 @@ from bastion.shared.errors import BastionError, InvalidInput
 from bastion.shared.sealing import seal
 from bastion.vault.keeper import Keeper
 
-__all__ = ["Leases", "lease_context", "requester"]
+__all__ = ["CallerRefused", "Leases", "lease_context", "requester", "stamped_caller"]
+
+
+class CallerRefused(BastionError):
+    """The server says the request came from an account or user that may not lease."""
+
+    code = codes.DENIED
 
 
 def lease_context(tenant: str, session_id: str, call_id: str) -> bytes:
@@ -30,19 +38,34 @@ def lease_context(tenant: str, session_id: str, call_id: str) -> bytes:
     return f"lease {tenant} {session_id} {call_id}".encode()
 
 
+def _request_info(headers: Mapping[str, str]) -> dict[str, object]:
+    info = headers.get("Nats-Request-Info")
+    if not info:
+        return {}
+    try:
+        stamped = json.loads(info)
+    except ValueError:
+        return {"acc": "?"}  # a header that is there but unreadable names no allowed account
+    return stamped if isinstance(stamped, dict) else {"acc": "?"}
+
+
+def stamped_caller(headers: Mapping[str, str]) -> tuple[str, str] | None:
+    """The account and user (`""` unless the import shares it) the server stamped on a
+    request that crossed accounts, else None."""
+    info = _request_info(headers)
+    if not info:
+        return None
+    return str(info.get("acc") or "?"), str(info.get("user") or "")
+
+
 def requester(headers: Mapping[str, str], public_key: bytes) -> str:
     """Who asked, as far as the bus says: the NATS account and user when the server stamps
     them (across accounts), and always the recipient key's fingerprint."""
     fingerprint = hashlib.sha256(public_key).hexdigest()[:16]
     who = f"key {fingerprint}"
-    info = headers.get("Nats-Request-Info")
-    if info:
-        try:
-            stamped = json.loads(info)
-        except ValueError:
-            stamped = {}
-        if isinstance(stamped, dict) and stamped.get("acc"):
-            who = f"{stamped['acc']}/{stamped.get('user', '?')} {who}"
+    info = _request_info(headers)
+    if info.get("acc"):
+        who = f"{info['acc']}/{info.get('user', '?')} {who}"
     return who
 
 
@@ -50,11 +73,16 @@ class Leases:
     """Answers `vault.lease`."""
 
     def __init__(
-        self, keeper: Keeper, js: JetStreamContext, allowed: frozenset[bytes] = frozenset()
+        self,
+        keeper: Keeper,
+        js: JetStreamContext,
+        allowed: frozenset[bytes] = frozenset(),
+        callers: frozenset[str] = frozenset(),
     ) -> None:
         self._keeper = keeper
         self._js = js
         self._allowed = allowed
+        self._callers = callers
 
     async def lease(self, request: LeaseRequest, headers: Mapping[str, str]) -> Lease:
         if len(request.public_key) != 32:
@@ -67,7 +95,17 @@ class Leases:
                 f"{len(request.names)}"
             )
         who = requester(headers, request.public_key)
+        caller = stamped_caller(headers)
         try:
+            # The server stamps (replacing a client's) only requests that cross accounts,
+            # as every lease does when the vault has an account of its own; within one
+            # account the header is whatever the client sent, and what keeps others off
+            # `vault.lease` is their subject permissions.
+            if caller is not None and not self._callers & {caller[0], "/".join(caller)}:
+                raise CallerRefused(
+                    f"{'/'.join(caller)[:80]!r} may not lease secrets: only the callers in "
+                    "BASTION_VAULT_LEASE_CALLERS (the sandbox and mcp services) may"
+                )
             if self._allowed and request.public_key not in self._allowed:
                 raise InvalidInput(
                     "this key may not receive leases: the vault seals only to the keys in "

@@ -96,7 +96,10 @@ async def vault_service(client: Client, settings: VaultSettings) -> AsyncIterato
     tenants = await keeper.check_keys()
     logger.info("vault keys open", extra={"key_id": current.key_id, "tenants": tenants})
     leases = Leases(
-        keeper, await open_audit_stream(client), parse_public_keys(settings.vault_lease_keys)
+        keeper,
+        await open_audit_stream(client),
+        parse_public_keys(settings.vault_lease_keys),
+        frozenset(filter(None, (c.strip() for c in settings.vault_lease_callers.split(",")))),
     )
     vault = Vault(keeper, leases, settings)
     service = Service("vault", VERSION, "Secrets encrypted at rest, leased to the sandbox only.")

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import msgspec
 
+from bastion.proto import subjects
 from bastion.shared.errors import InvalidInput
+from bastion.shared.natsperms import callers
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
 from bastion.vault.masterkey import MasterKey, check_env_key, read_key_file
@@ -36,6 +38,9 @@ class VaultSettings(BusSettings, frozen=True, kw_only=True):
     vault_master_key_file: str = ""
     vault_other_master_key_file: str = ""
     vault_lease_keys: str = ""
+    vault_lease_callers: str = ",".join(callers(subjects.VAULT_LEASE))
+    """Who may lease, as the server stamps it on a request from another account
+    (`Nats-Request-Info`): `ACCOUNT/user` or a whole `ACCOUNT`, comma separated."""
 
 
 def key_file(settings: VaultSettings) -> Path:

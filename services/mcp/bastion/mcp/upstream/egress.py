@@ -8,6 +8,9 @@ plain http one an absolute-form request). The proxy resolves the host itself and
 private and loopback addresses unless the operator allows a range
 (`BASTION_EGRESS_ALLOW_RANGES`, e.g. `127.0.0.0/8` for a server on this machine).
 
+The proxy may listen on `host:port` or on a Unix socket (`unix:/path`, as under `bastion
+up`): then every connection the client opens goes to that socket, whatever host it names.
+
 Without a route (`egress=None`) only a loopback URL is reached, directly: a server on the
 gateway's own machine, as in development and tests.
 """
@@ -15,10 +18,12 @@ gateway's own machine, as in development and tests.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
+import httpcore2
 import httpx2
 
 from bastion.mcp.upstream.errors import UpstreamUnreachable
@@ -41,22 +46,55 @@ class EgressRoute:
 
     @classmethod
     def from_grant(cls, grant: EgressGrant) -> EgressRoute:
-        """The route an `EgressGrant` reply describes.
-
-        Raises:
-            UpstreamUnreachable: the proxy listens on a Unix socket, which this HTTP
-                client does not use yet (run the egress proxy on `host:port`).
-        """
-        if grant.proxy.startswith("unix:"):
-            raise UpstreamUnreachable(
-                "the egress proxy listens on a Unix socket, which the mcp service cannot send "
-                "HTTP through yet: set BASTION_EGRESS_LISTEN to a host:port"
-            )
+        """The route an `EgressGrant` reply describes."""
         return cls(proxy=grant.proxy, grant_id=grant.grant_id, secret=grant.secret)
 
-    def proxy_for_httpx(self) -> httpx2.Proxy:
-        """The proxy as the HTTP client takes it, credentials kept out of its URL."""
-        return httpx2.Proxy(f"http://{self.proxy}", auth=(self.grant_id, self.secret))
+    def transport(self, limits: httpx2.Limits) -> httpx2.AsyncHTTPTransport:
+        """An HTTP transport sending every request through the proxy, with the grant's
+        credentials (kept out of any URL)."""
+        if not self.proxy.startswith("unix:"):
+            proxy = httpx2.Proxy(f"http://{self.proxy}", auth=(self.grant_id, self.secret))
+            return httpx2.AsyncHTTPTransport(trust_env=False, proxy=proxy, limits=limits)
+        transport = httpx2.AsyncHTTPTransport(trust_env=False, limits=limits)
+        # httpx2 proxies over TCP only: the same proxy connection pool, given a network
+        # backend that dials the socket, takes the transport's own pool's place.
+        transport._pool = httpcore2.AsyncHTTPProxy(
+            proxy_url=httpcore2.URL(scheme=b"http", host=b"egress", port=80, target=b"/"),
+            proxy_auth=(self.grant_id.encode(), self.secret.encode()),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            network_backend=_SocketBackend(self.proxy.removeprefix("unix:")),
+        )
+        return transport
+
+
+class _SocketBackend(httpcore2.AsyncNetworkBackend):
+    """Every connection to the Unix socket of the egress proxy, whatever host is named."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._inner = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore2's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        return await self._inner.connect_unix_socket(self._path, timeout, socket_options)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore2's interface)
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        return await self._inner.connect_unix_socket(self._path, timeout, socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
 
 
 def host_and_port(url: str) -> tuple[str, int]:

@@ -23,7 +23,10 @@ __all__ = ["Asking", "ElicitHandler", "SampleHandler", "UpstreamHandlers"]
 logger = logging.getLogger(__name__)
 
 ElicitHandler = Callable[[ElicitQuestion], Awaitable[ElicitAnswer]]
-SampleHandler = Callable[[types.CreateMessageRequestParams], Awaitable[types.CreateMessageResult]]
+SampleHandler = Callable[
+    [types.CreateMessageRequestParams], Awaitable[types.CreateMessageResult | types.ErrorData]
+]
+"""Completes a server's sampling request, or says why not (an `ErrorData` the server gets)."""
 
 _DECLINE = types.ElicitResult(action="decline")
 

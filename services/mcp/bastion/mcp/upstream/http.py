@@ -77,12 +77,13 @@ def _http_client(
     timeout: httpx2.Timeout | None,
     auth: httpx2.Auth | None = None,
 ) -> httpx2.AsyncClient:
-    inner = httpx2.AsyncHTTPTransport(
-        trust_env=False,
-        proxy=egress.proxy_for_httpx() if egress is not None else None,
-        # Through the proxy, a plain request's connection is carried byte for byte after
-        # its first request: one request per connection keeps every request checked.
-        limits=httpx2.Limits(max_keepalive_connections=0 if egress is not None else 20),
+    # Through the proxy, a plain request's connection is carried byte for byte after its
+    # first request: one request per connection keeps every request checked.
+    pooled = httpx2.Limits(max_keepalive_connections=0 if egress is not None else 20)
+    inner = (
+        egress.transport(pooled)
+        if egress is not None
+        else httpx2.AsyncHTTPTransport(trust_env=False, limits=pooled)
     )
     return httpx2.AsyncClient(
         headers=headers,

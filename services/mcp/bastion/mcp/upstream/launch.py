@@ -6,12 +6,17 @@ uid 10001, the system read-only, its directory at /workspace (an empty temporary
 has none), `read_only_dirs` shown read-only at their own paths, no network unless
 `sandbox_network` is `host`, a cgroup of its own where the service may make one, and
 `prlimit` bounds. The variables the spec names reach it through bwrap's `--args` pipe,
-never on a command line. A `docker:` sandbox is not built yet.
+never on a command line. `docker:<image>@sha256:…` runs it with `docker run -i` in a
+container of that image (never pulled): its directory at /workspace, run as the
+directory's owner (never root), a read-only root, no capabilities, no new privileges,
+memory and process limits, the network `none` unless an operator's network is named; the
+container is removed when the connection ends.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -25,9 +30,10 @@ import anyio
 from bastion.mcp.upstream.errors import UpstreamUnreachable
 from bastion.proto.mcp import McpServerSpec
 from bastion.proto.sandbox import Limits
-from bastion.shared.errors import NotImplementedYet
+from bastion.shared.errors import InvalidInput, NotImplementedYet
 from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, secret_args
 from bastion.shared.sandboxing.cgroup import CommandCgroup, find_cgroup_root
+from bastion.shared.sandboxing.docker_target import DockerTarget, parse_docker_backend
 from bastion.shared.sandboxing.etc import generated_etc
 from bastion.shared.sandboxing.spec import Network, SandboxSpec
 
@@ -179,13 +185,97 @@ async def _sandboxed(spec: McpServerSpec, values: Mapping[str, str]) -> AsyncIte
                     await cgroup.aclose()
 
 
+DOCKER_MEMORY: Final = "512m"
+DOCKER_PIDS: Final = "256"
+
+
+async def _image_id(docker: str, target: DockerTarget) -> str:
+    """The local image's ID: the pinned reference is never pulled."""
+    for reference in (target.reference, target.digest):
+        found = await anyio.run_process(
+            [docker, "image", "inspect", "--format", "{{.Id}}", reference],
+            check=False,
+            env=dict(_LAUNCHER_ENV) | _docker_env(),
+        )
+        if found.returncode == 0:
+            return found.stdout.decode().strip()
+    raise UpstreamUnreachable(
+        f"the Docker image {target.reference} is not on this machine, and Bastion never "
+        "pulls one: load or build it here first"
+    )
+
+
+def _docker_env() -> dict[str, str]:
+    """What the docker command needs of the service's environment to find its engine."""
+    return {k: os.environ[k] for k in ("DOCKER_HOST", "DOCKER_CONFIG", "HOME") if k in os.environ}
+
+
+def _container_user(directory: Path | None) -> str:
+    if directory is None:
+        return "65534:65534"
+    info = directory.stat()
+    if info.st_uid == 0:
+        raise UpstreamUnreachable(
+            f"the MCP server's directory {directory} belongs to root, and a Docker sandbox "
+            "runs the server as its directory's owner, never as root: chown it to an "
+            "unprivileged user"
+        )
+    return f"{info.st_uid}:{info.st_gid}"
+
+
+@asynccontextmanager
+async def _in_docker(spec: McpServerSpec, values: Mapping[str, str]) -> AsyncIterator[Launch]:
+    docker = shutil.which("docker")
+    if docker is None:
+        raise UpstreamUnreachable(
+            "the MCP server is to run in a Docker sandbox, but the docker command is not "
+            "installed here: install it (docker.io), or run the server in bwrap"
+        )
+    try:
+        target = parse_docker_backend(spec.sandbox, spec.sandbox_network)
+    except InvalidInput as refused:
+        raise UpstreamUnreachable(refused.message) from None
+    directory = _directory(spec)
+    image = await _image_id(docker, target)
+    name = f"bastion-mcp-{secrets.token_hex(6)}"
+    argv = [
+        docker, "run", "--interactive", "--rm", "--pull", "never", "--name", name,
+        "--label", "io.bastion.mcp=server", "--network", target.network, "--read-only",
+        "--tmpfs", "/tmp:rw,nosuid,nodev,size=64m", "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges", "--user", _container_user(directory),
+        "--memory", DOCKER_MEMORY, "--pids-limit", DOCKER_PIDS, "--workdir", "/workspace",
+    ]  # fmt: skip
+    if directory is not None:
+        argv += ["--mount", f"type=bind,src={directory},dst=/workspace"]
+    else:
+        argv += ["--tmpfs", "/workspace:rw,nosuid,nodev,size=64m,mode=1777"]
+    for path in _read_only(spec):
+        argv += ["--mount", f"type=bind,src={path},dst={path},readonly"]
+    variables = server_environment(spec, values)
+    for variable in variables:
+        argv += ["--env", variable]  # the value from the docker command's environment
+    argv += [image, *spec.command]
+    try:
+        yield Launch(argv, dict(_LAUNCHER_ENV) | _docker_env() | variables, None)
+    finally:
+        with anyio.CancelScope(shield=True):
+            # `--rm` removes it once it stops; a server that ignores its closed input
+            # does not stop, so the container is removed whatever it does.
+            await anyio.run_process(
+                [docker, "rm", "--force", name],
+                check=False,
+                env=dict(_LAUNCHER_ENV) | _docker_env(),
+            )
+
+
 @asynccontextmanager
 async def launching(spec: McpServerSpec, values: Mapping[str, str]) -> AsyncIterator[Launch]:
     """How to start the server `spec` describes; what it needed is cleaned up on exit.
 
     Raises:
-        UpstreamUnreachable: its directory is missing, or bubblewrap is not installed.
-        NotImplementedYet: a `docker:` sandbox, or a network other than none or host.
+        UpstreamUnreachable: its directory is missing, bubblewrap or docker is not
+            installed, or its Docker image is not here.
+        NotImplementedYet: a bwrap network other than none or host.
     """
     if not spec.command:
         raise UpstreamUnreachable(
@@ -197,6 +287,5 @@ async def launching(spec: McpServerSpec, values: Mapping[str, str]) -> AsyncIter
         async with _sandboxed(spec, values) as launch:
             yield launch
     else:
-        raise NotImplementedYet(
-            "running an MCP server in a Docker sandbox is not built yet: use --sandbox bwrap"
-        )
+        async with _in_docker(spec, values) as launch:
+            yield launch

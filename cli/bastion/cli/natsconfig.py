@@ -1,0 +1,57 @@
+"""`bastion nats-config --out DIR`: a NATS server config and one set of credentials per service.
+
+It writes `DIR/nats-server.conf` (includes `DIR/auth.conf`, the users and their
+permissions) and `DIR/<user>.env` for each of the six services, the hook runner
+(`hooks`) and the operator's CLI (`operator`). See docs/nats-permissions.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bastion.shared.natsconfig import AUTH_FILE, SERVER_FILE, write_nats_config
+
+__all__ = ["add_parser"]
+
+
+def run(args: argparse.Namespace) -> int:
+    out: Path = args.out.expanduser()
+    url = args.url or f"nats://nats:{args.port}"
+    users = write_nats_config(
+        out, listen=f"{args.host}:{args.port}", store_dir=args.store_dir, url=url, name=args.name
+    )
+    sys.stdout.write(f"wrote {out / SERVER_FILE} and {out / AUTH_FILE} (0600)\n")
+    for user in users:
+        sys.stdout.write(f"wrote {out / f'{user}.env'} (0600)\n")
+    sys.stdout.write(
+        "each run makes new passwords: restart NATS and every service with the new files\n"
+    )
+    return 0
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    command = commands.add_parser(
+        "nats-config",
+        help="write a NATS server config with one user per service, and their credentials",
+    )
+    command.add_argument(
+        "--out", type=Path, required=True, help="the directory to write to (made 0700)"
+    )
+    command.add_argument("--port", type=int, default=4222, help="the client port (default 4222)")
+    command.add_argument(
+        "--host", default="0.0.0.0", help="the address NATS listens on (default 0.0.0.0)"
+    )
+    command.add_argument(
+        "--store-dir",
+        default="/data/jetstream",
+        help="JetStream's store directory (default /data/jetstream)",
+    )
+    command.add_argument(
+        "--url",
+        default="",
+        help="the URL services connect to, written into each .env (default nats://nats:PORT)",
+    )
+    command.add_argument("--name", default="bastion", help="the server's name (default bastion)")
+    command.set_defaults(handler=run)
