@@ -16,12 +16,6 @@ OUT=${BASTION_GENERATED:-deploy/generated}
 UID_IN_IMAGES=10000
 mkdir -p "$OUT" && chmod 0700 "$OUT"
 
-if [[ ! -d $OUT/nats ]] && ! bastion nats-config --help >/dev/null 2>&1; then
-    echo "bastion nats-config is not in this checkout: it writes the per-service NATS" \
-        "credentials compose needs (issue 7); update Bastion and run again" >&2
-    exit 1
-fi
-
 in_out_as_root() {
     # Files owned by the images' uid can only be replaced or handed over as root: directly
     # when we are root, else through the engine (whoever may run containers may do this).

@@ -7,13 +7,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
-from tests.deploy.handmade import nats_config_by_hand
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault")
@@ -76,7 +75,10 @@ def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
     ):
         pytest.skip("no `docker compose` here: the checks above read the file as YAML")
     generated = tmp_path / "generated"
-    nats_config_by_hand(generated / "nats", "nats://nats:4222")
+    subprocess.run(
+        [sys.executable, "-m", "bastion.cli", "nats-config", "--out", str(generated / "nats")],
+        capture_output=True, check=True,
+    )  # fmt: skip
     (generated / "vault.env").write_text("BASTION_VAULT_MASTER_KEY=x\n")
     env = dict(
         os.environ, BASTION_GENERATED=str(generated), BASTION_WORKSPACES=str(tmp_path / "ws")

@@ -15,8 +15,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.handmade import has_nats_config, nats_config_by_hand
-
 REPO = Path(__file__).resolve().parents[2]
 OVERLAYS = ("dev", "prod")
 KUBERNETES = "1.33.0"  # the first release with user namespaces in pods (hostUsers) on by default
@@ -63,9 +61,6 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Doc]]:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     docs = {}
     for overlay in OVERLAYS:
-        if not has_nats_config():
-            generated = copy / "overlays" / overlay / "generated" / "nats"
-            nats_config_by_hand(generated, "nats://nats.bastion.svc:4222")
         subprocess.run([str(copy / "config.sh"), overlay], env=env, check=True, capture_output=True)
         docs[overlay] = _render(copy / "overlays" / overlay)
     return docs

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from bastion.shared.natsserver import free_port
-from tests.deploy.handmade import has_nats_config, nats_config_by_hand
 
 # The first run builds the images (a few minutes on two cores); later runs find them by tag.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -88,8 +87,6 @@ def compose(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose]:
     base = _run(str(REPO / "deploy" / "images" / "build_base.sh")).split()[-1]
     _run(sys.executable, str(REPO / "deploy" / "images" / "build.py"), "--base", base)
     generated = tmp_path_factory.mktemp("compose") / "generated"
-    if not has_nats_config():
-        nats_config_by_hand(generated / "nats", "nats://nats:4222")
     env = dict(
         os.environ,
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
