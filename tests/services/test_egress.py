@@ -6,12 +6,20 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from bastion.egress.service import egress_service
+from bastion.egress.settings import EgressSettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
+from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from tests.attacks.egress_helpers import ask_proxy, basic, web_server
-from tests.attacks.test_egress_ssrf import Egress, egress_loopback_allowed  # noqa: F401
+from tests.attacks.test_egress_ssrf import (
+    RESOLVER,
+    Egress,
+    egress_loopback_allowed,  # noqa: F401
+)
+from tests.conftest import ServiceRunner
 
 
 async def test_a_tunnel_to_a_declared_host_reaches_it_and_is_recorded(
@@ -103,3 +111,14 @@ async def test_fetch_url_refuses_what_is_not_text_with_a_sentence(
             await egress_loopback_allowed.fetch(f"http://public.test:{server.port}/binary")
     assert refused.value.code == "invalid_input"
     assert "is image/png, not text" in refused.value.message
+
+
+async def test_a_grant_names_the_advertised_proxy_address_when_one_is_set(
+    client: Client, run_service: ServiceRunner, nats_url: str
+) -> None:
+    settings = EgressSettings(
+        nats_url=nats_url, egress_listen="127.0.0.1:0", egress_advertise="egress:3128"
+    )
+    async with run_service(egress_service(RESOLVER), settings):
+        grant = await Egress(client, []).grant("example.com:443")
+    assert grant.proxy == "egress:3128"

@@ -18,6 +18,7 @@ import anyio
 from bastion.shared.bus import Client, connect
 from bastion.shared.errors import BastionError
 from bastion.shared.logs import configure_logging
+from bastion.shared.probe import heartbeat
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.shared.telemetry import configure_tracing
@@ -35,7 +36,10 @@ async def serve(name: str, settings: S, setup: Setup[S]) -> None:
     """Connect, build the service with `setup`, serve until SIGTERM or SIGINT, then drain."""
     async with connect(settings, f"bastion-{name}") as client, setup(client, settings) as service:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with service.running(client, settings.drain_timeout_s):
+            async with (
+                service.running(client, settings.drain_timeout_s),
+                heartbeat(settings.probe_file, client),
+            ):
                 logger.info(
                     "service ready",
                     extra={"instance": service.instance_id, "version": service.version},

@@ -32,6 +32,8 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
     nats_inbox_prefix: str = "_INBOX"
     request_timeout_s: float = 10.0
     drain_timeout_s: float = 30.0
+    probe_file: str = ""
+    """Touched while the service serves, for container probes (`bastion.shared.probe`)."""
 
 
 def load_settings(settings_type: type[S], env: Mapping[str, str] | None = None) -> S:

@@ -120,7 +120,7 @@ def egress_service(
                 )
 
         async with proxy.serving(settings.egress_listen) as address:
-            grants.proxy = address
+            grants.proxy = settings.egress_advertise or address
             service = Service(
                 "egress",
                 VERSION,

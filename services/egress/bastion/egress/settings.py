@@ -12,6 +12,10 @@ class EgressSettings(BusSettings, frozen=True, kw_only=True):
 
     egress_listen: str = "127.0.0.1:0"
     """`host:port` (port 0 picks a free one)."""
+    egress_advertise: str = ""
+    """The `host:port` grants name as the proxy, when others reach it by another address than
+    the one it listens on (a container listening on 0.0.0.0:3128 behind the name `egress`);
+    empty: the address it listens on."""
     egress_allow_ranges: str = ""
     """Operator ranges reached despite the deny list, comma-separated CIDR (`10.8.0.0/16`)."""
     egress_upstream: str = ""
