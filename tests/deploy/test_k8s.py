@@ -103,6 +103,25 @@ def test_prod_runs_nats_as_a_three_node_jetstream_cluster_and_dev_as_one(
     assert "--cluster_name=bastion" not in dev["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
+def test_prod_keeps_every_bucket_and_stream_on_each_of_its_three_nodes(
+    rendered: dict[str, list[Doc]],
+) -> None:
+    def copies(docs: list[Doc]) -> set[str]:
+        return {
+            d["data"]["BASTION_KV_REPLICAS"]
+            for d in docs
+            if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "bastion-store"
+        }
+
+    assert copies(rendered["prod"]) == {"3"}
+    assert copies(rendered["dev"]) == {"1"}
+    for name, workload in _workloads(rendered["prod"]).items():
+        if name == "nats":
+            continue
+        sources = workload["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+        assert {"configMapRef": {"name": "bastion-store"}} in sources, name
+
+
 def _security(workload: Doc) -> tuple[Doc, list[Doc]]:
     pod = workload["spec"]["template"]["spec"]
     return pod, [*pod.get("initContainers", []), *pod["containers"]]

@@ -23,6 +23,7 @@ from bastion.proto.audit import AuditRecord
 from bastion.shared.bus import Client
 from bastion.shared.codec import encode
 from bastion.shared.errors import Unavailable
+from bastion.shared.kv import replicas
 
 __all__ = ["PUBLISH_TIMEOUT_S", "open_audit_stream", "publish_audit", "store_record"]
 
@@ -46,6 +47,7 @@ async def open_audit_stream(client: Client) -> JetStreamContext:
                     storage=StorageType.FILE,
                     deny_delete=True,
                     deny_purge=True,
+                    num_replicas=replicas(),
                 )
             )
     return js

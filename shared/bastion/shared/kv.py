@@ -8,19 +8,40 @@ from nats.js.kv import KeyValue
 
 from bastion.shared.bus import Client
 
-__all__ = ["bucket_keys", "open_bucket"]
+__all__ = ["bucket_keys", "open_bucket", "replicas", "use_replicas"]
+
+_replicas = 1
+
+
+def use_replicas(count: int) -> None:
+    """How many copies JetStream keeps of every bucket and stream this process creates
+    (`BASTION_KV_REPLICAS`; 3 on a three-node cluster). Set once, when the process starts;
+    an existing bucket keeps its own."""
+    global _replicas  # noqa: PLW0603 (one process-wide setting, read from its settings once)
+    _replicas = count
+
+
+def replicas() -> int:
+    """The copies a bucket or stream created now is kept in."""
+    return _replicas
 
 
 async def open_bucket(client: Client, bucket: str, *, ttl_s: float | None = None) -> KeyValue:
     """The KV bucket `bucket`, created if missing: file storage (it survives a restart of
     NATS), one revision per key (compare-and-set needs no more), entries kept `ttl_s` when
-    given. An existing bucket is taken as it is."""
+    given, `replicas()` copies. An existing bucket is taken as it is."""
     js = client.jetstream()
     try:
         return await js.key_value(bucket)
     except nats.js.errors.BucketNotFoundError:
         return await js.create_key_value(
-            KeyValueConfig(bucket=bucket, history=1, storage=StorageType.FILE, ttl=ttl_s)
+            KeyValueConfig(
+                bucket=bucket,
+                history=1,
+                storage=StorageType.FILE,
+                ttl=ttl_s,
+                replicas=_replicas,
+            )
         )
 
 

@@ -17,6 +17,7 @@ import anyio
 
 from bastion.shared.bus import Client, connect
 from bastion.shared.errors import BastionError
+from bastion.shared.kv import use_replicas
 from bastion.shared.logs import configure_logging
 from bastion.shared.probe import heartbeat
 from bastion.shared.service import Service
@@ -60,6 +61,7 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> None:
     except BastionError as error:
         sys.stderr.write(f"bastion-{name}: {error.message}\n")
         raise SystemExit(2) from None
+    use_replicas(settings.kv_replicas)
     provider = configure_tracing(name)
     try:
         anyio.run(serve, name, settings, setup)

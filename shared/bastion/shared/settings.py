@@ -34,6 +34,8 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
     drain_timeout_s: float = 30.0
     probe_file: str = ""
     """Touched while the service serves, for container probes (`bastion.shared.probe`)."""
+    kv_replicas: int = 1
+    """Copies of each KV bucket and stream the service creates: 3 on a three-node cluster."""
 
 
 def load_settings(settings_type: type[S], env: Mapping[str, str] | None = None) -> S:
