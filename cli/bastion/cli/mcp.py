@@ -122,7 +122,7 @@ def review_lines(review: McpReview, *, after_add: bool) -> list[str]:
         status = "" if after_add else f" [{tool.status}]"
         lines.append(f"{tool.name} ({effect}): {tool.description}{status}")
         lines.extend(f"  ! {flag}" for flag in tool.flags)
-    lines.append(f"It runs as {review.runs}.")
+    lines.append(f"Runs: {review.runs}.")
     if after_add:
         lines.append(f"Give it to a session with --mcp {review.server}.")
     elif review.pinned:

@@ -76,7 +76,7 @@ def runs_sentence(spec: McpServerSpec) -> str:
         return f"{spec.url} over HTTP, through the egress service"
     command = shlex.join(spec.command)
     if spec.sandbox == "none":
-        return f"{command}, unsandboxed (the operator's choice): it runs as the mcp service"
+        return f"{command}, unsandboxed, as the mcp service's own user (the operator's choice)"
     network = "no network" if spec.sandbox_network == "none" else f"network {spec.sandbox_network}"
     where = "bwrap" if spec.sandbox == "bwrap" else spec.sandbox.removeprefix("docker:")
     return f"{command}, in {where} with {network}"
