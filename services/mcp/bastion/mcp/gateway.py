@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import mcp.types as mt
 import msgspec
+from opentelemetry.trace import SpanKind
 
 from bastion.mcp.pins import accepted_pins, offer, review, tool_digest
 from bastion.mcp.pool import UpstreamPool
@@ -57,6 +58,7 @@ from bastion.proto.mcp import (
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, Timeout, Unavailable
 from bastion.shared.service import RequestContext
+from bastion.shared.telemetry import span
 
 __all__ = ["Gateway", "ToolChanged", "runs_sentence"]
 
@@ -342,7 +344,8 @@ class Gateway:
                 )
             return McpCallResult(text=read_text(await upstream.read_resource(uri)))
         await self._check_pin(record, upstream, ask)
-        result = await upstream.call_tool(ask.tool, ask.arguments, record.spec.timeout_s)
+        with span("mcp.upstream.call", SpanKind.CLIENT, server=ask.server, tool=ask.tool):
+            result = await upstream.call_tool(ask.tool, ask.arguments, record.spec.timeout_s)
         return McpCallResult(text=result_text(result), is_error=bool(result.is_error))
 
     async def _check_pin(self, record: McpServerRecord, upstream: Upstream, ask: McpCall) -> None:
