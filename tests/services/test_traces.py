@@ -1,0 +1,250 @@
+"""One trace per tool call, collected by a real OTLP receiver from the six services of
+`bastion up`, each exporting as the standard `OTEL_*` variables say."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import TextContent
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from bastion.proto import subjects
+from bastion.proto.session import OpenSession, SessionInfo
+from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.shared.bus import connect, request
+from bastion.shared.natsserver import free_port
+from bastion.shared.statedir import find_bus_settings
+from tests.otlp import ReceivedSpan, Receiver, otlp_receiver
+
+pytestmark = pytest.mark.e2e
+
+BASTION = [sys.executable, "-m", "bastion.cli"]
+
+
+@dataclass
+class TracedUp:
+    state_dir: Path
+    front_door: str
+    receiver: Receiver
+
+
+@pytest.fixture(scope="module")
+def traced_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedUp]:
+    state_dir = tmp_path_factory.mktemp("traced") / "state"
+    with otlp_receiver() as receiver:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("BASTION_", "OTEL_"))}
+        env |= {
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_METRIC_EXPORT_INTERVAL": "300",
+        }
+        process = subprocess.Popen(
+            [*BASTION, "up", "--state-dir", str(state_dir), "--http-port", str(free_port())],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        assert process.stdout is not None
+        output: list[str] = []
+        for line in process.stdout:
+            output.append(line.rstrip("\n"))
+            if line.startswith(("ready:", "error:")):
+                break
+        assert output and output[-1].startswith("ready:"), "\n".join(output)
+        [door] = [m[1] for o in output if (m := re.match(r"front door: (\S+) ", o))]
+        try:
+            yield TracedUp(state_dir, door, receiver)
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.communicate(timeout=60)
+
+
+def _one(spans: list[ReceivedSpan], name: str) -> ReceivedSpan:
+    found = [s for s in spans if s.name == name]
+    assert len(found) == 1, (name, [(s.service, s.name) for s in spans])
+    return found[0]
+
+
+def _parent_of(spans: list[ReceivedSpan], child: ReceivedSpan) -> ReceivedSpan:
+    [parent] = [s for s in spans if s.span_id == child.parent_id]
+    return parent
+
+
+def _ancestors(spans: list[ReceivedSpan], span: ReceivedSpan) -> list[str]:
+    """The names from `span`'s parent up to the trace's root."""
+    names = []
+    while span.parent_id and any(s.span_id == span.parent_id for s in spans):
+        span = _parent_of(spans, span)
+        names.append(span.name)
+    return names
+
+
+async def _shell_call_under(traced: TracedUp, workspace: Path, agent_span: SpanContext) -> str:
+    """Open a session and run one `shell` call as if from inside the agent's span."""
+    async with connect(find_bus_settings(None, traced.state_dir, env={}), "trace-test") as client:
+        session: SessionInfo = await request(
+            client,
+            subjects.SESSION_OPEN,
+            OpenSession(agent="traced", workspace=str(workspace), shell=True, autonomy="L3"),
+            SessionInfo,
+            timeout_s=30,
+        )
+        with trace.use_span(NonRecordingSpan(agent_span)):
+            result: CallResult = await request(
+                client,
+                subjects.session_call(session.session_id),
+                ToolCall(tool="shell", input={"command": "echo traced"}),
+                CallResult,
+                timeout_s=60,
+            )
+    assert isinstance(result, ToolOutput) and "traced" in result.text, result
+    return session.session_id
+
+
+def test_a_shell_call_is_one_trace_with_a_span_in_each_service_it_crosses(
+    traced_up: TracedUp, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    agent_span = SpanContext(
+        trace_id=int(secrets.token_hex(16), 16),
+        span_id=int(secrets.token_hex(8), 16),
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    trace_id = format(agent_span.trace_id, "032x")
+    session_id = anyio.run(_shell_call_under, traced_up, workspace, agent_span)
+
+    receiver = traced_up.receiver
+    receiver.wait_for(lambda r: any(s.name == "sandbox.run" for s in r.trace(trace_id)))
+    receiver.wait_for(
+        lambda r: any(s.name == "bastion.orchestrator.call" for s in r.trace(trace_id))
+    )
+    spans = receiver.trace(trace_id)
+
+    call = _one(spans, "bastion.orchestrator.call")
+    assert call.parent_id == format(agent_span.span_id, "016x")  # the caller's trace continues
+    assert call.kind == "server" and call.service == "bastion-orchestrator"
+    assert call.attributes["bastion.session.id"] == session_id
+    assert call.attributes["bastion.tool"] == "shell"
+    assert call.attributes["bastion.decision"] == "allow"
+
+    decide = _one(spans, "bastion.policy.decide")
+    assert decide.kind == "server" and decide.service == "bastion-policy"
+    assert decide.attributes["bastion.decision"] == "allow"
+    assert _ancestors(spans, decide) == [
+        "send bastion.v1.policy.decide",
+        "orchestrator.policy",
+        "bastion.orchestrator.call",
+    ]
+
+    execute = _one(spans, "bastion.sandbox.exec")
+    assert execute.kind == "server" and execute.service == "bastion-sandbox"
+    assert execute.attributes["bastion.session.id"] == session_id
+    assert _ancestors(spans, execute) == [
+        "send bastion.v1.sandbox.exec",
+        "orchestrator.execute",
+        "orchestrator.journal.run",
+        "bastion.orchestrator.call",
+    ]
+    assert _parent_of(spans, _one(spans, "sandbox.run")) == execute
+    for stage in ("orchestrator.hooks.before_tool", "orchestrator.hooks.after_tool"):
+        assert _parent_of(spans, _one(spans, stage)) == call
+
+    # Never an input: the command is in no attribute of any span.
+    assert not any("echo traced" in str(v) for s in spans for v in s.attributes.values())
+
+
+def test_the_calls_counter_and_the_decisions_arrive_as_metrics(
+    traced_up: TracedUp, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    anyio.run(_shell_call_under, traced_up, workspace, trace.INVALID_SPAN_CONTEXT)
+
+    def counted(r: Receiver) -> bool:
+        calls = [
+            p
+            for p in r.points
+            if p.name == "bastion.calls"
+            and p.service == "bastion-orchestrator"
+            and p.attributes == {"bastion.tool": "shell", "bastion.outcome": "ok"}
+        ]
+        decided = [
+            p
+            for p in r.points
+            if p.name == "bastion.decisions" and p.attributes == {"bastion.decision": "allow"}
+        ]
+        timed = [p for p in r.points if p.name == "bastion.call.duration" and p.value >= 1]
+        return bool(calls and decided and timed) and max(p.value for p in calls) >= 1
+
+    traced_up.receiver.wait_for(counted)
+    [unit] = {p.unit for p in traced_up.receiver.points if p.name == "bastion.call.duration"}
+    assert unit == "s"
+
+
+async def _shell_over_mcp(url: str, token: str) -> None:
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120)
+    )
+    async with (
+        http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="legacy") as mcp,
+    ):
+        ran = await mcp.call_tool("shell", {"command": "echo through-the-door"})
+    [content] = ran.content
+    assert isinstance(content, TextContent) and not ran.is_error, ran
+
+
+def test_a_call_through_the_mcp_front_door_is_one_trace_from_the_door_to_the_sandbox(
+    traced_up: TracedUp, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    created = subprocess.run(
+        [*BASTION, "token", "create", "--agent", "door", "--autonomy", "L3",
+         "--workspace", str(workspace), "--shell", "--state-dir", str(traced_up.state_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    anyio.run(_shell_over_mcp, traced_up.front_door, created.stdout.splitlines()[0])
+
+    receiver = traced_up.receiver
+
+    def door_trace(r: Receiver) -> list[ReceivedSpan]:
+        doors = [s for s in r.spans if s.name == "tools/call shell"]
+        return r.trace(doors[0].trace_id) if doors else []
+
+    receiver.wait_for(lambda r: any(s.name == "sandbox.run" for s in door_trace(r)))
+    receiver.wait_for(lambda r: any(s.name == "bastion.orchestrator.call" for s in door_trace(r)))
+    spans = door_trace(receiver)
+    door = _one(spans, "tools/call shell")
+    assert door.service == "bastion-mcp" and door.kind == "server"
+    assert door.parent_id == ""  # the trace starts at the front door: one root, no other
+    assert [s for s in spans if not s.parent_id] == [door]
+    assert door.attributes["bastion.tool"] == "shell"
+    assert {s.service for s in spans} >= {
+        "bastion-mcp",
+        "bastion-orchestrator",
+        "bastion-policy",
+        "bastion-sandbox",
+    }
+    execute = _one(spans, "bastion.sandbox.exec")
+    assert _ancestors(spans, execute)[-2:] == ["send bastion.v1.session.*.call", "tools/call shell"]
