@@ -123,12 +123,7 @@ def test_a_shell_call_is_one_trace_with_a_span_in_each_service_it_crosses(
 ) -> None:
     workspace = tmp_path / "work"
     workspace.mkdir()
-    agent_span = SpanContext(
-        trace_id=int(secrets.token_hex(16), 16),
-        span_id=int(secrets.token_hex(8), 16),
-        is_remote=False,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED),
-    )
+    agent_span = _agent_span()
     trace_id = format(agent_span.trace_id, "032x")
     session_id = anyio.run(_shell_call_under, traced_up, workspace, agent_span)
 
@@ -200,7 +195,7 @@ def test_the_calls_counter_and_the_decisions_arrive_as_metrics(
     assert unit == "s"
 
 
-async def _shell_over_mcp(url: str, token: str) -> None:
+async def _shell_over_mcp(url: str, token: str, agent_span: SpanContext) -> None:
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120)
     )
@@ -208,9 +203,30 @@ async def _shell_over_mcp(url: str, token: str) -> None:
         http,
         Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="legacy") as mcp,
     ):
-        ran = await mcp.call_tool("shell", {"command": "echo through-the-door"})
+        # The SDK's client puts the current trace context in the request's `_meta`.
+        with trace.use_span(NonRecordingSpan(agent_span)):
+            ran = await mcp.call_tool("shell", {"command": "echo through-the-door"})
     [content] = ran.content
     assert isinstance(content, TextContent) and not ran.is_error, ran
+
+
+def _token(traced: TracedUp, workspace: Path) -> str:
+    created = subprocess.run(
+        [*BASTION, "token", "create", "--agent", "door", "--autonomy", "L3",
+         "--workspace", str(workspace), "--shell", "--state-dir", str(traced.state_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    return created.stdout.splitlines()[0]
+
+
+def _agent_span() -> SpanContext:
+    return SpanContext(
+        trace_id=int(secrets.token_hex(16), 16),
+        span_id=int(secrets.token_hex(8), 16),
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
 
 
 def test_a_call_through_the_mcp_front_door_is_one_trace_from_the_door_to_the_sandbox(
@@ -218,18 +234,13 @@ def test_a_call_through_the_mcp_front_door_is_one_trace_from_the_door_to_the_san
 ) -> None:
     workspace = tmp_path / "work"
     workspace.mkdir()
-    created = subprocess.run(
-        [*BASTION, "token", "create", "--agent", "door", "--autonomy", "L3",
-         "--workspace", str(workspace), "--shell", "--state-dir", str(traced_up.state_dir)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert created.returncode == 0, created.stderr
-    anyio.run(_shell_over_mcp, traced_up.front_door, created.stdout.splitlines()[0])
+    token = _token(traced_up, workspace)
+    anyio.run(_shell_over_mcp, traced_up.front_door, token, trace.INVALID_SPAN_CONTEXT)
 
     receiver = traced_up.receiver
 
     def door_trace(r: Receiver) -> list[ReceivedSpan]:
-        doors = [s for s in r.spans if s.name == "tools/call shell"]
+        doors = [s for s in r.spans if s.name == "tools/call shell" and not s.parent_id]
         return r.trace(doors[0].trace_id) if doors else []
 
     receiver.wait_for(lambda r: any(s.name == "sandbox.run" for s in door_trace(r)))
@@ -248,3 +259,19 @@ def test_a_call_through_the_mcp_front_door_is_one_trace_from_the_door_to_the_san
     }
     execute = _one(spans, "bastion.sandbox.exec")
     assert _ancestors(spans, execute)[-2:] == ["send bastion.v1.session.*.call", "tools/call shell"]
+
+
+def test_the_front_door_continues_the_trace_an_mcp_client_sends_in_meta(
+    traced_up: TracedUp, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    agent_span = _agent_span()
+    trace_id = format(agent_span.trace_id, "032x")
+    anyio.run(_shell_over_mcp, traced_up.front_door, _token(traced_up, workspace), agent_span)
+
+    traced_up.receiver.wait_for(lambda r: any(s.name == "sandbox.run" for s in r.trace(trace_id)))
+    spans = traced_up.receiver.trace(trace_id)
+    door = _one(spans, "tools/call shell")
+    assert door.parent_id  # the client's span (in the client's process), not a new root
+    assert "bastion.sandbox.exec" in _ancestors(spans, _one(spans, "sandbox.run"))
