@@ -40,7 +40,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.codec import describe_decode_error, encode
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
 from bastion.shared.metrics import call_duration, calls
-from bastion.shared.telemetry import annotate, span
+from bastion.shared.telemetry import annotate, headers_with_context, span
 
 __all__ = ["Sessions"]
 
@@ -330,4 +330,6 @@ class Sessions:
         )
 
     async def _publish(self, kind: str, tenant: str, event: object) -> None:
-        await self._client.publish(subjects.event(kind, tenant), encode(event))
+        await self._client.publish(
+            subjects.event(kind, tenant), encode(event), headers=headers_with_context() or None
+        )
