@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -128,10 +129,7 @@ def test_a_shell_call_is_one_trace_with_a_span_in_each_service_it_crosses(
     session_id = anyio.run(_shell_call_under, traced_up, workspace, agent_span)
 
     receiver = traced_up.receiver
-    receiver.wait_for(lambda r: any(s.name == "sandbox.run" for s in r.trace(trace_id)))
-    receiver.wait_for(
-        lambda r: any(s.name == "bastion.orchestrator.call" for s in r.trace(trace_id))
-    )
+    receiver.wait_for(lambda r: _complete(r.trace(trace_id), "bastion.sandbox.exec", "sandbox.run"))
     spans = receiver.trace(trace_id)
 
     call = _one(spans, "bastion.orchestrator.call")
@@ -195,7 +193,7 @@ def test_the_calls_counter_and_the_decisions_arrive_as_metrics(
     assert unit == "s"
 
 
-async def _shell_over_mcp(url: str, token: str, agent_span: SpanContext) -> None:
+async def _over_mcp(url: str, token: str, agent_span: SpanContext, tool: str, **args: str) -> None:
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120)
     )
@@ -205,9 +203,14 @@ async def _shell_over_mcp(url: str, token: str, agent_span: SpanContext) -> None
     ):
         # The SDK's client puts the current trace context in the request's `_meta`.
         with trace.use_span(NonRecordingSpan(agent_span)):
-            ran = await mcp.call_tool("shell", {"command": "echo through-the-door"})
+            ran = await mcp.call_tool(tool, dict(args))
     [content] = ran.content
     assert isinstance(content, TextContent) and not ran.is_error, ran
+
+
+def _complete(spans: list[ReceivedSpan], *names: str) -> bool:
+    """The trace has arrived from each service: each process exports on its own schedule."""
+    return {"bastion.orchestrator.call", "bastion.policy.decide", *names} <= {s.name for s in spans}
 
 
 def _token(traced: TracedUp, workspace: Path) -> str:
@@ -235,30 +238,38 @@ def test_a_call_through_the_mcp_front_door_is_one_trace_from_the_door_to_the_san
     workspace = tmp_path / "work"
     workspace.mkdir()
     token = _token(traced_up, workspace)
-    anyio.run(_shell_over_mcp, traced_up.front_door, token, trace.INVALID_SPAN_CONTEXT)
-
-    receiver = traced_up.receiver
+    # write_file: the one tool this module calls through the door without a trace of its own
+    anyio.run(
+        functools.partial(
+            _over_mcp, traced_up.front_door, token, trace.INVALID_SPAN_CONTEXT, "write_file",
+            path="door.txt", content="through the door\n",
+        )
+    )  # fmt: skip
+    door_name = "tools/call write_file"
 
     def door_trace(r: Receiver) -> list[ReceivedSpan]:
-        doors = [s for s in r.spans if s.name == "tools/call shell" and not s.parent_id]
+        doors = [s for s in r.spans if s.name == door_name]
         return r.trace(doors[0].trace_id) if doors else []
 
-    receiver.wait_for(lambda r: any(s.name == "sandbox.run" for s in door_trace(r)))
-    receiver.wait_for(lambda r: any(s.name == "bastion.orchestrator.call" for s in door_trace(r)))
-    spans = door_trace(receiver)
-    door = _one(spans, "tools/call shell")
+    traced_up.receiver.wait_for(
+        lambda r: _complete(door_trace(r), door_name, "bastion.sandbox.files")
+    )
+    spans = door_trace(traced_up.receiver)
+    door = _one(spans, door_name)
     assert door.service == "bastion-mcp" and door.kind == "server"
-    assert door.parent_id == ""  # the trace starts at the front door: one root, no other
-    assert [s for s in spans if not s.parent_id] == [door]
-    assert door.attributes["bastion.tool"] == "shell"
+    assert door.attributes["bastion.tool"] == "write_file"
+    # One root: the door's span; every other span of the call is in the trace it began.
+    received = {s.span_id for s in spans}
+    assert [s for s in spans if s.parent_id not in received] == [door]
     assert {s.service for s in spans} >= {
         "bastion-mcp",
         "bastion-orchestrator",
         "bastion-policy",
         "bastion-sandbox",
     }
-    execute = _one(spans, "bastion.sandbox.exec")
-    assert _ancestors(spans, execute)[-2:] == ["send bastion.v1.session.*.call", "tools/call shell"]
+    files = _one(spans, "bastion.sandbox.files")
+    assert _ancestors(spans, files)[-2:] == ["send bastion.v1.session.*.call", door_name]
+    assert (workspace / "door.txt").read_text() == "through the door\n"
 
 
 def test_the_front_door_continues_the_trace_an_mcp_client_sends_in_meta(
@@ -268,10 +279,21 @@ def test_the_front_door_continues_the_trace_an_mcp_client_sends_in_meta(
     workspace.mkdir()
     agent_span = _agent_span()
     trace_id = format(agent_span.trace_id, "032x")
-    anyio.run(_shell_over_mcp, traced_up.front_door, _token(traced_up, workspace), agent_span)
+    token = _token(traced_up, workspace)
+    anyio.run(
+        functools.partial(
+            _over_mcp, traced_up.front_door, token, agent_span, "shell", command="echo door"
+        )
+    )
 
-    traced_up.receiver.wait_for(lambda r: any(s.name == "sandbox.run" for s in r.trace(trace_id)))
+    traced_up.receiver.wait_for(
+        lambda r: _complete(
+            r.trace(trace_id), "tools/call shell", "bastion.sandbox.exec", "sandbox.run"
+        )
+    )
     spans = traced_up.receiver.trace(trace_id)
     door = _one(spans, "tools/call shell")
     assert door.parent_id  # the client's span (in the client's process), not a new root
-    assert "bastion.sandbox.exec" in _ancestors(spans, _one(spans, "sandbox.run"))
+    execute = _one(spans, "bastion.sandbox.exec")
+    assert _ancestors(spans, execute)[-2:] == ["send bastion.v1.session.*.call", "tools/call shell"]
+    assert _parent_of(spans, _one(spans, "sandbox.run")) == execute

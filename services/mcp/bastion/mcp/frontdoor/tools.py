@@ -226,7 +226,6 @@ class ToolHandlers:
                 call,
                 CallResult,
                 timeout_s=self._call_timeout_s,
-                span_name=f"send {subjects.SESSION_CALL_ANY}",
             )
         except RemoteError as refused:
             if refused.code != codes.WAITING_FOR_APPROVAL:
