@@ -27,9 +27,10 @@ from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import connect, request
+from bastion.shared.errors import RemoteError
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
-from tests.otlp import ReceivedSpan, Receiver, otlp_receiver
+from tests.otlp import MetricPoint, ReceivedSpan, Receiver, otlp_receiver
 
 pytestmark = pytest.mark.e2e
 
@@ -165,32 +166,56 @@ def test_a_shell_call_is_one_trace_with_a_span_in_each_service_it_crosses(
     assert not any("echo traced" in str(v) for s in spans for v in s.attributes.values())
 
 
-def test_the_calls_counter_and_the_decisions_arrive_as_metrics(
+async def _park_a_shell_call(traced: TracedUp, workspace: Path) -> None:
+    """A shell call at L2 asks a person: it is parked and waits."""
+    async with connect(find_bus_settings(None, traced.state_dir, env={}), "trace-test") as client:
+        session: SessionInfo = await request(
+            client,
+            subjects.SESSION_OPEN,
+            OpenSession(agent="parked", workspace=str(workspace), shell=True, autonomy="L2"),
+            SessionInfo,
+            timeout_s=30,
+        )
+        with pytest.raises(RemoteError) as parked:
+            await request(
+                client,
+                subjects.session_call(session.session_id),
+                ToolCall(tool="shell", input={"command": "true"}),
+                CallResult,
+                timeout_s=60,
+            )
+    assert parked.value.code == "waiting_for_approval"
+
+
+def _points(r: Receiver, name: str, **attributes: str) -> list[MetricPoint]:
+    return [p for p in r.points if p.name == name and p.attributes == attributes]
+
+
+def test_calls_decisions_latency_sandboxes_and_approvals_arrive_as_metrics(
     traced_up: TracedUp, tmp_path: Path
 ) -> None:
     workspace = tmp_path / "work"
     workspace.mkdir()
     anyio.run(_shell_call_under, traced_up, workspace, trace.INVALID_SPAN_CONTEXT)
+    anyio.run(_park_a_shell_call, traced_up, workspace)
 
     def counted(r: Receiver) -> bool:
-        calls = [
-            p
-            for p in r.points
-            if p.name == "bastion.calls"
-            and p.service == "bastion-orchestrator"
-            and p.attributes == {"bastion.tool": "shell", "bastion.outcome": "ok"}
+        ok = {"bastion.tool": "shell", "bastion.outcome": "ok"}
+        found = [
+            _points(r, "bastion.calls", **ok),
+            _points(r, "bastion.call.duration", **ok),
+            _points(r, "bastion.decisions", **{"bastion.decision": "allow"}),
+            _points(r, "bastion.decisions", **{"bastion.decision": "ask"}),
+            _points(r, "bastion.sandboxes.running", **{"bastion.sandbox.backend": "bwrap"}),
+            [p for p in _points(r, "bastion.approvals.waiting") if p.value >= 1],
         ]
-        decided = [
-            p
-            for p in r.points
-            if p.name == "bastion.decisions" and p.attributes == {"bastion.decision": "allow"}
-        ]
-        timed = [p for p in r.points if p.name == "bastion.call.duration" and p.value >= 1]
-        return bool(calls and decided and timed) and max(p.value for p in calls) >= 1
+        return all(found) and max(p.value for p in found[0]) >= 1
 
     traced_up.receiver.wait_for(counted)
-    [unit] = {p.unit for p in traced_up.receiver.points if p.name == "bastion.call.duration"}
-    assert unit == "s"
+    points = traced_up.receiver.points
+    assert {p.service for p in points if p.name == "bastion.calls"} == {"bastion-orchestrator"}
+    assert {p.service for p in points if p.name == "bastion.decisions"} == {"bastion-policy"}
+    assert {p.unit for p in points if p.name == "bastion.call.duration"} == {"s"}
 
 
 async def _over_mcp(url: str, token: str, agent_span: SpanContext, tool: str, **args: str) -> None:

@@ -1,9 +1,10 @@
 """Bastion's metrics: the named instruments every service records into.
 
 Names follow OpenTelemetry's conventions (dotted, the unit in `unit`, not in the name); a
-Prometheus exporter or a collector shows them as `bastion_calls_total`,
-`bastion_call_duration_seconds`, and so on. No attribute holds a session id, an input or
-a secret: labels are few and bounded (tool names come from a session's catalogue).
+collector's Prometheus exporter shows them as `bastion_calls_total`,
+`bastion_call_duration_seconds`, `bastion_egress_io_bytes_total`, and so on. No attribute
+holds a session id, an input or a secret: labels are few and bounded (tool names come
+from a session's catalogue).
 
 The instruments come from the global meter provider; until `configure_telemetry` installs
 one (and when it installs none) they are the API's no-ops.
@@ -20,7 +21,7 @@ __all__ = [
     "call_duration",
     "calls",
     "decisions",
-    "egress_bytes",
+    "egress_io",
     "sandboxes_running",
 ]
 
@@ -50,10 +51,11 @@ sandboxes_running = _meter.create_up_down_counter(
 )
 """Attributes: `bastion.sandbox.backend` (`bwrap`, `docker`). Sandbox service."""
 
-egress_bytes = _meter.create_counter(
-    "bastion.egress.bytes", unit="By", description="Bytes carried through the egress proxy."
+egress_io = _meter.create_counter(
+    "bastion.egress.io", unit="By", description="Bytes carried through the egress proxy."
 )
-"""Attributes: `bastion.direction` (`out` to the site, `in` from it). Egress service."""
+"""Attributes: `network.io.direction` (`transmit` to the site, `receive` from it). Egress
+service."""
 
 approvals_waiting = _meter.create_up_down_counter(
     "bastion.approvals.waiting",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import SocketStream
 
-from bastion.shared.metrics import egress_bytes
+from bastion.shared.metrics import egress_io
 
 __all__ = ["Bounds", "pipe"]
 
@@ -33,7 +33,7 @@ async def pipe(a: SocketStream, b: SocketStream, bounds: Bounds, first: bytes = 
         source: SocketStream, sink: SocketStream, scope: anyio.CancelScope, direction: str
     ) -> None:
         nonlocal carried, ended
-        labels = {"bastion.direction": direction}
+        labels = {"network.io.direction": direction}
         try:
             while True:
                 with anyio.fail_after(bounds.idle_timeout_s):
@@ -44,7 +44,7 @@ async def pipe(a: SocketStream, b: SocketStream, bounds: Bounds, first: bytes = 
                     scope.cancel()
                     return
                 await sink.send(chunk)
-                egress_bytes.add(len(chunk), labels)
+                egress_io.add(len(chunk), labels)
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             try:
                 await sink.send_eof()
@@ -60,10 +60,10 @@ async def pipe(a: SocketStream, b: SocketStream, bounds: Bounds, first: bytes = 
         if first:
             await b.send(first)
             carried += len(first)
-            egress_bytes.add(len(first), {"bastion.direction": "out"})
+            egress_io.add(len(first), {"network.io.direction": "transmit"})
         async with anyio.create_task_group() as group:
-            group.start_soon(copy, a, b, group.cancel_scope, "out")
-            group.start_soon(copy, b, a, group.cancel_scope, "in")
+            group.start_soon(copy, a, b, group.cancel_scope, "transmit")
+            group.start_soon(copy, b, a, group.cancel_scope, "receive")
     if deadline.cancelled_caught:
         ended = "time limit"
     return ended
