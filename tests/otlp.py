@@ -44,6 +44,8 @@ class ReceivedSpan:
     start_ns: int
     end_ns: int
     error: bool
+    links: tuple[tuple[str, str], ...]
+    """The (trace id, span id) of each span this one links to."""
 
     @property
     def duration_s(self) -> float:
@@ -101,6 +103,7 @@ class Receiver:
                             start_ns=span.start_time_unix_nano,
                             end_ns=span.end_time_unix_nano,
                             error=span.status.code == 2,
+                            links=tuple((k.trace_id.hex(), k.span_id.hex()) for k in span.links),
                         )
                     )
         with self.lock:

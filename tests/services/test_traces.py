@@ -24,6 +24,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from bastion.proto import subjects
+from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import connect, request
@@ -166,8 +167,10 @@ def test_a_shell_call_is_one_trace_with_a_span_in_each_service_it_crosses(
     assert not any("echo traced" in str(v) for s in spans for v in s.attributes.values())
 
 
-async def _park_a_shell_call(traced: TracedUp, workspace: Path) -> None:
-    """A shell call at L2 asks a person: it is parked and waits."""
+async def _park_a_shell_call(
+    traced: TracedUp, workspace: Path, agent_span: SpanContext = trace.INVALID_SPAN_CONTEXT
+) -> str:
+    """A shell call at L2 asks a person: it is parked and waits. Its request id."""
     async with connect(find_bus_settings(None, traced.state_dir, env={}), "trace-test") as client:
         session: SessionInfo = await request(
             client,
@@ -176,7 +179,7 @@ async def _park_a_shell_call(traced: TracedUp, workspace: Path) -> None:
             SessionInfo,
             timeout_s=30,
         )
-        with pytest.raises(RemoteError) as parked:
+        with pytest.raises(RemoteError) as parked, trace.use_span(NonRecordingSpan(agent_span)):
             await request(
                 client,
                 subjects.session_call(session.session_id),
@@ -185,6 +188,21 @@ async def _park_a_shell_call(traced: TracedUp, workspace: Path) -> None:
                 timeout_s=60,
             )
     assert parked.value.code == "waiting_for_approval"
+    found = re.search(r"parked as request ([0-9a-f]{16})", parked.value.message)
+    assert found is not None, parked.value.message
+    return found[1]
+
+
+async def _approve(traced: TracedUp, request_id: str) -> ApprovalAnswered:
+    async with connect(find_bus_settings(None, traced.state_dir, env={}), "trace-test") as client:
+        answered: ApprovalAnswered = await request(
+            client,
+            subjects.APPROVALS_ANSWER,
+            ApprovalAnswer(request_id=request_id, approve=True, by="test:alice"),
+            ApprovalAnswered,
+            timeout_s=60,
+        )
+    return answered
 
 
 def _points(r: Receiver, name: str, **attributes: str) -> list[MetricPoint]:
@@ -322,3 +340,39 @@ def test_the_front_door_continues_the_trace_an_mcp_client_sends_in_meta(
     execute = _one(spans, "bastion.sandbox.exec")
     assert _ancestors(spans, execute)[-2:] == ["send bastion.v1.session.*.call", "tools/call shell"]
     assert _parent_of(spans, _one(spans, "sandbox.run")) == execute
+
+
+def test_an_approved_call_runs_in_the_answers_trace_linked_to_the_call_that_was_parked(
+    traced_up: TracedUp, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    asked = _agent_span()
+    request_id = anyio.run(_park_a_shell_call, traced_up, workspace, asked)
+    answered = anyio.run(_approve, traced_up, request_id)
+    assert isinstance(answered.result, ToolOutput), answered.result
+
+    parked_trace = format(asked.trace_id, "032x")
+
+    def approved_runs(r: Receiver) -> list[ReceivedSpan]:
+        return [
+            s
+            for s in r.spans
+            if s.name == "orchestrator.approved_run"
+            and any(link[0] == parked_trace for link in s.links)
+        ]
+
+    traced_up.receiver.wait_for(lambda r: bool(approved_runs(r)))
+    [run] = approved_runs(traced_up.receiver)
+    answer_trace = {"bastion.orchestrator.approvals_answer", "bastion.policy.decide", "sandbox.run"}
+    traced_up.receiver.wait_for(lambda r: answer_trace <= {s.name for s in r.trace(run.trace_id)})
+    spans = traced_up.receiver.trace(run.trace_id)
+    assert run.trace_id != parked_trace
+    assert "orchestrator.approved_run" in _ancestors(spans, _one(spans, "bastion.sandbox.exec"))
+    assert _ancestors(spans, run)[-1] == "bastion.orchestrator.approvals_answer"
+    parked_spans = traced_up.receiver.trace(parked_trace)
+    call = _one(parked_spans, "bastion.orchestrator.call")
+    assert call.attributes["bastion.decision"] == "ask"
+    park = _one(parked_spans, "orchestrator.approval.park")
+    assert _parent_of(parked_spans, park) == call
+    assert run.links == ((parked_trace, park.span_id),)
