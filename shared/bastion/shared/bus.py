@@ -89,7 +89,6 @@ async def request(
     reply_type: Any,
     *,
     timeout_s: float,
-    span_name: str | None = None,
 ) -> Any:
     """Send `message` to `subject` and return its reply decoded as `reply_type`.
 
@@ -103,7 +102,7 @@ async def request(
         BadRequest: the reply is not a `reply_type` (a service of another version).
     """
     with tracer().start_as_current_span(
-        span_name or f"send {_without_ids(subject)}",
+        f"send {_without_ids(subject)}",
         kind=SpanKind.CLIENT,
         attributes={"messaging.system": "nats", "messaging.destination.name": subject},
     ):
