@@ -52,7 +52,9 @@ sandboxes_running = _meter.create_up_down_counter(
 """Attributes: `bastion.sandbox.backend` (`bwrap`, `docker`). Sandbox service."""
 
 egress_io = _meter.create_counter(
-    "bastion.egress.io", unit="By", description="Bytes carried through the egress proxy."
+    "bastion.egress.io",
+    unit="By",
+    description="Bytes carried through the egress proxy, and pages read by fetch_url.",
 )
 """Attributes: `network.io.direction` (`transmit` to the site, `receive` from it). Egress
 service."""
