@@ -55,6 +55,7 @@ bench:
     python -m bench.bench_sessions
     python -m bench.bench_policy
     python -m bench.bench_egress
+    python -m bench.bench_traces
 
 # Write the JSON Schema of every wire message to schema/
 schema:

@@ -29,6 +29,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from tests.attacks.egress_helpers import basic, guard_network, web_server
 from tests.conftest import ServiceRunner
+from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
 SESSION = "0123456789abcdef"
 RESOLVER = FixedResolver({"pypi.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
@@ -133,6 +134,26 @@ async def test_a_command_reaches_its_declared_host_through_the_proxy_variables(
     assert result.stdout == "200 just text\n"
     assert server.seen == [("GET /plain HTTP/1.1", f"pypi.test:{server.port}")]
     assert result.connections == f"connections: pypi.test:{server.port} allowed"
+
+
+async def test_the_egress_grant_and_its_close_are_spans_under_the_sandbox_exec(
+    declared: Declared,
+    spans: Spans,  # noqa: F811
+) -> None:
+    with anyio.fail_after(60):
+        result = await declared.run("true", "pypi.test:80")
+        await spans.wait_for("bastion.egress.connections")
+    assert result.exit_status == 0, result.stderr
+    finished = spans.finished()
+    [grant] = [s for s in finished if s.name == "bastion.egress.grant"]
+    [closed] = [s for s in finished if s.name == "bastion.egress.connections"]
+    for span, subject in ((grant, subjects.EGRESS_GRANT), (closed, subjects.EGRESS_CONNECTIONS)):
+        assert span_ancestry(finished, span)[:3] == [
+            f"send {subject}",
+            "sandbox.run",
+            "bastion.sandbox.exec",
+        ]
+    assert grant.attributes is not None and grant.attributes["bastion.tenant"] == "acme"
 
 
 async def test_an_undeclared_host_is_refused_with_403_and_both_lines_are_in_connections(

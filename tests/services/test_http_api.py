@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import msgspec
 import pytest
+from opentelemetry.trace import SpanKind
 
 from bastion.mcp.httpsettings import McpSettings, UnsafeListen
 from bastion.mcp.service import setup as mcp_setup
@@ -23,6 +24,7 @@ from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.services.test_approvals import Plane, pending, plane_of, session_of, workspace
 from tests.services.test_orchestrator import call, open_session
+from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
 __all__ = ["plane_of", "workspace"]  # fixtures, imported to be used here
 
@@ -117,6 +119,36 @@ async def test_a_call_listed_over_http_and_approved_runs_once_and_a_second_answe
     assert msgspec.json.decode(after.content, type=ApprovalList).approvals == ()
     [done] = msgspec.json.decode(every.content, type=ApprovalList).approvals
     assert done.state == "done" and waits.waiting_for == ""
+
+
+async def test_an_answer_over_http_continues_the_callers_traceparent_down_to_the_approved_run(
+    client: Client,
+    plane_of: Plane,
+    door_of: DoorOf,
+    workspace: Path,
+    spans: Spans,  # noqa: F811
+) -> None:
+    trace_id, span_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    async with plane_of(), door_of() as door:
+        _, rid = await parked_write(client, workspace)
+        approved = await door.http.post(
+            f"/v1/approvals/{rid}",
+            json={"approve": True},
+            headers={"traceparent": f"00-{trace_id}-{span_id}-01"},
+        )
+    assert approved.status_code == 200, approved.text
+    finished = spans.finished()
+    [route] = [s for s in finished if s.name == "POST /v1/approvals/{request_id}"]
+    assert route.kind == SpanKind.SERVER and route.parent is not None
+    assert format(route.context.trace_id, "032x") == trace_id  # type: ignore[union-attr]
+    assert format(route.parent.span_id, "016x") == span_id
+    assert route.attributes is not None and route.attributes["http.response.status_code"] == 200
+    [run] = [s for s in finished if s.name == "orchestrator.approved_run"]
+    assert span_ancestry(finished, run)[-3:] == [
+        "bastion.orchestrator.approvals_answer",
+        "send bastion.v1.approvals.answer",
+        "POST /v1/approvals/{request_id}",
+    ]
 
 
 async def test_a_decline_over_http_carries_its_reason_and_the_call_never_runs(

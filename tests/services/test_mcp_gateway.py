@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from opentelemetry.trace import SpanKind
 
 from bastion.mcp.service import McpSettings
 from bastion.mcp.service import setup as mcp_setup
@@ -42,6 +43,7 @@ from tests.services.mcp_upstream_helpers import (
 from tests.services.test_orchestrator import call, open_session
 from tests.services.vaulthelp import add as add_secret
 from tests.services.vaulthelp import key_file, vault_settings
+from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
 NOTES_SERVER = NOTES
 
@@ -172,6 +174,31 @@ async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_ar
     assert accepted.pinned
     assert {"notes_add_note", "notes_export_notes"} <= {t.name for t in after.tools}
     assert after.notices == ()
+
+
+async def test_an_upstream_call_is_a_client_span_under_the_mcp_services_span(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    spans: Spans,  # noqa: F811
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "notes", notes_spec(notes))
+        session = await open_session(client, autonomy="L3", mcp=["notes"])
+        listed = await call(client, session.session_id, "notes_list_notes")
+    assert isinstance(listed, ToolOutput), listed
+    finished = spans.finished()
+    [upstream] = [s for s in finished if s.name == "mcp.upstream.call"]
+    assert upstream.kind == SpanKind.CLIENT
+    assert upstream.attributes is not None
+    assert upstream.attributes["bastion.mcp.server"] == "notes"
+    assert upstream.attributes["bastion.tool"] == "list_notes"
+    ancestry = span_ancestry(finished, upstream)
+    assert ancestry[:2] == ["bastion.mcp.call", f"send {subjects.MCP_CALL}"]
+    assert ancestry[-2:] == ["bastion.orchestrator.call", "send bastion.v1.session.*.call"]
 
 
 async def test_a_notes_server_over_streamable_http_is_pinned_called_and_its_changes_withheld(

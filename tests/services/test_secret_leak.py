@@ -20,7 +20,7 @@ from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
 from tests.services.vaulthelp import SESSION, add, key_file, vault_settings
-from tests.shared.conftest import Spans, spans  # noqa: F401  (the fixture)
+from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
 NAME = "LEAK_TOKEN"
 
@@ -126,6 +126,11 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
         text = repr(dict(span.attributes or {})) + repr([e.attributes for e in span.events])
         assert not any(form.decode() in text for form in leaks), span.name
     assert (workspace / "leak.txt").read_text() == value  # the command did have it
+    [lease] = [s for s in finished if s.name == "bastion.vault.lease"]
+    assert span_ancestry(finished, lease)[:2] == [
+        "send bastion.v1.vault.lease",
+        "bastion.sandbox.exec",
+    ]
 
 
 async def test_a_command_asking_for_another_tenants_secret_gets_a_refusal_and_no_run(

@@ -104,6 +104,16 @@ class Spans:
             await anyio.lowlevel.checkpoint()
 
 
+def span_ancestry(finished: tuple[ReadableSpan, ...], span: ReadableSpan) -> list[str]:
+    """The names of `span`'s parent, its parent's parent, … among `finished`."""
+    by_id = {s.context.span_id: s for s in finished if s.context is not None}
+    names = []
+    while span.parent is not None and span.parent.span_id in by_id:
+        span = by_id[span.parent.span_id]
+        names.append(span.name)
+    return names
+
+
 @pytest.fixture
 def spans() -> Iterator[Spans]:
     """A tracer provider exporting to memory, installed globally for one test, then undone.

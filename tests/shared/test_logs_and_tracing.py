@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
 from opentelemetry import trace
 
+from bastion.shared.errors import InvalidInput
 from bastion.shared.logs import JsonFormatter
-from bastion.shared.telemetry import context_from_headers, headers_with_context, tracer
+from bastion.shared.telemetry import (
+    Telemetry,
+    configure_telemetry,
+    context_from_headers,
+    headers_with_context,
+    tracer,
+)
 from tests.shared.conftest import Spans
 
 
@@ -48,3 +56,35 @@ def test_the_trace_context_survives_a_trip_through_headers(spans: Spans) -> None
 def test_headers_without_a_traceparent_give_an_empty_context() -> None:
     assert not trace.get_current_span(context_from_headers(None)).get_span_context().is_valid
     assert not trace.get_current_span(context_from_headers({})).get_span_context().is_valid
+
+
+def test_with_no_exporter_asked_for_nothing_is_installed_and_spans_cost_nothing() -> None:
+    installed = configure_telemetry("policy", {})
+    assert installed == Telemetry(None, None)
+    assert configure_telemetry("policy", {"OTEL_TRACES_EXPORTER": "none"}) == installed
+    disabled = {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}
+    assert configure_telemetry("policy", disabled) == installed
+    with tracer().start_as_current_span("unexported") as span:
+        assert not span.is_recording()
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "jaeger"}, "use otlp, console or none"),
+        ({"OTEL_METRICS_EXPORTER": "prometheus"}, "use otlp, console or none"),
+        (
+            {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            "http/protobuf only",
+        ),
+        (
+            {"OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"},
+            "http/protobuf only",
+        ),
+    ],
+)
+def test_an_exporter_or_protocol_bastion_does_not_ship_is_refused_with_a_sentence(
+    env: dict[str, str], said: str
+) -> None:
+    with pytest.raises(InvalidInput, match=said):
+        configure_telemetry("policy", env)

@@ -253,7 +253,7 @@ async def test_the_callers_trace_continues_into_the_service_span(
         async with run_service(harness.setup()):
             with tracer().start_as_current_span("agent turn") as root:
                 await request(client, SUBJECT, Echo(text="traced"), Echoed, timeout_s=5)
-            server = await spans.wait_for(f"process {SUBJECT}")
+            server = await spans.wait_for("bastion.testsvc.echo")
     sent = [s for s in spans.finished() if s.name == f"send {SUBJECT}"]
     [client_span] = sent
     assert client_span.context is not None and server.context is not None
@@ -264,4 +264,5 @@ async def test_the_callers_trace_continues_into_the_service_span(
     assert server.parent.span_id == client_span.context.span_id
     assert server.attributes is not None
     assert server.attributes["bastion.service"] == "testsvc"
+    assert server.attributes["bastion.endpoint"] == "echo"
     assert "traceparent" in harness.seen[0].headers

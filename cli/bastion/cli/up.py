@@ -268,7 +268,11 @@ def _children(
             name,
             [sys.executable, "-m", f"bastion.{name}"],
             logs / f"{name}.log",
-            as_user(env_for(name, env), users[name], url),
+            # One process, one service name: an OTEL_SERVICE_NAME given to `bastion up`
+            # would make six services look like one in a trace.
+            as_user(
+                {**env_for(name, env), "OTEL_SERVICE_NAME": f"bastion-{name}"}, users[name], url
+            ),
         )
         for name in SERVICES
     ]

@@ -35,7 +35,9 @@ class ParkedCall(Message, frozen=True, kw_only=True, tag="approval.parked"):
     `decision` is the policy's *ask* (its reason, and whether it asked only because of
     taint); `answered_by` / `answer` say who answered and, for a decline, why; `rule` is
     the "always" rule the approval added; `result` is the call's outcome once it ran or
-    was declined; `runner` names the orchestrator instance that ran it.
+    was declined; `runner` names the orchestrator instance that ran it; `traceparent` is
+    the W3C trace context of the call that was parked, so that its approved run, in the
+    answer's trace, links back to it (empty when the call was not traced).
     """
 
     request_id: RequestId
@@ -54,6 +56,7 @@ class ParkedCall(Message, frozen=True, kw_only=True, tag="approval.parked"):
     rule: str = ""
     result: CallResult | None = None
     runner: str = ""
+    traceparent: Annotated[str, msgspec.Meta(max_length=128)] = ""
 
 
 class ApprovalQuery(Ingress, frozen=True, kw_only=True, tag="approval.query"):

@@ -24,6 +24,7 @@ from bastion.shared.bus import Client
 from bastion.shared.codec import encode
 from bastion.shared.errors import Unavailable
 from bastion.shared.kv import replicas
+from bastion.shared.telemetry import headers_with_context
 
 __all__ = ["PUBLISH_TIMEOUT_S", "open_audit_stream", "publish_audit", "store_record"]
 
@@ -64,6 +65,8 @@ async def store_record(js: JetStreamContext, record: AuditRecord) -> None:
             subjects.audit(record.tenant, record.session_id),
             encode(record),
             timeout=PUBLISH_TIMEOUT_S,
+            # The call's trace, so that a record leads to the spans of the call it is about.
+            headers=headers_with_context() or None,
         )
     except (nats.errors.Error, TimeoutError):
         raise Unavailable(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -21,6 +22,8 @@ from bastion.shared.telemetry import headers_with_context, tracer
 __all__ = ["Client", "connect", "request"]
 
 T = TypeVar("T")
+
+_SESSION_ID = re.compile("[0-9a-f]{16}")
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +76,12 @@ async def connect(settings: BusSettings, name: str) -> AsyncIterator[Client]:
                 await client.close()
 
 
+def _without_ids(subject: str) -> str:
+    """`subject` with each session id (16 hex digits) as `*`: a span's name stays one of a
+    few, whatever the session (`send bastion.v1.session.*.call`)."""
+    return ".".join("*" if _SESSION_ID.fullmatch(part) else part for part in subject.split("."))
+
+
 async def request(
     client: Client,
     subject: str,
@@ -80,11 +89,11 @@ async def request(
     reply_type: Any,
     *,
     timeout_s: float,
-    span_name: str | None = None,
 ) -> Any:
     """Send `message` to `subject` and return its reply decoded as `reply_type`.
 
-    The current trace context travels in the `traceparent` header.
+    It is a CLIENT span, `send <subject>` (session ids as `*`), whose context travels in
+    the `traceparent` header (and `tracestate`), so the service's span is its child.
 
     Raises:
         Unavailable: nothing is subscribed to `subject`.
@@ -93,7 +102,7 @@ async def request(
         BadRequest: the reply is not a `reply_type` (a service of another version).
     """
     with tracer().start_as_current_span(
-        span_name or f"send {subject}",
+        f"send {_without_ids(subject)}",
         kind=SpanKind.CLIENT,
         attributes={"messaging.system": "nats", "messaging.destination.name": subject},
     ):

@@ -1,4 +1,4 @@
-"""A service process's `main`: settings, logs, tracing, the bus, and a graceful stop.
+"""A service process's `main`: settings, logs, traces and metrics, the bus, and a graceful stop.
 
 SIGTERM or SIGINT stops taking requests, lets in-flight work finish (up to the drain
 timeout), flushes pending replies and spans, and exits 0.
@@ -22,7 +22,7 @@ from bastion.shared.logs import configure_logging
 from bastion.shared.probe import heartbeat
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings, load_settings
-from bastion.shared.telemetry import configure_tracing
+from bastion.shared.telemetry import configure_telemetry
 
 __all__ = ["run_service", "serve"]
 
@@ -58,15 +58,15 @@ def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> None:
     configure_logging(name)
     try:
         settings = load_settings(settings_type)
+        telemetry = configure_telemetry(name)
     except BastionError as error:
         sys.stderr.write(f"bastion-{name}: {error.message}\n")
         raise SystemExit(2) from None
     use_replicas(settings.kv_replicas)
-    provider = configure_tracing(name)
     try:
         anyio.run(serve, name, settings, setup)
     except BastionError as error:
         logger.error("service cannot run: %s", error.message)
         raise SystemExit(1) from None
     finally:
-        provider.shutdown()
+        telemetry.shutdown()

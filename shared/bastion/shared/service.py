@@ -5,8 +5,9 @@ module closes: it answers an unhandled exception with `repr(exception)` (which m
 secrets or input), and each subscription handles one message at a time. So a handler here
 never runs inside the subscription callback: the callback hands the request to the
 service's task group and returns. The work then decodes the payload (a payload of the
-wrong shape gets a `bad_request` reply), opens a span from the `traceparent` header, runs
-the typed handler, and answers with its result or a typed `ErrorReply`; an unexpected
+wrong shape gets a `bad_request` reply), opens a SERVER span `bastion.<service>.<endpoint>`
+that continues the caller's `traceparent` (with the session, tenant and tool the message
+names), runs the typed handler, and answers with its result or a typed `ErrorReply`; an unexpected
 exception is logged and answered with a fixed sentence.
 """
 
@@ -35,7 +36,7 @@ from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
-from bastion.shared.telemetry import context_from_headers, tracer
+from bastion.shared.telemetry import annotate, context_from_headers, tracer
 
 __all__ = ["Endpoint", "RequestContext", "Service"]
 
@@ -160,19 +161,21 @@ class Service:
         headers = request.headers or {}
         try:
             with tracer().start_as_current_span(
-                f"process {endpoint.subject}",
+                f"bastion.{self.name}.{endpoint.name}",
                 context=context_from_headers(headers),
                 kind=SpanKind.SERVER,
                 attributes={
                     "messaging.system": "nats",
                     "messaging.destination.name": endpoint.subject,
                     "bastion.service": self.name,
+                    "bastion.endpoint": endpoint.name,
                 },
             ) as span:
                 data, error = await self._run_handler(endpoint, request, headers)
                 if error is not None:
                     span.set_status(Status(StatusCode.ERROR, error.code))
                     span.set_attribute("error.type", error.code)
+                    span.set_attribute("bastion.error.code", error.code)
                 await self._respond(endpoint, request, data, error)
         except Exception:
             # Nothing may escape into the task group: one failed answer must not stop the
@@ -196,6 +199,7 @@ class Service:
         started = time.perf_counter_ns()
         try:
             message = decode(request.data, endpoint.request_type)
+            annotate(**_identity(message))
             result = await endpoint.handler(message, RequestContext(request.subject, headers))
             data = encode(result)
         except BastionError as error:
@@ -259,6 +263,16 @@ class Service:
         stats.processing_time = endpoint.processing_ns
         stats.average_processing_time = endpoint.processing_ns // max(endpoint.requests, 1)
         return {"in_flight": endpoint.in_flight}
+
+
+def _identity(message: object) -> dict[str, str]:
+    """The session, tenant and tool a request names, for its span: never more of it."""
+    found = {}
+    for name in ("session_id", "tenant", "tool"):
+        value = getattr(message, name, None)
+        if isinstance(value, str):
+            found[name] = value
+    return found
 
 
 def _error_headers(error: ErrorReply | None) -> dict[str, str] | None:

@@ -21,8 +21,11 @@ from bastion.egress.htmltext import html_to_text
 from bastion.egress.pinned import Hop, PinnedBackend
 from bastion.proto.egress import FetchedPage
 from bastion.shared.errors import InvalidInput
+from bastion.shared.metrics import egress_io
 
 __all__ = ["Fetcher", "Hop"]
+
+_RECEIVED = {"network.io.direction": "receive"}
 
 MAX_REDIRECTS = 5
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
@@ -112,6 +115,7 @@ class Fetcher:
                 body = bytearray()
                 async for chunk in response.aiter_stream():
                     body.extend(chunk)
+                    egress_io.add(len(chunk), _RECEIVED)
                     if len(body) >= self._max_bytes:
                         return response.status, headers, bytes(body[: self._max_bytes]), True
                 return response.status, headers, bytes(body), False

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import SocketStream
 
+from bastion.shared.metrics import egress_io
+
 __all__ = ["Bounds", "pipe"]
 
 
@@ -27,8 +29,11 @@ async def pipe(a: SocketStream, b: SocketStream, bounds: Bounds, first: bytes = 
     carried = 0
     ended = "closed"
 
-    async def copy(source: SocketStream, sink: SocketStream, scope: anyio.CancelScope) -> None:
+    async def copy(
+        source: SocketStream, sink: SocketStream, scope: anyio.CancelScope, direction: str
+    ) -> None:
         nonlocal carried, ended
+        labels = {"network.io.direction": direction}
         try:
             while True:
                 with anyio.fail_after(bounds.idle_timeout_s):
@@ -39,6 +44,7 @@ async def pipe(a: SocketStream, b: SocketStream, bounds: Bounds, first: bytes = 
                     scope.cancel()
                     return
                 await sink.send(chunk)
+                egress_io.add(len(chunk), labels)
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             try:
                 await sink.send_eof()
@@ -54,9 +60,10 @@ async def pipe(a: SocketStream, b: SocketStream, bounds: Bounds, first: bytes = 
         if first:
             await b.send(first)
             carried += len(first)
+            egress_io.add(len(first), {"network.io.direction": "transmit"})
         async with anyio.create_task_group() as group:
-            group.start_soon(copy, a, b, group.cancel_scope)
-            group.start_soon(copy, b, a, group.cancel_scope)
+            group.start_soon(copy, a, b, group.cancel_scope, "transmit")
+            group.start_soon(copy, b, a, group.cancel_scope, "receive")
     if deadline.cancelled_caught:
         ended = "time limit"
     return ended

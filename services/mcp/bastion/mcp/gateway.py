@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import mcp.types as mt
 import msgspec
+from opentelemetry.trace import SpanKind
 
 from bastion.mcp.pins import accepted_pins, offer, review, tool_digest
 from bastion.mcp.pool import UpstreamPool
@@ -58,6 +59,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, Timeout, Unavailable
 from bastion.shared.redaction import Redactor
 from bastion.shared.service import RequestContext
+from bastion.shared.telemetry import span
 
 __all__ = ["Gateway", "ToolChanged", "runs_sentence"]
 
@@ -355,7 +357,8 @@ class Gateway:
             read = read_text(await upstream.read_resource(uri))
             return McpCallResult(text=self._redacted(ask, read))
         await self._check_pin(record, upstream, ask)
-        result = await upstream.call_tool(ask.tool, ask.arguments, record.spec.timeout_s)
+        with span("mcp.upstream.call", SpanKind.CLIENT, server=ask.server, tool=ask.tool):
+            result = await upstream.call_tool(ask.tool, ask.arguments, record.spec.timeout_s)
         return McpCallResult(
             text=self._redacted(ask, result_text(result)), is_error=bool(result.is_error)
         )

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import msgspec
+from opentelemetry.trace import SpanKind, StatusCode
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -29,6 +30,7 @@ from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalLi
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import describe_decode_error
 from bastion.shared.errors import BastionError, InvalidInput, Unavailable
+from bastion.shared.telemetry import context_from_headers, tracer
 
 __all__ = ["AnswerBody", "build_app"]
 
@@ -136,8 +138,24 @@ def build_app(client: Client, door: FrontDoor, mcp: McpEndpoint | None = None) -
     """The front door's application, forwarding to the orchestrator over `client`, with the
     MCP endpoint at `/mcp` when `mcp` is given."""
 
-    def guarded(handler: Callable[[Request, str], Awaitable[Response]]) -> Handler:
+    def guarded(route: str, handler: Callable[[Request, str], Awaitable[Response]]) -> Handler:
+        """`handler` behind the origin check and a SERVER span `<METHOD> <route>` that
+        continues the `traceparent` HTTP header, if the request has one."""
+
         async def run(request: Request) -> Response:
+            with tracer().start_as_current_span(
+                f"{request.method} {route}",
+                context=context_from_headers(dict(request.headers)),
+                kind=SpanKind.SERVER,
+                attributes={"http.request.method": request.method, "http.route": route},
+            ) as span:
+                response = await answer(request)
+                span.set_attribute("http.response.status_code", response.status_code)
+                if response.status_code >= 500:
+                    span.set_status(StatusCode.ERROR)
+                return response
+
+        async def answer(request: Request) -> Response:
             try:
                 check_origin(request, door)
                 return await handler(request, label_of(request, door))
@@ -200,8 +218,12 @@ def build_app(client: Client, door: FrontDoor, mcp: McpEndpoint | None = None) -
     routes = [
         Route("/livez", livez, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/v1/approvals", guarded(list_approvals), methods=["GET"]),
-        Route("/v1/approvals/{request_id}", guarded(answer_approval), methods=["POST"]),
+        Route("/v1/approvals", guarded("/v1/approvals", list_approvals), methods=["GET"]),
+        Route(
+            "/v1/approvals/{request_id}",
+            guarded("/v1/approvals/{request_id}", answer_approval),
+            methods=["POST"],
+        ),
     ]
     if mcp is not None:
         routes.append(Route("/mcp", mcp.app, methods=["GET", "POST", "DELETE"]))

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import NoReturn
 
 import msgspec
+from opentelemetry.trace import Link, get_current_span
 
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
@@ -44,6 +45,7 @@ from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
+from bastion.shared.telemetry import context_from_headers, headers_with_context, tracer
 
 __all__ = ["Approvals", "how_to_answer"]
 
@@ -147,6 +149,7 @@ class Approvals:
             input=call.input,
             decision=decision,
             created_at=_now(),
+            traceparent=headers_with_context().get("traceparent", ""),
         )
         await self._approvals.create(parked)
         await self._audit.record(
@@ -286,15 +289,19 @@ class Approvals:
             reason=f"{by} approved it ({parked.decision.reason})",
             rule=f"approval:{parked.request_id}",
         )
+        parked_span = get_current_span(context_from_headers({"traceparent": parked.traceparent}))
+        links = [Link(parked_span.get_span_context())] if parked.traceparent else []
         try:
-            text = await self._runner.run(
-                session,
-                tool,
-                tool_input,
-                call_input=parked.input,
-                call_id=parked.call_id,
-                decision=decision,
-            )
+            # In the answer's trace, linked to the trace of the call that was parked.
+            with tracer().start_as_current_span("orchestrator.approved_run", links=links):
+                text = await self._runner.run(
+                    session,
+                    tool,
+                    tool_input,
+                    call_input=parked.input,
+                    call_id=parked.call_id,
+                    decision=decision,
+                )
         except BastionError as error:
             return error.to_reply()
         return ToolOutput(

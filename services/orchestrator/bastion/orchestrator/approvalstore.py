@@ -16,6 +16,7 @@ from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import NotFound
 from bastion.shared.kv import bucket_keys, open_bucket
+from bastion.shared.metrics import approvals_waiting
 
 __all__ = ["ApprovalStore"]
 
@@ -35,6 +36,8 @@ class ApprovalStore:
 
     async def create(self, parked: ParkedCall) -> None:
         await self._kv.create(parked.request_id, encode(parked))
+        if parked.state == "pending":
+            approvals_waiting.add(1)
 
     async def get(self, request_id: str) -> tuple[ParkedCall, int]:
         """The parked call and its revision.
@@ -69,6 +72,8 @@ class ApprovalStore:
                 await self._kv.update(request_id, encode(changed), last=revision)
             except nats.js.errors.KeyWrongLastSequenceError:
                 continue  # someone else wrote: look again at the state they left
+            if parked.state == "pending" and changed.state != "pending":
+                approvals_waiting.add(-1)
             return changed
 
     async def every(self) -> list[ParkedCall]:

@@ -25,6 +25,7 @@ from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import SkillReadInput, SkillRunInput, SkillWriteInput
 from bastion.shared.bus import Client
+from bastion.shared.telemetry import span
 
 __all__ = ["Runner"]
 
@@ -64,55 +65,62 @@ class Runner:
     ) -> str:
         """The call's text, in the order of DESIGN.md §2: before-tool hooks (which may block),
         the audit record, the call itself through the journal, then after-tool hooks."""
-        await self._hooks.before_tool(session, tool.name, call_input, decision.outcome)
-        await self._audit.call(session, call_id, tool.name, call_input)
-        text = await self._journal.run(
-            session,
-            tool,
-            tool_input,
-            call_id,
-            decision=decision,
-            make=lambda: self._execute(session, tool, tool_input, call_id),
-        )
-        return await self._hooks.after_tool(session, tool.name, call_input, text)
+        with span("orchestrator.hooks.before_tool"):
+            await self._hooks.before_tool(session, tool.name, call_input, decision.outcome)
+        with span("orchestrator.audit"):
+            await self._audit.call(session, call_id, tool.name, call_input)
+        with span("orchestrator.journal.run"):
+            text = await self._journal.run(
+                session,
+                tool,
+                tool_input,
+                call_id,
+                decision=decision,
+                make=lambda: self._execute(session, tool, tool_input, call_id),
+            )
+        with span("orchestrator.hooks.after_tool"):
+            return await self._hooks.after_tool(session, tool.name, call_input, text)
 
     async def _execute(
         self, session: SessionInfo, tool: ToolSpec, tool_input: msgspec.Struct, call_id: str
     ) -> str:
         """The call's text; a result from outside taints the session even when it failed,
         since what came back (an error page, a command's output) may carry the outside."""
-        try:
-            if isinstance(tool_input, SkillReadInput):
-                document = await fetch_skill(
-                    self._client, session, tool_input.name, self._timeout_s
-                )
-                added = skill_pre_approvals(tool_input.name, document)
-                await self._store.update(session.session_id, lambda s: with_pre_approvals(s, added))
-                return document.text
-            if isinstance(tool_input, SkillRunInput):
-                return await run_skill(
-                    self._client,
-                    session,
-                    tool,
-                    tool_input,
-                    call_id=call_id,
-                    timeout_s=self._timeout_s,
-                )
-            if isinstance(tool_input, SkillWriteInput):
-                return await write_skill(self._client, session, tool_input, self._timeout_s)
-            if isinstance(tool_input, UpstreamInput):
-                return await call_upstream(
-                    self._client,
-                    session,
-                    tool,
-                    tool_input,
-                    call_id=call_id,
-                    timeout_s=self._timeout_s,
-                )
-            return await run_tool(self._client, session, tool.name, tool_input, self._timeout_s)
-        finally:
-            if from_outside(tool):
-                now = datetime.now(UTC)
-                await self._store.update(
-                    session.session_id, lambda s: tainted_by(s, now, self._taint_s)
-                )
+        with span("orchestrator.execute", tool=tool.name):
+            try:
+                if isinstance(tool_input, SkillReadInput):
+                    document = await fetch_skill(
+                        self._client, session, tool_input.name, self._timeout_s
+                    )
+                    added = skill_pre_approvals(tool_input.name, document)
+                    await self._store.update(
+                        session.session_id, lambda s: with_pre_approvals(s, added)
+                    )
+                    return document.text
+                if isinstance(tool_input, SkillRunInput):
+                    return await run_skill(
+                        self._client,
+                        session,
+                        tool,
+                        tool_input,
+                        call_id=call_id,
+                        timeout_s=self._timeout_s,
+                    )
+                if isinstance(tool_input, SkillWriteInput):
+                    return await write_skill(self._client, session, tool_input, self._timeout_s)
+                if isinstance(tool_input, UpstreamInput):
+                    return await call_upstream(
+                        self._client,
+                        session,
+                        tool,
+                        tool_input,
+                        call_id=call_id,
+                        timeout_s=self._timeout_s,
+                    )
+                return await run_tool(self._client, session, tool.name, tool_input, self._timeout_s)
+            finally:
+                if from_outside(tool):
+                    now = datetime.now(UTC)
+                    await self._store.update(
+                        session.session_id, lambda s: tainted_by(s, now, self._taint_s)
+                    )

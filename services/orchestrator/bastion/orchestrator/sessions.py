@@ -39,6 +39,8 @@ from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import describe_decode_error, encode
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
+from bastion.shared.metrics import call_duration, calls
+from bastion.shared.telemetry import annotate, headers_with_context, span
 
 __all__ = ["Sessions"]
 
@@ -223,6 +225,7 @@ class Sessions:
         started = time.perf_counter()
         async with self._turn(session_id):
             session = await self.get(session_id)
+            annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
             try:
                 result: CallResult = await self._call(session, call, call_id, started)
             except BastionError as error:
@@ -231,6 +234,17 @@ class Sessions:
             await self._store.update(
                 session_id, lambda s: msgspec.structs.replace(s, calls=s.calls + 1)
             )
+        duration_s = time.perf_counter() - started
+        error_code = result.code if isinstance(result, ErrorReply) else ""
+        # A tool name the session does not offer is the agent's to choose: as a label it
+        # would let an agent mint any number of series, so it is counted as `unknown`.
+        known = find_tool(session, call.tool) is not None
+        labels = {
+            "bastion.tool": call.tool if known else "unknown",
+            "bastion.outcome": error_code or "ok",
+        }
+        calls.add(1, labels)
+        call_duration.record(duration_s, labels)
         await self._publish(
             "call_finished",
             session.tenant,
@@ -239,8 +253,8 @@ class Sessions:
                 tenant=session.tenant,
                 call_id=call_id,
                 tool=call.tool,
-                error_code=result.code if isinstance(result, ErrorReply) else "",
-                duration_s=time.perf_counter() - started,
+                error_code=error_code,
+                duration_s=duration_s,
                 at=_now(),
             ),
         )
@@ -272,14 +286,18 @@ class Sessions:
                 f"the input of {tool.name} is not valid: {reason} ({tool.name} takes: {fields})"
             ) from None
         tool = await skill_tool(self._client, session, tool, tool_input, self._timeout_s)
-        known = await self._journal.recall(session, tool, tool_input, call_id)
+        with span("orchestrator.journal.recall"):
+            known = await self._journal.recall(session, tool, tool_input, call_id)
         if known is not None:
             return known
-        decision = await ask_policy(
-            self._client,
-            policy_request(session, tool, tool_input, call.input, _now()),
-            self._timeout_s,
-        )
+        with span("orchestrator.policy", tool=tool.name):
+            decision = await ask_policy(
+                self._client,
+                policy_request(session, tool, tool_input, call.input, _now()),
+                self._timeout_s,
+            )
+            annotate(decision=decision.outcome)
+        annotate(decision=decision.outcome)
         await self._publish(
             "call_decided",
             session.tenant,
@@ -297,7 +315,8 @@ class Sessions:
         if decision.outcome == "deny":
             raise RemoteError(codes.DENIED, f"refused: {decision.reason}")
         if decision.outcome == "ask":
-            await self.approvals.ask(session, call, call_id, tool, decision)
+            with span("orchestrator.approval.park"):
+                await self.approvals.ask(session, call, call_id, tool, decision)
         text = await self._runner.run(
             session, tool, tool_input, call_input=call.input, call_id=call_id, decision=decision
         )
@@ -311,4 +330,6 @@ class Sessions:
         )
 
     async def _publish(self, kind: str, tenant: str, event: object) -> None:
-        await self._client.publish(subjects.event(kind, tenant), encode(event))
+        await self._client.publish(
+            subjects.event(kind, tenant), encode(event), headers=headers_with_context() or None
+        )

@@ -23,9 +23,11 @@ from bastion.proto.policy import (
     RuleChecked,
 )
 from bastion.shared.bus import Client
+from bastion.shared.metrics import decisions
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
+from bastion.shared.telemetry import annotate
 from bastion.shared.version import VERSION
 
 __all__ = ["PolicySettings", "policy_service"]
@@ -62,7 +64,10 @@ async def policy_service(_client: Client, settings: BusSettings) -> AsyncIterato
     await anyio.to_thread.run_sync(policies.reload_if_changed)
 
     async def decide_call(request: PolicyRequest, _: RequestContext) -> PolicyDecision:
-        return decide(request, policies)
+        decision = decide(request, policies)
+        decisions.add(1, {"bastion.decision": decision.outcome})
+        annotate(decision=decision.outcome)
+        return decision
 
     async def status(_query: PolicyStatusQuery, _: RequestContext) -> PolicyStatus:
         return policies.status()

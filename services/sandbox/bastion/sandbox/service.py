@@ -60,6 +60,7 @@ from bastion.sandbox.workspace import (
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput, NotImplementedYet
 from bastion.shared.leasing import LeaseClient, lease_key
+from bastion.shared.metrics import sandboxes_running
 from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing import (
     BwrapBackend,
@@ -76,6 +77,7 @@ from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
+from bastion.shared.telemetry import span
 from bastion.shared.version import VERSION
 
 __all__ = ["SandboxSettings", "Sandboxes", "output_cap", "redacted", "sandbox_service"]
@@ -258,10 +260,18 @@ class Sandboxes:
             )
             redactor = self.secrets.remember(request.session_id, pairs)
             spec = dataclasses.replace(spec, secret_environment=tuple(pairs))
+        running = {"bastion.sandbox.backend": request.backend.split(":", 1)[0]}
         async with self._slots.slot(request.tenant):
-            if bridged:
-                return redacted(await self._run_bridged(backend, spec, request, command), redactor)
-            return redacted(await backend.run(spec, command), redactor)
+            sandboxes_running.add(1, running)
+            try:
+                with span("sandbox.run"):
+                    if bridged:
+                        result = await self._run_bridged(backend, spec, request, command)
+                    else:
+                        result = await backend.run(spec, command)
+            finally:
+                sandboxes_running.add(-1, running)
+        return redacted(result, redactor)
 
     async def _run_bridged(
         self, backend: SandboxBackend, spec: SandboxSpec, request: ExecRequest, command: str

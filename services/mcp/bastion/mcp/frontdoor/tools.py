@@ -48,6 +48,7 @@ from bastion.shared.errors import (
     RemoteError,
     Unavailable,
 )
+from bastion.shared.telemetry import annotate
 
 __all__ = ["ToolHandlers", "mcp_error", "request_agent", "tool_of"]
 
@@ -216,6 +217,9 @@ class ToolHandlers:
         self, ctx: ServerRequestContext[Any, Any], agent: Agent, session_id: str, call: ToolCall
     ) -> CallResult | InputRequiredResult:
         try:
+            # The SDK's OpenTelemetryMiddleware made this request's span (continuing the
+            # `traceparent` of the request's `_meta`, else a new trace): the call's root.
+            annotate(session_id=session_id, tool=call.tool)
             result: CallResult = await request(
                 self._client,
                 subjects.session_call(session_id),
