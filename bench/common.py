@@ -20,14 +20,18 @@ __all__ = ["bastion_up", "call", "percentile", "raw_bwrap_argv"]
 
 
 @contextmanager
-def bastion_up(state_dir: Path) -> Iterator[BusSettings]:
-    """`bastion up` on `state_dir`, as a user runs it; yields how its operator connects (the
-    URL, and the operator's NATS user `bastion up` wrote); stopped on exit."""
+def bastion_up(
+    state_dir: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[BusSettings]:
+    """`bastion up` on `state_dir` (with `args`, and `env` added to the environment), as a
+    user runs it; yields how its operator connects (the URL, and the operator's NATS user
+    `bastion up` wrote); stopped on exit."""
     up = subprocess.Popen(
-        [sys.executable, "-m", "bastion.cli", "up", "--state-dir", str(state_dir)],
+        [sys.executable, "-m", "bastion.cli", "up", "--state-dir", str(state_dir), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=None if env is None else dict(os.environ) | env,
     )
     try:
         assert up.stdout is not None
