@@ -12,6 +12,7 @@ idempotent: a second run would leave the marker twice.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,7 +21,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from nats.aio.msg import Msg
 
+from bastion.cli.status import SERVICES
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.proto.errors import ErrorReply
@@ -134,6 +137,23 @@ async def _restarted(client: Client, state_dir: Path, name: str, dead: int) -> N
             await anyio.sleep(0.1)
 
 
+async def _queue_groups(client: Client) -> dict[str, set[str]]:
+    """The queue groups of each service's endpoints, over every instance that answers."""
+    groups: dict[str, set[str]] = {}
+    inbox = client.new_inbox()
+
+    async def collect(msg: Msg) -> None:
+        stats = json.loads(msg.data)
+        for endpoint in stats["endpoints"]:
+            groups.setdefault(stats["name"], set()).add(endpoint.get("queue_group", ""))
+
+    subscription = await client.subscribe(inbox, cb=collect)
+    await client.publish("$SRV.STATS", b"", reply=inbox)
+    await anyio.sleep(0.5)
+    await subscription.unsubscribe()
+    return groups
+
+
 def _skills(tmp_path: Path) -> Path:
     root = tmp_path / "skills"
     (root / "secretive" / "scripts").mkdir(parents=True)
@@ -149,6 +169,9 @@ async def _chaos(state_dir: Path, tmp_path: Path) -> None:
     settings = find_bus_settings(None, state_dir, env={})
     results: dict[tuple[int, int], CallResult] = {}
     async with connect(settings, "chaos") as client:
+        assert {i.name for i in await list_instances(client)} == set(SERVICES)
+        assert len(await list_instances(client)) == 2 * len(SERVICES)
+        assert await _queue_groups(client) == {name: {"q"} for name in SERVICES}
         sids = [await _open(client, tmp_path / f"s{n}", skills, "L3") for n in range(SESSIONS)]
         parked_sids = [await _open(client, tmp_path / f"p{n}", skills, "L2") for n in range(PARKED)]
         for sid in parked_sids:

@@ -36,13 +36,17 @@ class TenantRates:
         self._per_s = per_s
         self._buckets: dict[str, _Bucket] = {}
 
+    @property
+    def enabled(self) -> bool:
+        return self._per_s > 0
+
     def take(self, tenant: str) -> None:
         """Spend one of `tenant`'s tokens.
 
         Raises:
             RateLimited: none left; the message says when the next one is back.
         """
-        if self._per_s <= 0:
+        if not self.enabled:
             return
         now = time.monotonic()
         capacity = max(1.0, self._per_s)
