@@ -243,6 +243,11 @@ def test_two_hundred_calls_survive_every_service_killed_in_turn(
     for name in [f"s{n}" for n in range(SESSIONS)] + [f"p{n}" for n in range(PARKED)]:
         (tmp_path / name).mkdir()
         (tmp_path / name / "log.txt").write_text("END\n")
+    status = bastion("status", "--wait", "30", "-o", "json", state_dir=up_replicas)
+    record = read_run_record(up_replicas)
+    assert status.returncode == 0 and record is not None, status.stdout + status.stderr
+    listed = {i["pid"] for i in json.loads(status.stdout)["instances"]}
+    assert listed == {str(pid) for pid in record.children.values()}  # 2 of each, all listed
     added = bastion("secret", "add", "CHAOS_TOKEN", state_dir=up_replicas, stdin=SECRET)
     assert added.returncode == 0, added.stderr
     anyio.run(_chaos, up_replicas, tmp_path)
