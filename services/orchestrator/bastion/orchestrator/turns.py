@@ -13,6 +13,7 @@ contender per instance.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 import socket
@@ -22,6 +23,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import msgspec
+import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
@@ -111,7 +113,7 @@ class Turns:
 
     async def _take(self, session_id: str, wait_s: float) -> tuple[int, bool]:
         deadline = time.monotonic() + wait_s
-        for attempt in range(1_000_000):
+        for attempt in itertools.count():
             taken = await self._try_take(session_id)
             if taken is not None:
                 return taken
@@ -138,6 +140,11 @@ class Turns:
                     "lost a session's turn while holding it", extra={"session": session_id}
                 )
                 return
+            except nats.errors.Error as error:  # the bus hiccuped: try again at the next beat
+                logger.warning(
+                    "a session's turn was not renewed",
+                    extra={"session": session_id, "error": type(error).__name__},
+                )
 
     @asynccontextmanager
     async def hold(self, session_id: str, *, wait_s: float | None = None) -> AsyncIterator[bool]:
@@ -178,4 +185,9 @@ class Turns:
             # taken over while this instance was stalled: no longer ours to give back
             logger.warning(
                 "a session's turn changed before it was given back", extra={"session": session_id}
+            )
+        except nats.errors.Error as error:  # it expires on its own
+            logger.warning(
+                "a session's turn was not given back",
+                extra={"session": session_id, "error": type(error).__name__},
             )
