@@ -12,16 +12,20 @@ import anyio
 import msgspec
 import pytest
 
+from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
 from bastion.orchestrator.turns import TurnRecord, Turns, TurnTimeout
 from bastion.policy.service import policy_service
+from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
+from bastion.shared.errors import RemoteError
 from bastion.shared.kv import open_bucket
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.services.test_approvals import _running, answer, pending
 from tests.services.test_orchestrator import call, open_session
 
 
@@ -148,3 +152,32 @@ async def test_a_greedy_tenant_is_refused_with_rate_limited_and_another_still_co
                 load.start_soon(modestly)
     assert counts["modest ok"] == 10 and counts["modest limited"] == 0
     assert counts["greedy limited"] > 0 and counts["greedy ok"] > 0
+
+
+async def test_a_session_taken_over_from_a_dead_holder_settles_its_running_call_as_uncertain(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    settings = OrchestratorSettings(nats_url=bus_settings.nats_url)
+    async with run_service(orchestrator_service, settings):
+        session = await open_session(client, workspace=str(workspace), autonomy="L2")
+        sid = session.session_id
+        asked = await call(client, sid, "write_file", path="a.txt", content="a")
+        assert isinstance(asked, ErrorReply) and asked.code == "waiting_for_approval"
+        [parked] = (await pending(client, sid)).approvals
+        # As if an orchestrator died running the approved call, its turn still in the store.
+        store = await ApprovalStore.open(client, subjects.APPROVALS_BUCKET)
+        await store.move(parked.request_id, ("pending",), _running)
+        turns = await open_bucket(client, subjects.TURNS_BUCKET)
+        dead = TurnRecord(holder="gone:1", expires_at=time.time() + 0.5)
+        await turns.put(sid, msgspec.msgpack.encode(dead))
+        with anyio.fail_after(20), pytest.raises(RemoteError) as refused:
+            await answer(client, parked.request_id, approve=True)
+        [settled] = (await pending(client, sid, every_state=True)).approvals
+        after = await call(client, sid, "read_file", path="a.txt")
+    assert refused.value.code == "conflict" and "uncertain" in refused.value.message
+    assert settled.state == "uncertain"
+    assert isinstance(after, ErrorReply) and after.code == "not_found"  # it never ran

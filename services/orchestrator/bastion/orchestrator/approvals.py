@@ -184,9 +184,14 @@ class Approvals:
     async def answer(self, answer: ApprovalAnswer) -> ApprovalAnswered:
         """Carry out a person's answer; a call already answered is not touched again."""
         parked, _ = await self._approvals.get(answer.request_id)
-        if parked.state != "pending":
+        if parked.state not in ("pending", "running"):
             raise _already(parked)
         async with self._turn(parked.session_id):
+            # Read again in the turn: a call `running` is finished by now, or settled as
+            # `uncertain` if the turn was taken over from an orchestrator that died.
+            parked, _ = await self._approvals.get(answer.request_id)
+            if parked.state != "pending":
+                raise _already(parked)
             if answer.approve:
                 return await self._approve(parked, answer)
             reason = answer.reason.strip() or "no reason given"
