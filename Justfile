@@ -56,6 +56,7 @@ bench:
     python -m bench.bench_policy
     python -m bench.bench_egress
     python -m bench.bench_traces
+    python -m bench.bench_load
 
 # Write the JSON Schema of every wire message to schema/
 schema:

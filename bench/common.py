@@ -23,9 +23,9 @@ __all__ = ["bastion_up", "call", "percentile", "raw_bwrap_argv"]
 def bastion_up(
     state_dir: Path, *args: str, env: Mapping[str, str] | None = None
 ) -> Iterator[BusSettings]:
-    """`bastion up` on `state_dir` (with `args`, in `env`), as a user runs it; yields how its
-    operator connects (the URL, and the operator's NATS user `bastion up` wrote); stopped
-    on exit."""
+    """`bastion up` on `state_dir` (with `args`, in `env`: this process's environment by
+    default), as a user runs it; yields how its operator connects (the URL, and the
+    operator's NATS user `bastion up` wrote); stopped on exit."""
     up = subprocess.Popen(
         [sys.executable, "-m", "bastion.cli", "up", "--state-dir", str(state_dir), *args],
         stdout=subprocess.PIPE,

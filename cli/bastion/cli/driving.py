@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
+
+import anyio
 
 from bastion.cli.runs import KeptRun, forget_run, keep_run
 from bastion.cli.script import Step
@@ -21,20 +24,34 @@ __all__ = ["CALL_MARGIN_S", "drive", "mark_run", "parked_of"]
 
 CALL_MARGIN_S = 30.0
 """Added to the session's wall-clock limit when waiting for a call's answer."""
+RETRIES = 2
+"""How many times a call that got no answer is sent again (same call_id)."""
+RETRY_PAUSE_S = 1.0
+"""The pause before sending it again: long enough for `bastion up` to restart a service."""
+_NO_ANSWER = frozenset({codes.UNAVAILABLE, codes.TIMEOUT})
 
 
 async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
+    """The step's call; one that got no answer (its orchestrator died, none answered yet) is
+    sent again, with the same call_id, up to `RETRIES` times: the journal answers a
+    journaled call that already ran, or refuses as uncertain one that may have."""
     assert step.tool is not None
-    try:
-        result: CallResult = await request(
-            client,
-            subjects.session_call(session.session_id),
-            ToolCall(tool=step.tool, input=step.input),
-            CallResult,
-            timeout_s=session.limits.wall_s + CALL_MARGIN_S,
-        )
-    except BastionError as error:
-        return error.to_reply()
+    call = ToolCall(tool=step.tool, input=step.input, call_id=secrets.token_hex(8))
+    for attempt in range(RETRIES + 1):
+        try:
+            result: CallResult = await request(
+                client,
+                subjects.session_call(session.session_id),
+                call,
+                CallResult,
+                timeout_s=session.limits.wall_s + CALL_MARGIN_S,
+            )
+        except BastionError as error:
+            result = error.to_reply()
+        unanswered = isinstance(result, ErrorReply) and result.code in _NO_ANSWER
+        if not unanswered or attempt == RETRIES:
+            break
+        await anyio.sleep(RETRY_PAUSE_S)
     return result
 
 

@@ -32,11 +32,14 @@ def _uptime(seconds: float) -> str:
 
 
 def _table(instances: list[Instance]) -> str:
-    rows = [("SERVICE", "ID", "VERSION", "UPTIME", "REQUESTS", "ERRORS")]
+    rows = [("SERVICE", "ID", "HOST", "PID", "VERSION", "UPTIME", "REQUESTS", "ERRORS")]
     rows += [
-        (i.name, i.id, i.version, _uptime(i.uptime_s()), str(i.requests), str(i.errors))
+        (
+            i.name, i.id, i.host, i.pid, i.version, _uptime(i.uptime_s()), str(i.requests),
+            str(i.errors),
+        )
         for i in instances
-    ]
+    ]  # fmt: skip
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     return "\n".join(
         "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
@@ -58,6 +61,8 @@ async def _status(args: argparse.Namespace) -> int:
                 "name": i.name,
                 "id": i.id,
                 "version": i.version,
+                "host": i.host,
+                "pid": i.pid,
                 "uptime_s": round(i.uptime_s(), 1),
                 "requests": i.requests,
                 "errors": i.errors,

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +34,7 @@ import nats.js.errors
 from bastion.cli.common import fail, state_dir_of
 from bastion.cli.hookfile import hooks_path
 from bastion.cli.hookrunner import NAME as HOOK_RUNNER_NAME
+from bastion.cli.replicas import instance_env, instance_name
 from bastion.cli.status import SERVICES
 from bastion.proto import subjects
 from bastion.shared.bus import Client, connect
@@ -182,8 +183,11 @@ async def _wait_ready(settings: BusSettings, stop: threading.Event, hooks: bool)
                 return missing
 
 
-def _supervise(children: list[Child], nats: Child, stop: threading.Event) -> str | None:
-    """Keep the services running until told to stop; a reason if it must stop on its own."""
+def _supervise(
+    children: list[Child], nats: Child, stop: threading.Event, restarted: Callable[[], None]
+) -> str | None:
+    """Keep the services running until told to stop (calling `restarted` after a child is
+    started again); a reason if it must stop on its own."""
     while not stop.wait(0.25):
         assert nats.process is not None
         if nats.process.poll() is not None:
@@ -202,6 +206,7 @@ def _supervise(children: list[Child], nats: Child, stop: threading.Event) -> str
                 )
             _say(f"{child.name} exited with status {status}; restarting it")
             child.start()
+            restarted()
     return None
 
 
@@ -225,16 +230,12 @@ def key_files(state_dir: Path, env: dict[str, str]) -> dict[str, str]:
     return added
 
 
-def egress_socket(state_dir: Path) -> dict[str, str]:
-    """The egress proxy on a Unix socket in `<state dir>/run` (0700), and its path for the
-    sandbox service, which binds it into `declared` sandboxes for their bridge."""
+def run_dir_of(state_dir: Path) -> Path:
+    """`<state dir>/run` (0700): the egress proxies' Unix sockets live there, and the
+    sandbox service binds one into `declared` sandboxes for their bridge."""
     run_dir = state_dir / "run"
     run_dir.mkdir(mode=0o700, exist_ok=True)
-    socket_path = run_dir / "egress.sock"
-    return {
-        "BASTION_EGRESS_LISTEN": f"unix:{socket_path}",
-        "BASTION_EGRESS_SOCKET": str(socket_path),
-    }
+    return run_dir
 
 
 def env_for(name: str, env: dict[str, str]) -> dict[str, str]:
@@ -260,22 +261,41 @@ def _nats_users(state_dir: Path, port: int, url: str) -> dict[str, UserCredentia
 
 
 def _children(
-    logs: Path, env: dict[str, str], users: dict[str, UserCredentials], url: str, hooks: bool
+    logs: Path,
+    env: dict[str, str],
+    users: dict[str, UserCredentials],
+    url: str,
+    hooks: bool,
+    *,
+    replicas: int,
+    http_port: int,
+    run_dir: Path,
 ) -> list[Child]:
-    """The six services, each as its own NATS user, and the hook runner when it runs."""
-    children = [
-        Child(
-            name,
-            [sys.executable, "-m", f"bastion.{name}"],
-            logs / f"{name}.log",
-            # One process, one service name: an OTEL_SERVICE_NAME given to `bastion up`
-            # would make six services look like one in a trace.
-            as_user(
-                {**env_for(name, env), "OTEL_SERVICE_NAME": f"bastion-{name}"}, users[name], url
-            ),
-        )
-        for name in SERVICES
-    ]
+    """`replicas` instances of each of the six services, each as its service's NATS user,
+    and the hook runner (one) when it runs."""
+    children = []
+    for name in SERVICES:
+        for k in range(replicas):
+            label = instance_name(name, k, replicas)
+            extra = instance_env(
+                name, k, replicas, env, http_host="127.0.0.1", http_port=http_port,
+                run_dir=run_dir,
+            )  # fmt: skip
+            children.append(
+                Child(
+                    label,
+                    [sys.executable, "-m", f"bastion.{name}"],
+                    logs / f"{label}.log",
+                    # One process, one service name: an OTEL_SERVICE_NAME given to `bastion
+                    # up` would make six services look like one in a trace.
+                    as_user(
+                        {**env_for(name, env), "OTEL_SERVICE_NAME": f"bastion-{name}"},
+                        users[name],
+                        url,
+                    )
+                    | extra,
+                )
+            )
     if hooks:
         # Not a service: it runs the operator's command hooks (bastion.cli.hookrunner).
         runner = [sys.executable, "-m", "bastion.cli.hookrunner"]
@@ -284,17 +304,27 @@ def _children(
     return children
 
 
+def _record(state_dir: Path, url: str, started_at: str, children: list[Child]) -> None:
+    """The run record other commands read: NATS's URL, and each child's pid now."""
+    pids = {c.name: c.process.pid for c in children if c.process is not None}
+    record = RunRecord(nats_url=url, pid=os.getpid(), started_at=started_at, children=pids)
+    run_record_path(state_dir).write_bytes(msgspec.json.encode(record))
+
+
 def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int:
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     port = args.nats_port or free_port()
     if port_answers(port):
         return fail(f"port {port} is already in use: give another --nats-port, or omit it")
-    if port_answers(args.http_port):
-        return fail(
-            f"port {args.http_port} is already in use, so the front door cannot listen there: "
-            "give another --http-port"
-        )
+    if args.replicas < 1:
+        return fail(f"--replicas {args.replicas}: give at least 1")
+    for http_port in range(args.http_port, args.http_port + args.replicas):
+        if port_answers(http_port):
+            return fail(
+                f"port {http_port} is already in use, so the front door cannot listen there: "
+                f"give another --http-port (with --replicas N, ports --http-port … +N-1 are used)"
+            )
     tokens = tokens_path(state_dir)
     create_tokens_file(tokens)
     read_tokens(tokens)  # refuses a file others can read before the mcp service does
@@ -309,11 +339,13 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
         BASTION_HTTP_TOKENS_FILE=str(tokens),
     )
     env.update(key_files(state_dir, env))
-    env.update(egress_socket(state_dir))
     others = env_for("nats", env)
     nats = _nats_child(state_dir, {k: v for k, v in others.items() if k not in _BUS_VARIABLES})
     hooks = hooks_path(state_dir).exists()
-    children = _children(logs, env, users, url, hooks)
+    children = _children(
+        logs, env, users, url, hooks,
+        replicas=args.replicas, http_port=args.http_port, run_dir=run_dir_of(state_dir),
+    )  # fmt: skip
     nats.start()
     try:
         deadline = time.monotonic() + 15
@@ -323,13 +355,13 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
                 return fail(f"nats-server did not start: see {nats.log_path}")
             time.sleep(0.05)
         assert nats.process is not None
-        _say(f"  {'nats':<13} {url}  pid {nats.process.pid}  JetStream in {state_dir / 'nats'}")
-        record = RunRecord(nats_url=url, pid=os.getpid(), started_at=datetime.now(UTC).isoformat())
-        run_record_path(state_dir).write_bytes(msgspec.json.encode(record))
+        _say(f"  {'nats':<15} {url}  pid {nats.process.pid}  JetStream in {state_dir / 'nats'}")
+        started_at = datetime.now(UTC).isoformat()
         for child in children:
             child.start()
             assert child.process is not None
-            _say(f"  {child.name:<13} pid {child.process.pid}  log {child.log_path}")
+            _say(f"  {child.name:<15} pid {child.process.pid}  log {child.log_path}")
+        _record(state_dir, url, started_at, children)
         operator = load_settings(BusSettings, users[OPERATOR].env(url))
         missing = anyio.run(_wait_ready, operator, stop, hooks)
         if stop.is_set():
@@ -340,12 +372,16 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
                 f"see the logs in {logs}"
             )
         with_hooks = " (and the hook runner)" if hooks else ""
-        _say(f"front door: http://{front_door} (token in {tokens})")
+        doors = ", ".join(f"http://127.0.0.1:{args.http_port + k}" for k in range(args.replicas))
+        _say(f"front door: {doors} (token in {tokens})")
         _say(
-            f"ready: all {len(SERVICES)} services answer on {url}{with_hooks}. "
+            f"ready: all {len(SERVICES)} services ({args.replicas} instance"
+            f"{'s' if args.replicas > 1 else ''} each) answer on {url}{with_hooks}. "
             "Ctrl-C stops everything."
         )
-        reason = _supervise(children, nats, stop)
+        reason = _supervise(
+            children, nats, stop, lambda: _record(state_dir, url, started_at, children)
+        )
         if reason is not None:
             return fail(reason)
         return 0
@@ -394,5 +430,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=8787,
         help="the loopback port of the front door's HTTP API (default 8787)",
+    )
+    up.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="instances of each service (default 1); the front door's instance k listens on "
+        "--http-port + k (docs/scaling.md)",
     )
     up.set_defaults(handler=run)

@@ -19,6 +19,7 @@ __all__ = [
     "NEEDS_APPROVAL",
     "NOT_FOUND",
     "NOT_IMPLEMENTED",
+    "RATE_LIMITED",
     "SANDBOX_FAILED",
     "SESSION_CLOSED",
     "TIMEOUT",
@@ -65,6 +66,8 @@ SANDBOX_FAILED: Final = "sandbox_failed"
 """The sandbox could not be started (not the command inside it failing)."""
 INTERNAL: Final = "internal"
 """An unexpected fault inside a service; its log has the detail, the wire never does."""
+RATE_LIMITED: Final = "rate_limited"
+"""The tenant made more calls per second than its quota: the message says when to retry."""
 UNCERTAIN: Final = "uncertain"
 """An identical earlier call got no answer (a timeout, a service died): it may or may not
 have taken effect, so it is not made again."""

@@ -50,6 +50,7 @@ __all__ = [
     "SESSION_GET",
     "SESSION_OPEN",
     "SESSION_RUN",
+    "TURNS_BUCKET",
     "VAULT_ADD",
     "VAULT_KEY",
     "VAULT_KEYS_BUCKET",
@@ -159,6 +160,9 @@ SESSIONS_BUCKET: Final = "bastion_sessions"
 """The JetStream KV bucket of the orchestrator's sessions (key: session id)."""
 APPROVALS_BUCKET: Final = "bastion_approvals"
 """The JetStream KV bucket of parked calls waiting for a person (key: request id)."""
+TURNS_BUCKET: Final = "bastion_turns"
+"""The JetStream KV bucket of session turns: which orchestrator runs a session's calls now,
+until when (key: session id)."""
 
 
 def session_call(session_id: str) -> str:

@@ -24,6 +24,9 @@ class Instance(msgspec.Struct, frozen=True, kw_only=True):
     requests: int
     errors: int
     endpoints: tuple[str, ...]
+    host: str = ""
+    pid: str = ""
+    """Where the instance runs, from the metadata every Bastion service registers with."""
 
     def uptime_s(self, now: datetime | None = None) -> float:
         return ((now or datetime.now(UTC)) - self.started).total_seconds()
@@ -42,6 +45,8 @@ def _instance(stats: dict[str, Any]) -> Instance:
         requests=sum(int(e.get("num_requests", 0)) for e in endpoints),
         errors=sum(int(e.get("num_errors", 0)) for e in endpoints),
         endpoints=tuple(str(e.get("subject", "")) for e in endpoints),
+        host=str((stats.get("metadata") or {}).get("host", "")),
+        pid=str((stats.get("metadata") or {}).get("pid", "")),
     )
 
 

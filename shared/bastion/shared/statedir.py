@@ -36,6 +36,8 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     nats_url: str
     pid: int
     started_at: str
+    children: dict[str, int] = {}
+    """The pid of each child (`orchestrator`, or `orchestrator.1` … with replicas) now."""
 
 
 def default_state_dir(env: Mapping[str, str] | None = None) -> Path:

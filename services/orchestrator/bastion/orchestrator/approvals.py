@@ -187,9 +187,14 @@ class Approvals:
     async def answer(self, answer: ApprovalAnswer) -> ApprovalAnswered:
         """Carry out a person's answer; a call already answered is not touched again."""
         parked, _ = await self._approvals.get(answer.request_id)
-        if parked.state != "pending":
+        if parked.state not in ("pending", "running"):
             raise _already(parked)
         async with self._turn(parked.session_id):
+            # Read again in the turn: a call `running` is finished by now, or settled as
+            # `uncertain` if the turn was taken over from an orchestrator that died.
+            parked, _ = await self._approvals.get(answer.request_id)
+            if parked.state != "pending":
+                raise _already(parked)
             if answer.approve:
                 return await self._approve(parked, answer)
             reason = answer.reason.strip() or "no reason given"
@@ -367,11 +372,16 @@ class Approvals:
             ),
         )
 
-    async def recover(self) -> None:
-        """After a restart: a call found `running` may or may not have run, so it is marked
-        `uncertain` and never run again; its session stops waiting on it."""
+    async def sessions_running(self) -> set[str]:
+        """The sessions with a call found `running` (after a restart: maybe a dead one's)."""
+        return {p.session_id for p in await self._approvals.every() if p.state == "running"}
+
+    async def settle(self, session_id: str) -> None:
+        """In the session's turn, taken from an orchestrator that stopped: a call of it found
+        `running` may or may not have run, so it is marked `uncertain` and never run again;
+        the session stops waiting on it."""
         for parked in await self._approvals.every():
-            if parked.state != "running":
+            if parked.session_id != session_id or parked.state != "running":
                 continue
             moved = await self._approvals.move(
                 parked.request_id,

@@ -122,7 +122,8 @@ class Journal:
         entry, revision = found
         if entry.state != "done":
             if entry.state == "started":
-                # Nobody is waiting on it any more (a session's calls run one at a time):
+                # Nobody is waiting on it any more (a session's calls run one at a time, in its
+                # turn across replicas: see turns):
                 # whoever sent it died before the answer came.
                 entry = msgspec.structs.replace(
                     entry, state="uncertain", why="whoever sent it stopped before an answer came"

@@ -14,8 +14,10 @@ from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
+from bastion.orchestrator.quota import TenantRates
 from bastion.orchestrator.sessions import Sessions
 from bastion.orchestrator.store import SessionStore
+from bastion.orchestrator.turns import Turns
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.proto.hooks import RunMark, RunMarked
@@ -40,6 +42,15 @@ class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     """How long a journal entry is kept: an identical call after that runs again."""
     hooks_bucket: str = subjects.HOOKS_BUCKET
     approvals_bucket: str = subjects.APPROVALS_BUCKET
+    turns_bucket: str = subjects.TURNS_BUCKET
+    turn_ttl_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    """`BASTION_TURN_TTL_S`: how long a session's turn outlives an orchestrator that died
+    holding it, before another replica takes the session over."""
+    turn_wait_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    """`BASTION_TURN_WAIT_S`: how long a call waits for a turn another replica holds."""
+    tenant_calls_per_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    """`BASTION_TENANT_CALLS_PER_S`: each tenant's calls per second on this instance (a
+    token bucket one second deep); 0: no quota."""
     taint_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
     search: str = ""
     """`BASTION_SEARCH`, the egress service's variable too: set, `web` sessions get
@@ -63,6 +74,9 @@ async def orchestrator_service(
     audit = await AuditLog.open(client)
     hooks = await Hooks.open(client, settings.hooks_bucket)
     approvals = await ApprovalStore.open(client, settings.approvals_bucket)
+    turns = await Turns.open(
+        client, settings.turns_bucket, settings.turn_ttl_s, settings.turn_wait_s
+    )
     sessions = Sessions(
         client,
         store,
@@ -72,9 +86,11 @@ async def orchestrator_service(
         journal=journal,
         audit=audit,
         hooks=hooks,
+        turns=turns,
+        rates=TenantRates(settings.tenant_calls_per_s),
         search=bool(settings.search.strip()),
     )
-    await sessions.approvals.recover()
+    await sessions.recover()
 
     async def open_session(ask: OpenSession, _: RequestContext) -> SessionInfo:
         return await sessions.open(ask)

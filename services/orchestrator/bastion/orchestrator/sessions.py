@@ -1,4 +1,5 @@
-"""Session actors: open, get, close, and call — a session's calls are handled one at a time."""
+"""Session actors: open, get, close, and call — a session's calls are handled one at a time,
+across every orchestrator replica (the turn in `turns`)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_
 from bastion.orchestrator.gate import ask_policy, policy_request
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
+from bastion.orchestrator.quota import RateLimited, TenantRates
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
 from bastion.orchestrator.store import SessionStore
+from bastion.orchestrator.turns import Turns, TurnTimeout
 from bastion.orchestrator.upstream import offer_upstream
 from bastion.proto import errors as codes
 from bastion.proto import subjects
@@ -71,6 +74,8 @@ class Sessions:
         journal: Journal,
         audit: AuditLog,
         hooks: Hooks,
+        turns: Turns,
+        rates: TenantRates,
         search: bool = False,
     ) -> None:
         self._client = client
@@ -79,6 +84,8 @@ class Sessions:
         self._timeout_s = timeout_s
         self._journal = journal
         self._audit = audit
+        self._turns = turns
+        self._rates = rates
         self._locks: dict[str, anyio.Lock] = {}
         self._waiting: dict[str, int] = {}
         self._runner = Runner(
@@ -96,17 +103,31 @@ class Sessions:
 
     @asynccontextmanager
     async def _turn(self, session_id: str) -> AsyncIterator[None]:
-        """Hold the session's turn: its calls run in the order they arrived."""
+        """Hold the session's turn: its calls run in the order they arrived here, one at a
+        time across replicas; a turn taken over from a dead holder is settled first."""
         lock = self._locks.setdefault(session_id, anyio.Lock())
         self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
         try:
-            async with lock:
+            async with lock, self._turns.hold(session_id) as taken_over:
+                if taken_over:
+                    await self.approvals.settle(session_id)
                 yield
         finally:
             self._waiting[session_id] -= 1
             if not self._waiting[session_id]:
                 del self._waiting[session_id]
                 del self._locks[session_id]
+
+    async def recover(self) -> None:
+        """At start: settle each session with a call found `running` whose turn is free (its
+        orchestrator stopped and gave it back). A turn held now is a live replica's, which
+        finishes the call, or a dead one's, settled by whoever takes it over."""
+        for session_id in await self.approvals.sessions_running():
+            try:
+                async with self._turns.hold(session_id, wait_s=0):
+                    await self.approvals.settle(session_id)
+            except TurnTimeout:
+                continue
 
     async def open(self, ask: OpenSession) -> SessionInfo:
         if ask.workspace is not None:
@@ -223,6 +244,11 @@ class Sessions:
         """Run one call of the session, in its turn; a refusal is answered, not raised."""
         call_id = call.call_id or secrets.token_hex(8)
         started = time.perf_counter()
+        if self._rates.enabled:
+            try:
+                self._rates.take((await self.get(session_id)).tenant)
+            except RateLimited as error:
+                return error.to_reply()
         async with self._turn(session_id):
             session = await self.get(session_id)
             annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
