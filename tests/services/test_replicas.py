@@ -5,7 +5,6 @@ starving another."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -15,35 +14,18 @@ import pytest
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
 from bastion.orchestrator.turns import TurnRecord, Turns, TurnTimeout
-from bastion.policy.service import policy_service
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.kv import open_bucket
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.services.test_approvals import _running, answer, pending
-from tests.services.test_orchestrator import call, open_session
+from tests.services.test_orchestrator import call, open_session, plane, workspace
 
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-async def plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
-) -> AsyncIterator[None]:
-    """Policy and sandbox; each test starts its orchestrators."""
-    sandbox = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"))
-    async with run_service(policy_service), run_service(sandbox_service, sandbox):
-        yield
+__all__ = ["plane", "workspace"]  # fixtures, imported to be used here
 
 
 async def test_two_instances_never_hold_one_session_s_turn_at_once(client: Client) -> None:
