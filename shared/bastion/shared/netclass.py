@@ -16,7 +16,7 @@ from typing import Final
 
 from bastion.shared.errors import InvalidInput
 
-__all__ = ["IPAddress", "IPNetwork", "classify", "parse_ranges"]
+__all__ = ["IPAddress", "IPNetwork", "classify", "is_loopback_host", "parse_ranges"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -120,3 +120,13 @@ def parse_ranges(text: str) -> tuple[IPNetwork, ...]:
                 f"{item!r} is not an address range: write it as CIDR, like 127.0.0.0/8"
             ) from None
     return tuple(ranges)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a host name or address names this machine (`localhost`, 127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import msgspec
 
 from bastion.shared.errors import BastionError
 from bastion.shared.httptokens import read_tokens, tokens_path
+from bastion.shared.netclass import is_loopback_host
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
 
@@ -79,15 +79,6 @@ def _split_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def front_door_of(settings: McpSettings) -> FrontDoor:
     """The front door `settings` describe.
 
@@ -98,7 +89,7 @@ def front_door_of(settings: McpSettings) -> FrontDoor:
     host, port = _split_listen(settings.http_listen)
     path = Path(settings.http_tokens_file or tokens_path(Path(settings.state_dir)))
     tokens = read_tokens(path.expanduser())
-    if not tokens and not _loopback(host):
+    if not tokens and not is_loopback_host(host):
         raise UnsafeListen(
             f"the front door would listen on {host}, which is not a loopback address, with no "
             f"token configured, so anyone who reaches it could answer approvals: put a token "

@@ -3,7 +3,6 @@ none), and a live agent token. Every refusal is JSON-RPC shaped, so an MCP clien
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
@@ -18,13 +17,13 @@ from bastion.mcp.httpguard import check_origin
 from bastion.mcp.httpsettings import FrontDoor
 from bastion.proto.frontdoor import TokenInfo
 from bastion.shared.errors import Unavailable
+from bastion.shared.netclass import is_loopback_host
 
 __all__ = ["AGENT_KEY", "Agent", "McpGuard", "agent_of", "jsonrpc_refusal"]
 
 AGENT_KEY: Final = "bastion.agent"
 """Where the guard leaves the request's `Agent` in the ASGI scope, for the handlers."""
 
-_LOOPBACK_NAMES: Final = frozenset({"localhost"})
 _INVALID_REQUEST: Final = -32600
 _HOW_TO_GET_A_TOKEN: Final = (
     "create one with `bastion token create --agent NAME` (it is printed once) and send it as "
@@ -70,23 +69,14 @@ def jsonrpc_refusal(status: int, code: str, message: str) -> Response:
     )
 
 
-def _loopback(host: str) -> bool:
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _check_host(request: Request, door: FrontDoor) -> None:
     """On loopback, a page of another site reaching us through DNS rebinding names its own
     host in `Host`: only loopback names are taken."""
-    if not _loopback(door.host):
+    if not is_loopback_host(door.host):
         return
     given = request.headers.get("host", "")
     name = given.rsplit(":", 1)[0] if not given.endswith("]") else given
-    if not _loopback(name):
+    if not is_loopback_host(name):
         raise HttpError(
             421,
             "misdirected",

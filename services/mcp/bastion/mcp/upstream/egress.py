@@ -17,7 +17,6 @@ gateway's own machine, as in development and tests.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -30,6 +29,7 @@ from bastion.mcp.upstream.errors import UpstreamUnreachable
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, GrantRequest
 from bastion.shared.bus import Client, request
+from bastion.shared.netclass import is_loopback_host
 
 __all__ = ["EgressRoute", "grant_for", "host_and_port", "is_loopback_url"]
 
@@ -111,12 +111,7 @@ def host_and_port(url: str) -> tuple[str, int]:
 def is_loopback_url(url: str) -> bool:
     """Whether the URL names this machine (`localhost`, 127.0.0.0/8, ::1)."""
     host, _ = host_and_port(url)
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(host)
 
 
 async def grant_for(
