@@ -294,3 +294,21 @@ def test_a_form_asking_for_ordinary_things_is_not_taken_for_a_secret() -> None:
         },
     }
     assert not asks_for_secret(schema)
+
+
+async def test_a_sandboxed_program_that_cannot_start_is_told_what_its_sandbox_shows(
+    tmp_path: Path,
+) -> None:
+    spec = McpServerSpec(
+        transport="stdio",
+        command=(PYTHON, "-c", "raise SystemExit(2)"),
+        directory=str(tmp_path),
+        sandbox="bwrap",
+    )
+    with pytest.raises(UpstreamUnreachable) as unreachable:
+        async with open_upstream(spec, server="quick", values={}):
+            pass
+    assert "before its handshake was done" in unreachable.value.message
+    assert unreachable.value.message.endswith(
+        "needs that environment and the Python it was made from shown (--sandbox-read for each)"
+    )

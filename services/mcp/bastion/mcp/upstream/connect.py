@@ -110,9 +110,18 @@ def _failed(
             "check it is an MCP server"
         )
     reason = link.reason or "did not complete the MCP handshake"
+    contained = ""
+    if spec.transport == "stdio" and spec.sandbox != "none":
+        contained = (
+            "; in its sandbox it sees only the system, its --dir and what --sandbox-read "
+            "shows: a program from a virtual environment needs that environment and the "
+            "Python it was made from shown (--sandbox-read for each)"
+        )
     return UpstreamUnreachable(
         f"{what} {reason} before its handshake was done: check that it runs by itself and "
-        "speaks MCP" + (" on its standard output" if spec.transport == "stdio" else " there")
+        "speaks MCP"
+        + (" on its standard output" if spec.transport == "stdio" else " there")
+        + contained
     )
 
 
