@@ -9,6 +9,7 @@ server's tools with `--mcp NAME`, each named `<server>_<tool>`.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any, get_args
@@ -79,10 +80,13 @@ def _spec(args: argparse.Namespace) -> McpServerSpec:
         # The program is found from here; its arguments are its own (a relative path in
         # them is taken from its directory, --dir, where it runs).
         command[0] = str(Path(command[0]).absolute())
-    if bool(command) == bool(args.url):
+    if not command and not args.url:
         raise InvalidInput(
-            "give either the command that starts the server (after --) or its --url, not both"
+            f"give the command that starts the server (`bastion mcp add {args.name} -- "
+            "COMMAND`), or its --url"
         )
+    if command and args.url:
+        raise InvalidInput("give the command that starts the server or its --url, not both")
     if args.unsandboxed and args.sandbox:
         raise InvalidInput("--unsandboxed and --sandbox contradict each other: give one")
     fields: dict[str, Any] = {
@@ -157,16 +161,25 @@ def _after_name(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**merged)
 
 
+def _checked_name(name: str) -> str:
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,31}", name):
+        raise InvalidInput(
+            f"{name[:40]!r} is not a server's name: lowercase letters, digits and hyphens, "
+            "starting with a letter, at most 32 (its tools are NAME_TOOL)"
+        )
+    return name
+
+
 def add(args: argparse.Namespace) -> int:
     args = _after_name(args)
-    ask = AddServer(tenant=args.tenant, name=args.name, spec=_spec(args))
+    ask = AddServer(tenant=args.tenant, name=_checked_name(args.name), spec=_spec(args))
     review: McpReview = _send(args, subjects.MCP_ADD, ask, McpReview)
     sys.stdout.write("\n".join(review_lines(review, after_add=True)) + "\n")
     return 0
 
 
 def review(args: argparse.Namespace) -> int:
-    ask = ReviewServer(tenant=args.tenant, name=args.name, accept=args.accept)
+    ask = ReviewServer(tenant=args.tenant, name=_checked_name(args.name), accept=args.accept)
     found: McpReview = _send(args, subjects.MCP_REVIEW, ask, McpReview)
     sys.stdout.write("\n".join(review_lines(found, after_add=False)) + "\n")
     return 0
@@ -186,7 +199,7 @@ def list_servers(args: argparse.Namespace) -> int:
 
 
 def remove(args: argparse.Namespace) -> int:
-    ask = RemoveServer(tenant=args.tenant, name=args.name)
+    ask = RemoveServer(tenant=args.tenant, name=_checked_name(args.name))
     removed: ServerRemoved = _send(args, subjects.MCP_REMOVE, ask, ServerRemoved)
     sys.stdout.write(f"removed MCP server {removed.name} and its pins\n")
     return 0
@@ -196,7 +209,7 @@ def browse(args: argparse.Namespace) -> int:
     read = getattr(args, "read", None)
     ask = BrowseServer(
         tenant=args.tenant,
-        name=args.name,
+        name=_checked_name(args.name),
         what="prompts" if args.verb == "prompts" else ("read" if read else "resources"),
         uri=read or "",
     )
