@@ -165,7 +165,9 @@ def rotate_key(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    secret = commands.add_parser("secret", help="secrets skills' scripts may receive")
+    secret = commands.add_parser(
+        "secret", help="secrets that skills' scripts and upstream MCP servers may receive"
+    )
     verbs = secret.add_subparsers(dest="verb", required=True)
 
     adding = verbs.add_parser("add", help="keep a secret (value from stdin or --from-env)")
