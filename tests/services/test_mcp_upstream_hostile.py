@@ -248,6 +248,22 @@ async def test_at_most_five_questions_of_a_call_are_relayed(tmp_path: Path) -> N
     assert len(asked) == 6
 
 
+async def test_an_answer_the_protocol_cannot_carry_is_sent_on_as_a_decline(
+    tmp_path: Path,
+) -> None:
+    async def elicit(_question: ElicitQuestion) -> ElicitAnswer:
+        return ElicitAnswer(action="accept", content={"colour": {"nested": ["object"]}})
+
+    handlers = UpstreamHandlers(elicit=elicit, session_id=SESSION)
+    spec = stdio_spec(MISBEHAVING, tmp_path)
+    async with open_upstream(
+        spec, server="bad", values={}, handlers=handlers, prefer_protocol="2025-11-25"
+    ) as bad:
+        colour = await bad.call_tool("ask_colour", {}, timeout_s=10)
+        assert bad.alive
+    assert _text(colour) == "colour: decline"
+
+
 async def test_with_no_one_to_ask_a_question_is_declined(tmp_path: Path) -> None:
     spec = stdio_spec(MISBEHAVING, tmp_path)
     async with open_upstream(spec, server="bad", values={}, prefer_protocol="2025-11-25") as bad:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import mcp.types as mt
 import msgspec
+import pydantic
 from opentelemetry.trace import SpanKind
 
 from bastion.mcp.pins import accepted_pins, offer, review, tool_digest
@@ -174,8 +175,14 @@ class Gateway:
                     message="no one can complete a message for this session now",
                 )
             if answer.refused or not answer.result_json:
-                return mt.ErrorData(code=mt.INVALID_REQUEST, message=answer.refused[:300])
-            return mt.CreateMessageResult.model_validate_json(answer.result_json)
+                why = answer.refused[:300] or "the completion was not given"
+                return mt.ErrorData(code=mt.INVALID_REQUEST, message=why)
+            try:
+                return mt.CreateMessageResult.model_validate_json(answer.result_json)
+            except pydantic.ValidationError:
+                return mt.ErrorData(
+                    code=mt.INTERNAL_ERROR, message="the completion relayed was not one"
+                )
 
         return sample
 

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import pydantic
 from mcp import types
 from mcp.client.session import ClientRequestContext
 
@@ -97,7 +98,13 @@ class Asking:
             return _DECLINE
         if answer.action != "accept":
             return types.ElicitResult(action=answer.action)
-        return types.ElicitResult(action="accept", content=answer.content)
+        try:
+            return types.ElicitResult(action="accept", content=answer.content)
+        except pydantic.ValidationError:
+            # The answer came over the bus: content the protocol cannot carry (a nested
+            # object) is not sent on, and the question counts as declined.
+            logger.warning("an answer to MCP server %s was not a form's answer", self._server)
+            return _DECLINE
 
     async def sampling(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
