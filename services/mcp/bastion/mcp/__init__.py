@@ -1,5 +1,4 @@
-"""The mcp service. Upstream MCP servers, reviewed and pinned, and the MCP front door.
-
-Until issue 6 lands it registers on the bus and answers its endpoints with a typed
-`not_implemented` error.
+"""The mcp service: upstream MCP servers, reviewed, pinned and sandboxed (`gateway`,
+`upstream`, `pins`, `signing`), and the front door for outside agents — the HTTP API and
+MCP at `/mcp` (`httpapp`, `frontdoor`).
 """
