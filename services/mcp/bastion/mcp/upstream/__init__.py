@@ -1,7 +1,7 @@
 """Bastion as an MCP client: connections to upstream servers, bounded and contained.
 
-`open_upstream(spec, …)` starts a stdio server (unsandboxed, or in bubblewrap) or reaches
-an HTTP one (Streamable HTTP, or the legacy HTTP+SSE transport, through the egress proxy),
+`open_upstream(spec, …)` starts a stdio server (in bubblewrap, in Docker, or unsandboxed) or
+reaches an HTTP one (Streamable HTTP, or the legacy HTTP+SSE transport, through the egress proxy),
 finds which era of MCP it speaks, and yields an `Upstream` to list and call. Nothing an
 upstream sends is trusted or unbounded: a message over `UpstreamLimits.max_message_bytes`,
 malformed JSON-RPC, silence past a timeout or the server's death ends the connection, and

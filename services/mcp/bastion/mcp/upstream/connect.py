@@ -234,7 +234,7 @@ async def open_upstream(
 
     Raises:
         UpstreamUnreachable: it could not be started, reached or greeted in time.
-        NotImplementedYet: a `docker:` sandbox, or a sandbox network other than none/host.
+        NotImplementedYet: a bwrap sandbox network other than none or host.
     """
     mode = "legacy" if prefer_protocol in HANDSHAKE_PROTOCOL_VERSIONS else "auto"
     plan = _Plan(spec, server, values, handlers, mode, egress, limits)
