@@ -51,10 +51,14 @@ class PreApproval(Message, frozen=True, kw_only=True, tag="policy.preapproval"):
     `allowed-tools` (the prefix `SKILL_SOURCE_PREFIX` is what marks it as a skill's, so
     `skill_approvals=False` can turn it off), or e.g. `always (person)` for a person's
     "always" answer.
+    `skill`, when set, limits a `skill_run` rule to that skill's scripts: a person's
+    "always" for one skill's `scripts/check.sh` never covers another skill's script of the
+    same name (a skill's own rules are limited to it by their source).
     """
 
     rule: Annotated[str, msgspec.Meta(max_length=1024)]
     source: Annotated[str, msgspec.Meta(max_length=256)]
+    skill: Annotated[str, msgspec.Meta(max_length=128)] = ""
 
 
 class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):

@@ -42,6 +42,7 @@ from bastion.proto.approvals import (
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision, PreApproval, RuleCheck, RuleChecked
 from bastion.proto.session import SessionInfo, ToolSpec
+from bastion.proto.toolinput import SkillRunInput
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
@@ -262,7 +263,13 @@ class Approvals:
             )
         else:
             if rule:
-                granted = (PreApproval(rule=rule, source=f"always ({answer.by})"),)
+                granted = (
+                    PreApproval(
+                        rule=rule,
+                        source=f"always ({answer.by})",
+                        skill=tool_input.name if isinstance(tool_input, SkillRunInput) else "",
+                    ),
+                )
                 session_info = await self._sessions.update(
                     parked.session_id, lambda s: with_pre_approvals(s, granted)
                 )

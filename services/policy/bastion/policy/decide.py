@@ -46,8 +46,9 @@ def coverage(request: PolicyRequest) -> Coverage:
             problems.append(f"{rule} (from {approval.source}; it was ignored)")
             continue
         skill = _skill_of(approval.source)
-        if skill is not None and SKILL_RUN_TOOL in rule.tools and skill != request.skill:
-            continue  # a skill pre-approves its own scripts, never another skill's
+        limit = skill or approval.skill
+        if limit and SKILL_RUN_TOOL in rule.tools and limit != request.skill:
+            continue  # a rule of (or for) one skill covers its scripts, never another skill's
         if not covers(rule, request.tool, request.target):
             continue
         if skill is not None and not request.skill_approvals:
@@ -81,7 +82,8 @@ def _after_preapprovals(request: PolicyRequest, level: PolicyDecision) -> Policy
                 f"pre-approves it with {rule.text}, so it runs without asking"
             ),
             rule=f"preapproval:{rule.text}",
-            approved_by=f"{approval.source}: {rule.text}",
+            approved_by=f"{approval.source}: {rule.text}"
+            + (f" (skill {approval.skill})" if approval.skill else ""),
         )
     if found.switched_off is not None:
         notes.append(

@@ -1,0 +1,245 @@
+"""Attacks on the policy gate: what a pre-approval, an "always" answer or an operator policy
+names must be all it lets through, through real policy, sandbox and orchestrator services."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.policy.service import PolicySettings, policy_service
+from bastion.proto.errors import ErrorReply
+from bastion.proto.tools import CallResult, ToolOutput
+from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.shared.bus import Client
+from bastion.shared.settings import BusSettings
+from tests.conftest import ServiceRunner
+from tests.services.test_approvals import answer, pending
+from tests.services.test_orchestrator import call, open_session
+
+OWNER = 1000
+"""Workspaces belong to an unprivileged user: a root-owned one is refused by the sandbox."""
+
+Plane = Callable[..., AbstractAsyncContextManager[None]]
+
+
+def owned(root: Path) -> None:
+    """`root` and everything under it, given to the unprivileged owner."""
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, OWNER, OWNER, follow_symlinks=False)
+
+
+def skill(root: Path, name: str, allowed: str, scripts: dict[str, str] | None = None) -> None:
+    (root / name / "scripts").mkdir(parents=True)
+    (root / name / "SKILL.md").write_text(
+        f"---\nname: {name}\ndescription: The {name} skill.\nallowed-tools: {allowed}\n---\n"
+        "Use it.\n"
+    )
+    for path, text in (scripts or {}).items():
+        (root / name / path).write_text(text)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    owned(path)
+    return path
+
+
+@pytest.fixture
+def skills_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "skills"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def plane(
+    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> Callable[[], AbstractAsyncContextManager[None]]:
+    """Policy (with the operator policies of `tmp_path/policies`), sandbox, orchestrator."""
+
+    @asynccontextmanager
+    async def running() -> AsyncIterator[None]:
+        sandbox = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "st"))
+        orchestrator = OrchestratorSettings(nats_url=bus_settings.nats_url)
+        policy = PolicySettings(
+            nats_url=bus_settings.nats_url, policy_dir=str(tmp_path / "policies")
+        )
+        async with (
+            run_service(sandbox_service, sandbox),
+            run_service(orchestrator_service, orchestrator),
+            run_service(policy_service, policy),
+        ):
+            yield
+
+    return running
+
+
+def asked(result: CallResult) -> bool:
+    return isinstance(result, ErrorReply) and result.code == "waiting_for_approval"
+
+
+# Finding 4: a pre-approved prefix ran options that write files or run programs.
+
+PWNED = "pwned"
+GITCONFIG = f"""[safe]
+\tdirectory = *
+[diff]
+\texternal = touch /workspace/{PWNED} ; true
+[core]
+\tpager = touch /workspace/{PWNED} ; cat
+[alias]
+\tlg = !touch /workspace/{PWNED}
+"""
+"""A .gitconfig in HOME (the workspace), as an agent could have written it."""
+
+
+def git_repo(workspace: Path) -> None:
+    env = {"HOME": str(workspace), "PATH": os.environ["PATH"], "GIT_CONFIG_NOSYSTEM": "1"}
+    safe = ["-c", "safe.directory=*"]
+    for args in (
+        ["init", "-q"],
+        [
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.org",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "one",
+        ],
+    ):
+        subprocess.run(["git", "-C", str(workspace), *safe, *args], check=True, env=env)
+    (workspace / "a.txt").write_text("one\n")
+    subprocess.run(["git", "-C", str(workspace), *safe, "add", "a.txt"], check=True, env=env)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(workspace),
+            *safe,
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.org",
+            "commit",
+            "-q",
+            "-m",
+            "two",
+        ],
+        check=True,
+        env=env,
+    )
+    (workspace / ".gitconfig").write_text(GITCONFIG)
+    owned(workspace)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git log --output=planted.txt",
+        "git log --out=planted.txt",
+        "git log '--output=planted.txt'",
+        "git log -p --ext-diff",
+        "git log --patch",
+        "git log -p",
+        "git log --stat",
+        "git log -c",
+        "git -c core.pager=true log",
+        "git --paginate log",
+        "git -C . log",
+        "git log --textconv -p",
+    ],
+)
+async def test_a_git_log_prefix_never_covers_options_that_write_files_or_run_programs(
+    client: Client, plane: Plane, workspace: Path, skills_dir: Path, command: str
+) -> None:
+    git_repo(workspace)
+    skill(skills_dir, "history", "Bash(git log:*)")
+    async with plane():
+        session = await open_session(
+            client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
+        )
+        sid = session.session_id
+        await call(client, sid, "skill_read", name="history")
+        plain = await call(client, sid, "shell", command="git log --oneline")
+        attack = await call(client, sid, "shell", command=command)
+    assert isinstance(plain, ToolOutput) and "two" in plain.text  # the rule is in force
+    assert asked(attack), attack
+    assert not (workspace / "planted.txt").exists()
+    assert not (workspace / PWNED).exists()
+
+
+@pytest.mark.parametrize(
+    ("rule", "command"),
+    [
+        ("Bash(git:*)", "git lg"),
+        ("Bash(git:*)", "git status"),
+        ("Bash(git:*)", "git diff HEAD~1"),
+        ("Bash(find:*)", "find . -name a.txt -exec touch pwned +"),
+        ("Bash(find:*)", "find . -name a.txt -delete"),
+        ("Bash(sed:*)", "sed -i s/one/two/ a.txt"),
+        ("Bash(sed:*)", "sed -n 's/one/two/w pwned' a.txt"),
+        ("Bash(tar:*)", "tar -cf pwned a.txt"),
+        ("Bash(awk:*)", "awk 'BEGIN { system(\"touch pwned\") }'"),
+        ("Bash(xargs:*)", "xargs touch"),
+        ("Bash(env:*)", "env touch pwned"),
+        ("Bash(npm:*)", "npm run build"),
+        ("Bash(find:*)", "find . -name -delete*"),
+    ],
+)
+async def test_a_prefix_rule_never_covers_what_runs_another_program_or_writes_elsewhere(
+    client: Client,
+    plane: Plane,
+    workspace: Path,
+    skills_dir: Path,
+    rule: str,
+    command: str,
+) -> None:
+    git_repo(workspace)
+    before = (workspace / "a.txt").read_text()
+    skill(skills_dir, "tools", rule)
+    async with plane():
+        session = await open_session(
+            client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
+        )
+        sid = session.session_id
+        await call(client, sid, "skill_read", name="tools")
+        attack = await call(client, sid, "shell", command=command)
+    assert asked(attack), attack
+    assert not (workspace / PWNED).exists()
+    assert (workspace / "a.txt").read_text() == before
+
+
+# Finding 8: "always" for one skill's script covered another skill's script of that name.
+
+
+async def test_always_for_one_skills_script_never_covers_another_skills_script_of_that_name(
+    client: Client, plane: Plane, workspace: Path, skills_dir: Path
+) -> None:
+    skill(skills_dir, "lint", "skill_read", {"scripts/check.sh": "echo lint ran\n"})
+    skill(skills_dir, "deploy", "skill_read", {"scripts/check.sh": "echo deploy ran\n"})
+    async with plane():
+        session = await open_session(
+            client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
+        )
+        sid = session.session_id
+        first = await call(client, sid, "skill_run", name="lint", script="scripts/check.sh")
+        [parked] = (await pending(client, sid)).approvals
+        always = await answer(client, parked.request_id, approve=True, always=True)
+        again = await call(client, sid, "skill_run", name="lint", script="scripts/check.sh")
+        other = await call(client, sid, "skill_run", name="deploy", script="scripts/check.sh")
+    assert asked(first)
+    assert isinstance(always.result, ToolOutput) and "lint ran" in always.result.text
+    assert isinstance(again, ToolOutput) and "lint ran" in again.text  # the rule holds
+    assert asked(other), other
+    assert again.decision.approved_by.endswith("(skill lint)")
