@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -19,13 +19,22 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.services.test_approvals import answer, pending
+from tests.services.test_approvals import Plane, answer, pending, plane_of, session_of
+from tests.services.test_mcp_front_door import (
+    Asked,
+    DoorOf,
+    door_of,
+    mcp_client,
+    new_token,
+    read_json,
+    text_of,
+)
 from tests.services.test_orchestrator import call, open_session
+
+__all__ = ["door_of", "plane_of"]  # fixtures, imported to be used here
 
 OWNER = 1000
 """Workspaces belong to an unprivileged user: a root-owned one is refused by the sandbox."""
-
-Plane = Callable[..., AbstractAsyncContextManager[None]]
 
 
 def owned(root: Path) -> None:
@@ -60,9 +69,7 @@ def skills_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
-) -> Callable[[], AbstractAsyncContextManager[None]]:
+def plane(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path) -> Plane:
     """Policy (with the operator policies of `tmp_path/policies`), sandbox, orchestrator."""
 
     @asynccontextmanager
@@ -243,3 +250,29 @@ async def test_always_for_one_skills_script_never_covers_another_skills_script_o
     assert isinstance(again, ToolOutput) and "lint ran" in again.text  # the rule holds
     assert asked(other), other
     assert again.decision.approved_by.endswith("(skill lint)")
+
+
+# Finding 12 (first part): "always" on a compound command, answered through elicitation.
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_always_on_a_compound_command_through_elicitation_approves_it_once_saying_why(
+    client: Client,
+    plane_of: Plane,
+    door_of: DoorOf,
+    workspace: Path,
+    mode: str,
+) -> None:
+    always = Asked({"decision": "always"})
+    async with plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L2", shell=True)
+        async with mcp_client(url, token, mode, elicit=always) as mcp:
+            first = await mcp.call_tool("shell", {"command": "echo one; echo two"})
+            second = await mcp.call_tool("shell", {"command": "echo one; echo two"})
+            [listed] = (await read_json(mcp, "bastion://sessions"))["sessions"]
+        info = await session_of(client, listed["session_id"])
+    assert not first.is_error, text_of(first)
+    assert "approved once" in text_of(first) and "one\ntwo" in text_of(first)
+    assert "could run more than one program" in text_of(first)
+    assert not second.is_error and len(always.messages) == 2  # no rule: it asked again
+    assert not [a for a in info.pre_approvals if a.source.startswith("always")]
