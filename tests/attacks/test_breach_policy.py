@@ -276,3 +276,131 @@ async def test_always_on_a_compound_command_through_elicitation_approves_it_once
     assert "could run more than one program" in text_of(first)
     assert not second.is_error and len(always.messages) == 2  # no rule: it asked again
     assert not [a for a in info.pre_approvals if a.source.startswith("always")]
+
+
+# Finding 5: a Cedar policy written on one tool was sidestepped by a tool doing the same.
+
+NO_SECRETS = """
+@id("no-secrets")
+forbid (principal, action, resource in Tool::"write_file")
+when { context.target like "secrets/*" };
+"""
+
+NO_SHELL = """
+@id("no-shell")
+forbid (principal, action, resource in Tool::"shell");
+"""
+
+PATCH_ONE_FILE = """*** Begin Patch
+*** Add File: notes/a.md
++fine
+*** End Patch
+"""
+
+PATCH_TWO_FILES = """*** Begin Patch
+*** Add File: notes/a.md
++fine
+*** Add File: secrets/key
++stolen
+*** End Patch
+"""
+
+
+def policies(tmp_path: Path, text: str) -> None:
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "operator.cedar").write_text(text)
+
+
+async def test_a_forbid_on_write_file_paths_holds_for_every_path_an_apply_patch_touches(
+    client: Client, plane: Plane, workspace: Path, tmp_path: Path
+) -> None:
+    policies(tmp_path, NO_SECRETS)
+    async with plane():
+        session = await open_session(client, workspace=str(workspace), autonomy="L3")
+        sid = session.session_id
+        patched = await call(client, sid, "apply_patch", patch=PATCH_TWO_FILES)
+        plain = await call(
+            client,
+            sid,
+            "apply_patch",
+            patch=PATCH_ONE_FILE,
+        )
+    assert isinstance(patched, ErrorReply) and patched.code == "denied", patched
+    assert "no-secrets" in patched.message and "secrets/key" in patched.message
+    assert not (workspace / "secrets").exists()
+    assert isinstance(plain, ToolOutput), plain  # the policy names secrets/ only
+    assert (workspace / "notes" / "a.md").read_text() == "fine\n"
+
+
+async def test_a_forbid_on_shell_holds_for_run_tests_which_runs_the_makefile(
+    client: Client, plane: Plane, workspace: Path, tmp_path: Path
+) -> None:
+    policies(tmp_path, NO_SHELL)
+    (workspace / "Makefile").write_text("test:\n\techo tests ran\n")
+    owned(workspace)
+    async with plane():
+        session = await open_session(client, workspace=str(workspace), autonomy="L3", shell=True)
+        sid = session.session_id
+        tests = await call(client, sid, "run_tests")
+        checks = await call(client, sid, "diagnostics")
+        read = await call(client, sid, "read_file", path="Makefile")
+    assert isinstance(tests, ErrorReply) and tests.code == "denied", tests
+    assert isinstance(checks, ErrorReply) and checks.code == "denied", checks
+    assert isinstance(read, ToolOutput)  # a forbid on commands is not one on reading
+
+
+# Finding 7: a link inside the workspace widened a path rule.
+
+
+@pytest.mark.parametrize(
+    ("rule", "link", "points_to", "path"),
+    [
+        ("Write(notes:*)", "up", "..", "notes/up/planted.md"),
+        ("Write(notes/*)", "planted.md", "../planted.md", "notes/planted.md"),
+    ],
+)
+async def test_a_path_pre_approval_matches_where_a_write_lands_not_the_path_through_a_link(
+    client: Client,
+    plane: Plane,
+    workspace: Path,
+    skills_dir: Path,
+    rule: str,
+    link: str,
+    points_to: str,
+    path: str,
+) -> None:
+    (workspace / "notes").mkdir()
+    (workspace / "notes" / link).symlink_to(points_to)
+    owned(workspace)
+    skill(skills_dir, "release-notes", rule)
+    async with plane():
+        session = await open_session(client, workspace=str(workspace), skills_dir=str(skills_dir))
+        sid = session.session_id
+        await call(client, sid, "skill_read", name="release-notes")
+        inside = await call(client, sid, "write_file", path="notes/2.4.0.md", content="ok\n")
+        through = await call(client, sid, "write_file", path=path, content="x")
+    assert isinstance(inside, ToolOutput), inside  # the rule is in force
+    assert asked(through), through
+    assert not (workspace / "planted.md").exists()
+
+
+async def test_a_cedar_path_condition_matches_the_path_after_the_workspaces_links(
+    client: Client, plane: Plane, workspace: Path, tmp_path: Path
+) -> None:
+    policies(tmp_path, NO_SECRETS)
+    (workspace / "secrets").mkdir()
+    (workspace / "docs").symlink_to("secrets")
+    owned(workspace)
+    async with plane():
+        session = await open_session(client, workspace=str(workspace), autonomy="L3")
+        sid = session.session_id
+        wrote = await call(client, sid, "write_file", path="docs/key", content="stolen")
+        patched = await call(
+            client,
+            sid,
+            "apply_patch",
+            patch="*** Begin Patch\n*** Add File: docs/k2\n+x\n*** End Patch\n",
+        )
+    assert isinstance(wrote, ErrorReply) and wrote.code == "denied", wrote
+    assert isinstance(patched, ErrorReply) and patched.code == "denied", patched
+    assert list((workspace / "secrets").iterdir()) == []

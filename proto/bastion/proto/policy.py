@@ -80,6 +80,11 @@ class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):
       persons' "always" rules still apply.
     - `tainted` (older): the session read content from outside and the taint has not
       expired yet; every pre-approval is suspended.
+    - `paths`: for a file tool, every workspace path the call touches, each resolved
+      through the workspace's symbolic links as the sandbox walks it (`target` is the
+      first): `apply_patch` names each file it adds, changes, deletes or moves to. A path
+      pre-approval covers the call only if it covers every path, and operator policies
+      judge each path.
     """
 
     session_id: SessionId
@@ -94,6 +99,7 @@ class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):
     pre_approvals: Annotated[tuple[PreApproval, ...], msgspec.Meta(max_length=512)] = ()
     skill: Annotated[str, msgspec.Meta(max_length=128)] = ""
     skill_approvals: bool = True
+    paths: Annotated[tuple[str, ...], msgspec.Meta(max_length=1024)] = ()
 
 
 class PolicyDecision(Message, frozen=True, kw_only=True, tag="policy.decision"):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from bastion.policy.levels import decide_by_level
 from bastion.policy.narrowing import Narrowing, Verdict
 from bastion.policy.preapproval import Rule, covers, parsed
-from bastion.policy.tools import SKILL_RUN_TOOL
+from bastion.policy.tools import SKILL_RUN_TOOL, target_kind
 from bastion.proto.policy import SKILL_SOURCE_PREFIX, PolicyDecision, PolicyRequest, PreApproval
 
 __all__ = ["Coverage", "coverage", "decide"]
@@ -35,6 +35,13 @@ def _skill_of(source: str) -> str | None:
     )
 
 
+def _targets(request: PolicyRequest) -> tuple[str, ...]:
+    """What a rule must cover: every path a file call touches, else its target."""
+    if request.paths and target_kind(request.tool) == "path":
+        return request.paths
+    return (request.target,)
+
+
 def coverage(request: PolicyRequest) -> Coverage:
     """Which of `request.pre_approvals` cover the call, ignoring taint."""
     covering: tuple[PreApproval, Rule] | None = None
@@ -49,7 +56,7 @@ def coverage(request: PolicyRequest) -> Coverage:
         limit = skill or approval.skill
         if limit and SKILL_RUN_TOOL in rule.tools and limit != request.skill:
             continue  # a rule of (or for) one skill covers its scripts, never another skill's
-        if not covers(rule, request.tool, request.target):
+        if not all(covers(rule, request.tool, target) for target in _targets(request)):
             continue
         if skill is not None and not request.skill_approvals:
             switched_off = switched_off or approval
