@@ -6,6 +6,8 @@ import pytest
 
 from bastion.policy.commandtable import refusal, words
 from bastion.policy.preapproval import covers, exact_rule, parse_rule
+from bastion.policy.rulecheck import check_rule
+from bastion.proto.policy import RuleCheck
 from bastion.shared.errors import InvalidInput
 
 
@@ -37,6 +39,8 @@ def refused(command: str, named: int = 1) -> str | None:
         "awk '{ print $1 }' a.txt",
         "ls -la",
         "make test",
+        "sort -n a.txt",
+        "uniq -c a.txt",
     ],
 )
 def test_a_command_that_only_does_what_it_names_is_not_refused(command: str) -> None:
@@ -114,6 +118,10 @@ def test_a_command_that_only_does_what_it_names_is_not_refused(command: str) -> 
         "rsync a b",
         "npx cowsay",
         "FOO=bar git log",
+        "sort -o out a.txt",
+        "sort --out=out a.txt",
+        "sort --compress-program=sh a.txt",
+        "uniq a.txt out",
         "/usr/bin/env id",
     ],
 )
@@ -158,3 +166,17 @@ def test_an_exact_rule_is_refused_for_a_command_the_table_refuses() -> None:
 def test_a_rule_the_shell_would_expand_does_not_parse() -> None:
     with pytest.raises(InvalidInput):
         parse_rule("Bash(ls *:*)")
+
+
+def test_always_for_a_command_no_rule_covers_says_to_approve_it_once() -> None:
+    given = check_rule(RuleCheck(tool="shell", target="git log -p", rule="Bash(git log:*)"))
+    made = check_rule(RuleCheck(tool="shell", target="echo a; echo b"))
+    assert "approve it once" in given.problem and "patch" in given.problem
+    assert "approve it once" in made.problem and "';'" in made.problem
+    assert not given.rule and not made.rule
+
+
+def test_a_rule_that_does_not_cover_its_call_is_never_answered_with_the_bare_tool_name() -> None:
+    wrong = check_rule(RuleCheck(tool="write_file", target="notes/*.md", rule="Write(a)"))
+    assert "approve it once" in wrong.problem
+    assert not wrong.problem.endswith("such as write_file")

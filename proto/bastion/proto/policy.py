@@ -11,6 +11,7 @@ from bastion.proto._base import Message, SessionId
 
 __all__ = [
     "AUTONOMY_LEVELS",
+    "MAX_PATHS",
     "MAX_TARGET",
     "SKILL_SOURCE_PREFIX",
     "Autonomy",
@@ -37,6 +38,9 @@ Outcome = Literal["allow", "ask", "deny"]
 
 MAX_TARGET: Final = 64 * 1024
 """Upper bound of `PolicyRequest.target`: a whole shell command must fit, never a cut one."""
+
+MAX_PATHS: Final = 1024
+"""Upper bound of `PolicyRequest.paths`: the files one call (a patch) may touch."""
 
 SKILL_SOURCE_PREFIX: Final = "skill "
 """A `PreApproval.source` that starts with this comes from a skill (`skill release-notes`)."""
@@ -99,7 +103,7 @@ class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):
     pre_approvals: Annotated[tuple[PreApproval, ...], msgspec.Meta(max_length=512)] = ()
     skill: Annotated[str, msgspec.Meta(max_length=128)] = ""
     skill_approvals: bool = True
-    paths: Annotated[tuple[str, ...], msgspec.Meta(max_length=1024)] = ()
+    paths: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_PATHS)] = ()
 
 
 class PolicyDecision(Message, frozen=True, kw_only=True, tag="policy.decision"):

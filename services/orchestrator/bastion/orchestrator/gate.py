@@ -19,12 +19,12 @@ import msgspec
 from bastion.orchestrator.taint import is_tainted
 from bastion.proto import errors as codes
 from bastion.proto import subjects
-from bastion.proto.policy import PolicyDecision, PolicyRequest
+from bastion.proto.policy import MAX_PATHS, PolicyDecision, PolicyRequest
 from bastion.proto.sandbox import ResolvedPaths, ResolvePaths
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import ApplyPatchInput, FetchUrlInput, ShellInput, SkillRunInput
 from bastion.shared.bus import Client, request
-from bastion.shared.errors import RemoteError, Unavailable
+from bastion.shared.errors import BastionError, InvalidInput, RemoteError, Unavailable
 
 __all__ = [
     "PolicyUnavailable",
@@ -75,7 +75,7 @@ class Touched:
     unless the policy refuses it first, as the sandbox would fail it the same way."""
 
     paths: tuple[str, ...] = ()
-    problem: RemoteError | None = None
+    problem: BastionError | None = None
 
 
 async def touched_paths(
@@ -104,6 +104,13 @@ async def touched_paths(
         if error.code not in (codes.INVALID_INPUT, codes.NOT_FOUND):
             raise
         return Touched(problem=error)
+    if len(resolved.paths) > MAX_PATHS:
+        return Touched(
+            problem=InvalidInput(
+                f"the patch touches {len(resolved.paths)} files, more than the {MAX_PATHS} one "
+                "call may: split it into several patches"
+            )
+        )
     return Touched(resolved.paths)
 
 

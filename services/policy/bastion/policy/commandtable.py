@@ -345,6 +345,22 @@ def _script_runner(program: str, args: Sequence[str], named: int) -> str | None:
     return None
 
 
+def _sort(args: Sequence[str]) -> str | None:
+    for word in args:
+        name = _long(word, ("--output", "--compress-program"))
+        if name is not None or (_short_letters(word) and "o" in _short_letters(word)):
+            return f"sort's {word!r} writes a file or runs a program"
+    return None
+
+
+def _uniq(args: Sequence[str]) -> str | None:
+    operands = [w for w in _options(args) if not w.startswith("-")]
+    operands += list(args[args.index("--") + 1 :]) if "--" in args else []
+    if len(operands) > 1:
+        return f"uniq writes its output to its second operand, {operands[1]!r}"
+    return None
+
+
 _CHECKS: Final[dict[str, Callable[[Sequence[str]], str | None]]] = {
     "git": _git,
     "find": _find,
@@ -354,6 +370,8 @@ _CHECKS: Final[dict[str, Callable[[Sequence[str]], str | None]]] = {
     "gtar": _tar,
     "bsdtar": _tar,
     **dict.fromkeys(_AWKS, _awk),
+    "sort": _sort,
+    "uniq": _uniq,
 }
 
 
