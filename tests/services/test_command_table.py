@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from bastion.policy.commandtable import refusal, words
+from bastion.policy.decide import decide
 from bastion.policy.preapproval import covers, exact_rule, parse_rule
 from bastion.policy.rulecheck import check_rule
-from bastion.proto.policy import RuleCheck
+from bastion.proto.policy import PolicyRequest, PreApproval, RuleCheck
 from bastion.shared.errors import InvalidInput
 
 
@@ -180,3 +181,20 @@ def test_a_rule_that_does_not_cover_its_call_is_never_answered_with_the_bare_too
     wrong = check_rule(RuleCheck(tool="write_file", target="notes/*.md", rule="Write(a)"))
     assert "approve it once" in wrong.problem
     assert not wrong.problem.endswith("such as write_file")
+
+
+def test_the_decision_says_why_a_rule_naming_the_command_did_not_cover_it() -> None:
+    ask = PolicyRequest(
+        session_id="0123456789abcdef",
+        tenant="default",
+        agent="tester",
+        autonomy="L2",
+        tool="shell",
+        effect="write",
+        target="git log --out=planted.txt",
+        pre_approvals=(PreApproval(rule="Bash(git log:*)", source="skill history"),),
+    )
+    decision = decide(ask)
+    assert decision.outcome == "ask"
+    assert "skill history pre-approves Bash(git log:*), but no rule covers" in decision.reason
+    assert "--output" in decision.reason

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from bastion.policy.levels import decide_by_level
 from bastion.policy.narrowing import Narrowing, Verdict
-from bastion.policy.preapproval import Rule, covers, parsed
+from bastion.policy.preapproval import Rule, covers, parsed, uncovered_because
 from bastion.policy.tools import SKILL_RUN_TOOL, target_kind
 from bastion.proto.policy import SKILL_SOURCE_PREFIX, PolicyDecision, PolicyRequest, PreApproval
 
@@ -26,7 +26,8 @@ class Coverage:
     switched_off: PreApproval | None = None
     """A skill's rule that would cover it, were skill pre-approvals not off."""
     problems: tuple[str, ...] = ()
-    """Sentences about rules that do not parse (they never match)."""
+    """Sentences about rules that do not parse (they never match), and about command rules
+    that name the command but may not cover it (the table of `commandtable` refuses it)."""
 
 
 def _skill_of(source: str) -> str | None:
@@ -57,6 +58,12 @@ def coverage(request: PolicyRequest) -> Coverage:
         if limit and SKILL_RUN_TOOL in rule.tools and limit != request.skill:
             continue  # a rule of (or for) one skill covers its scripts, never another skill's
         if not all(covers(rule, request.tool, target) for target in _targets(request)):
+            why = uncovered_because(rule, request.tool, request.target)
+            if why is not None:
+                problems.append(
+                    f"{approval.source} pre-approves {rule.text}, but no rule covers this "
+                    f"command: {why}"
+                )
             continue
         if skill is not None and not request.skill_approvals:
             switched_off = switched_off or approval

@@ -35,6 +35,7 @@ __all__ = [
     "parse_rule",
     "parsed",
     "shell_metacharacter",
+    "uncovered_because",
 ]
 
 ALIASES: Final[dict[str, tuple[str, ...]]] = {
@@ -215,12 +216,28 @@ def command_refusal(command: str, named: int | None = None) -> str | None:
     return refusal(split, len(split) if named is None else named)
 
 
-def _command_covered(rule: Rule, command: str) -> bool:
+def _names(rule: Rule, command: str) -> bool:
+    """Whether the command rule `rule` names `command`, before the table has its say."""
     if rule.kind == "exact":
-        return command == rule.argument and command_refusal(command) is None
+        return command == rule.argument
     split = words(command)
-    named = split is not None and tuple(split[: len(rule.words)]) == rule.words
-    return named and command_refusal(command, len(rule.words)) is None
+    if split is not None:
+        return tuple(split[: len(rule.words)]) == rule.words
+    rest = command.removeprefix(rule.argument)
+    return rest != command and (not rest or not (rest[0].isalnum() or rest[0] in "-_.=/"))
+
+
+def _command_covered(rule: Rule, command: str) -> bool:
+    named = len(rule.words) if rule.kind == "prefix" else None
+    return _names(rule, command) and command_refusal(command, named) is None
+
+
+def uncovered_because(rule: Rule, tool: str, command: str) -> str | None:
+    """Why `rule`, a command rule naming `command`, does not cover it; None when it does
+    or does not name it at all."""
+    if tool not in rule.tools or rule.kind not in ("prefix", "exact") or not _names(rule, command):
+        return None
+    return command_refusal(command, len(rule.words) if rule.kind == "prefix" else None)
 
 
 def covers(rule: Rule, tool: str, target: str) -> bool:
