@@ -138,9 +138,25 @@ def test_a_package_manager_is_covered_only_for_the_subcommand_the_rule_names() -
     assert refused("pip install x", named=1) is not None
 
 
-@pytest.mark.parametrize("command", ["git log *", "git log a?", "git log [a]", "ls {a,b}", "ls ~"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git log *",
+        "git log a?",
+        "git log [a]",
+        "ls {a,b}",
+        "ls ~",
+        "ls ~/x",
+        "git log --output=~/x",
+    ],
+)
 def test_a_word_the_shell_would_expand_leaves_the_command_unsplit(command: str) -> None:
     assert words(command) is None
+
+
+def test_a_tilde_inside_a_word_is_not_expanded() -> None:
+    assert words("git log HEAD~3..HEAD") == ["git", "log", "HEAD~3..HEAD"]
+    assert refused("git log HEAD~3..HEAD") is None
 
 
 def test_quoted_expansion_characters_are_plain_words() -> None:

@@ -27,7 +27,7 @@ from typing import Final
 
 __all__ = ["GIT_SUBCOMMANDS", "refusal", "words"]
 
-_EXPANDING: Final = frozenset("*?[{~")
+_GLOBS: Final = frozenset("*?[{")
 """Characters the shell expands, outside quotes, into words the rule never saw."""
 
 RUNNERS: Final = frozenset(
@@ -196,15 +196,18 @@ _AWK_WORDS: Final = ("system", "getline", "@load", "@include", "ENVIRON")
 
 def words(command: str) -> list[str] | None:
     """`command` split into words as the shell splits it, or None when the shell would
-    expand part of it (an unquoted glob, brace or `~`) or its quotes do not close."""
+    expand part of it (an unquoted glob or brace, a `~` starting a word or following `=`
+    or `:`, as in `--output=~/x`) or its quotes do not close."""
     quote = ""
+    before = " "
     for char in command:
         if quote:
             quote = "" if char == quote else quote
         elif char in "'\"":
             quote = char
-        elif char in _EXPANDING:
+        elif char in _GLOBS or (char == "~" and before in " \t=:"):
             return None
+        before = char
     try:
         return shlex.split(command, comments=False, posix=True)
     except ValueError:

@@ -140,7 +140,7 @@ def _command_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
     if not split:
         raise InvalidPreApproval(
             f"the pre-approval {text!r} holds an unclosed quote or a character the shell "
-            "expands (* ? [ { ~): name one plain command, as in Bash(git log:*)"
+            "expands (* ? [ { or a leading ~): name one plain command, as in Bash(git log:*)"
         )
     return Rule(text, tools, kind, prefix, words=tuple(split))
 
@@ -212,7 +212,8 @@ def command_refusal(command: str, named: int | None = None) -> str | None:
         return f"it holds {sequence!r}, so it could run more than one program"
     split = words(command)
     if split is None:
-        return "the shell would expand part of it (* ? [ { ~ outside quotes, or an open quote)"
+        return "the shell would expand part of it (* ? [ { or a leading ~ outside quotes), or a "
+        "quote is left open"
     return refusal(split, len(split) if named is None else named)
 
 
