@@ -289,6 +289,10 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         session_id=SID, workspace="/tmp/ws", patch="--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n"
     ),
     sandbox.ListFiles: sandbox.ListFiles(session_id=SID, workspace="/tmp/ws", path="src"),
+    sandbox.ResolvePaths: sandbox.ResolvePaths(
+        session_id=SID, workspace="/tmp/ws", paths=("notes/a.md",), patch=""
+    ),
+    sandbox.ResolvedPaths: sandbox.ResolvedPaths(paths=("notes/a.md", "secrets/key")),
     sandbox.FindFiles: sandbox.FindFiles(
         session_id=SID, workspace="/tmp/ws", pattern="**/*.rs", path="src"
     ),
@@ -554,6 +558,8 @@ TAGS: dict[type[msgspec.Struct], str] = {
     sandbox.EditFile: "file.edit",
     sandbox.ApplyPatch: "file.patch",
     sandbox.ListFiles: "file.list",
+    sandbox.ResolvePaths: "file.resolve",
+    sandbox.ResolvedPaths: "file.resolved",
     sandbox.FindFiles: "file.find",
     sandbox.SearchFiles: "file.search",
     sandbox.CodeCheck: "sandbox.check_code",

@@ -9,6 +9,7 @@ import anyio
 import msgspec
 import pytest
 
+from bastion.policy.cedar_engine import compile_files, evaluate
 from bastion.policy.service import PolicySettings, policy_service
 from bastion.proto import subjects
 from bastion.proto.policy import (
@@ -256,3 +257,41 @@ async def test_a_policy_directory_created_later_is_picked_up(
         decision = await decide(client, call("write_file", "write", "secrets/deploy.key"))
     assert before.policies == 0
     assert decision.rule == "cedar:no-secrets"
+
+
+def _readme_policies() -> str:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme[readme.index("// <state dir>/policies/workspace.cedar") :]
+    return block[: block.index("```")]
+
+
+@pytest.mark.parametrize(
+    ("tool", "effect", "tenant", "paths", "expected"),
+    [
+        ("shell", "write", "acme", (), "acme-no-commands"),
+        ("run_tests", "write", "acme", (), "acme-no-commands"),
+        ("skill_run", "write", "acme", (), "acme-no-commands"),
+        ("web_search", "external", "acme", (), None),
+        ("apply_patch", "write", "other", ("notes/a.md", "secrets/key"), "no-secrets"),
+        ("edit_file", "write", "other", ("secrets/key",), "no-secrets"),
+        ("apply_patch", "write", "other", ("notes/a.md",), None),
+    ],
+)
+def test_the_readmes_policies_hold_for_every_tool_of_a_group_and_every_path_of_a_call(
+    tool: str, effect: Effect, tenant: str, paths: tuple[str, ...], expected: str | None
+) -> None:
+    compiled = compile_files({"workspace.cedar": _readme_policies()})
+    verdict = evaluate(
+        compiled,
+        PolicyRequest(
+            session_id="0123456789abcdef",
+            tenant=tenant,
+            agent="tester",
+            autonomy="L3",
+            tool=tool,
+            effect=effect,
+            target=paths[0] if paths else "",
+            paths=paths,
+        ),
+    )
+    assert (verdict.policy if verdict else None) == expected

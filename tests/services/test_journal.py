@@ -18,12 +18,12 @@ from bastion.policy.service import policy_service
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.journal import JournalEntry
-from bastion.proto.sandbox import SandboxReady
+from bastion.proto.sandbox import ResolvedPaths, ResolvePaths, SandboxReady
 from bastion.proto.toolinput import EditFileInput, WriteFileInput
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
-from bastion.shared.codec import encode
+from bastion.shared.codec import decode, encode
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.services.test_orchestrator import call, open_session, orchestrator
@@ -99,8 +99,8 @@ async def test_a_call_that_failed_with_an_answer_may_be_made_again(
 
 @pytest.fixture
 async def silent_sandbox(client: Client) -> AsyncIterator[list[Msg]]:
-    """A sandbox stand-in: it checks workspaces, and takes file calls without ever answering,
-    as a sandbox service killed in the middle of a call would."""
+    """A sandbox stand-in: it checks workspaces and resolves paths (as given), and takes file
+    calls without ever answering, as a sandbox service killed in the middle of a call would."""
     received: list[Msg] = []
 
     async def check(msg: Msg) -> None:
@@ -109,12 +109,18 @@ async def silent_sandbox(client: Client) -> AsyncIterator[list[Msg]]:
     async def swallow(msg: Msg) -> None:
         received.append(msg)
 
+    async def resolve(msg: Msg) -> None:
+        asked = decode(msg.data, ResolvePaths)
+        await msg.respond(encode(ResolvedPaths(paths=asked.paths)))
+
     checks = await client.subscribe(subjects.SANDBOX_CHECK, cb=check)
     files = await client.subscribe(subjects.SANDBOX_FILES, cb=swallow)
+    resolves = await client.subscribe(subjects.SANDBOX_RESOLVE, cb=resolve)
     await client.flush()
     yield received
     await checks.unsubscribe()
     await files.unsubscribe()
+    await resolves.unsubscribe()
 
 
 @pytest.mark.usefixtures("policy")

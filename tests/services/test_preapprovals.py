@@ -24,7 +24,7 @@ def covered(rule: str, tool: str, target: str) -> bool:
         ("git logx", False),
         ("git lo", False),
         ("git status", False),
-        (" git log", False),
+        (" git log", True),  # the same words as the shell splits them
     ],
 )
 def test_a_command_prefix_covers_the_command_and_its_arguments_but_not_a_longer_word(

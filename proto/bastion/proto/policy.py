@@ -11,6 +11,7 @@ from bastion.proto._base import Message, SessionId
 
 __all__ = [
     "AUTONOMY_LEVELS",
+    "MAX_PATHS",
     "MAX_TARGET",
     "SKILL_SOURCE_PREFIX",
     "Autonomy",
@@ -38,6 +39,9 @@ Outcome = Literal["allow", "ask", "deny"]
 MAX_TARGET: Final = 64 * 1024
 """Upper bound of `PolicyRequest.target`: a whole shell command must fit, never a cut one."""
 
+MAX_PATHS: Final = 1024
+"""Upper bound of `PolicyRequest.paths`: the files one call (a patch) may touch."""
+
 SKILL_SOURCE_PREFIX: Final = "skill "
 """A `PreApproval.source` that starts with this comes from a skill (`skill release-notes`)."""
 
@@ -51,10 +55,14 @@ class PreApproval(Message, frozen=True, kw_only=True, tag="policy.preapproval"):
     `allowed-tools` (the prefix `SKILL_SOURCE_PREFIX` is what marks it as a skill's, so
     `skill_approvals=False` can turn it off), or e.g. `always (person)` for a person's
     "always" answer.
+    `skill`, when set, limits a `skill_run` rule to that skill's scripts: a person's
+    "always" for one skill's `scripts/check.sh` never covers another skill's script of the
+    same name (a skill's own rules are limited to it by their source).
     """
 
     rule: Annotated[str, msgspec.Meta(max_length=1024)]
     source: Annotated[str, msgspec.Meta(max_length=256)]
+    skill: Annotated[str, msgspec.Meta(max_length=128)] = ""
 
 
 class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):
@@ -76,6 +84,11 @@ class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):
       persons' "always" rules still apply.
     - `tainted` (older): the session read content from outside and the taint has not
       expired yet; every pre-approval is suspended.
+    - `paths`: for a file tool, every workspace path the call touches, each resolved
+      through the workspace's symbolic links as the sandbox walks it (`target` is the
+      first): `apply_patch` names each file it adds, changes, deletes or moves to. A path
+      pre-approval covers the call only if it covers every path, and operator policies
+      judge each path.
     """
 
     session_id: SessionId
@@ -90,6 +103,7 @@ class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):
     pre_approvals: Annotated[tuple[PreApproval, ...], msgspec.Meta(max_length=512)] = ()
     skill: Annotated[str, msgspec.Meta(max_length=128)] = ""
     skill_approvals: bool = True
+    paths: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_PATHS)] = ()
 
 
 class PolicyDecision(Message, frozen=True, kw_only=True, tag="policy.decision"):

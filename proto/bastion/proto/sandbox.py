@@ -23,6 +23,8 @@ __all__ = [
     "ReadFile",
     "ReadOnlyDirs",
     "ReadSkill",
+    "ResolvePaths",
+    "ResolvedPaths",
     "RunSkill",
     "SandboxCheck",
     "SandboxReady",
@@ -177,6 +179,24 @@ class SearchFiles(Message, frozen=True, kw_only=True, tag="file.search"):
 
 FileRequest = ReadFile | WriteFile | EditFile | ApplyPatch | ListFiles | FindFiles | SearchFiles
 """What `sandbox.files` takes; later file tools join this union."""
+
+
+class ResolvePaths(Message, frozen=True, kw_only=True, tag="file.resolve"):
+    """The workspace paths a file call would touch, resolved through the workspace's links
+    as the file tools walk them, for the policy to judge before the call runs: `paths`
+    as given, and every path `patch` (an `apply_patch` patch) adds, changes, deletes or
+    moves to."""
+
+    session_id: SessionId
+    workspace: PathText
+    paths: Annotated[tuple[PathText, ...], msgspec.Meta(max_length=16)] = ()
+    patch: Text = ""
+
+
+class ResolvedPaths(Message, frozen=True, kw_only=True, tag="file.resolved"):
+    """Each path relative to the workspace, normalised, after its links (`.` the root)."""
+
+    paths: tuple[str, ...] = ()
 
 
 class FileResult(Message, frozen=True, kw_only=True, tag="file.result"):

@@ -46,6 +46,8 @@ MESSAGES: dict[str, Any] = {
     "ExecResult": sandbox.ExecResult,
     "FileRequest": sandbox.FileRequest,
     "FileResult": sandbox.FileResult,
+    "ResolvePaths": sandbox.ResolvePaths,
+    "ResolvedPaths": sandbox.ResolvedPaths,
     "CodeCheck": sandbox.CodeCheck,
     "CodeReport": sandbox.CodeReport,
     "SandboxCheck": sandbox.SandboxCheck,

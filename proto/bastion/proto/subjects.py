@@ -41,6 +41,7 @@ __all__ = [
     "SANDBOX_EXEC",
     "SANDBOX_FILES",
     "SANDBOX_RELEASE",
+    "SANDBOX_RESOLVE",
     "SANDBOX_SKILL_READ",
     "SANDBOX_SKILL_RUN",
     "SANDBOX_SKILL_WRITE",
@@ -97,6 +98,8 @@ SANDBOX_SKILL_RUN: Final = f"{PREFIX}.sandbox.skill_run"
 """One of a skill's scripts, run in the session's sandbox with the skill at `/skill`."""
 SANDBOX_SKILL_WRITE: Final = f"{PREFIX}.sandbox.skill_write"
 """A skill's SKILL.md written with only its name, description and instructions."""
+SANDBOX_RESOLVE: Final = f"{PREFIX}.sandbox.resolve"
+"""The workspace paths a file call touches, resolved through its links, for the policy."""
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
 EGRESS_SEARCH: Final = f"{PREFIX}.egress.search"
 """A web search through the provider the egress service is configured with."""

@@ -25,7 +25,7 @@ from opentelemetry.trace import Link, get_current_span
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.catalogue import find_tool, tool_input_of
-from bastion.orchestrator.gate import ask_policy, policy_request, target_of
+from bastion.orchestrator.gate import ask_policy, policy_request, target_for, touched_paths
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
 from bastion.orchestrator.skills import with_pre_approvals
@@ -42,6 +42,7 @@ from bastion.proto.approvals import (
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision, PreApproval, RuleCheck, RuleChecked
 from bastion.proto.session import SessionInfo, ToolSpec
+from bastion.proto.toolinput import SkillRunInput
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
@@ -232,11 +233,15 @@ class Approvals:
             return await self._decline(parked, "bastion", f"the session has no {parked.tool}")
         tool_input = tool_input_of(tool, parked.input)
         tool = await skill_tool(self._client, session_info, tool, tool_input, self._timeout_s)
-        rule = await self._rule(tool, tool_input, answer) if answer.always else ""
+        touched = await touched_paths(self._client, session_info, tool_input, self._timeout_s)
+        paths = touched.paths
+        rule = (
+            await self._rule(tool, target_for(tool_input, paths), answer) if answer.always else ""
+        )
         # The person approved the ask; an operator policy may have refused it since.
         now_decided = await ask_policy(
             self._client,
-            policy_request(session_info, tool, tool_input, parked.input, _now()),
+            policy_request(session_info, tool, tool_input, parked.input, _now(), paths=paths),
             self._timeout_s,
         )
         running = await self._approvals.move(
@@ -260,9 +265,17 @@ class Approvals:
                 message=f"refused: {now_decided.reason} (a person approved it, but the policy "
                 "refuses it now)",
             )
+        elif touched.problem is not None:
+            result = touched.problem.to_reply()
         else:
             if rule:
-                granted = (PreApproval(rule=rule, source=f"always ({answer.by})"),)
+                granted = (
+                    PreApproval(
+                        rule=rule,
+                        source=f"always ({answer.by})",
+                        skill=tool_input.name if isinstance(tool_input, SkillRunInput) else "",
+                    ),
+                )
                 session_info = await self._sessions.update(
                     parked.session_id, lambda s: with_pre_approvals(s, granted)
                 )
@@ -330,15 +343,13 @@ class Approvals:
             **fields,
         )
 
-    async def _rule(
-        self, tool: ToolSpec, tool_input: msgspec.Struct, answer: ApprovalAnswer
-    ) -> str:
-        """The "always" rule: the one given, checked by the policy to cover this call, or
-        the policy's rule for exactly this call."""
+    async def _rule(self, tool: ToolSpec, target: str, answer: ApprovalAnswer) -> str:
+        """The "always" rule: the one given, checked by the policy to cover this call (of
+        `target`), or the policy's rule for exactly this call."""
         checked: RuleChecked = await request(
             self._client,
             subjects.POLICY_CHECK_RULE,
-            RuleCheck(tool=tool.name, target=target_of(tool_input), rule=answer.rule),
+            RuleCheck(tool=tool.name, target=target, rule=answer.rule),
             RuleChecked,
             timeout_s=self._timeout_s,
         )

@@ -17,7 +17,7 @@ from bastion.orchestrator.approvals import Approvals
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_of, tool_input_of
-from bastion.orchestrator.gate import ask_policy, policy_request
+from bastion.orchestrator.gate import ask_policy, policy_request, touched_paths
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.quota import RateLimited, TenantRates
@@ -317,9 +317,10 @@ class Sessions:
         if known is not None:
             return known
         with span("orchestrator.policy", tool=tool.name):
+            touched = await touched_paths(self._client, session, tool_input, self._timeout_s)
             decision = await ask_policy(
                 self._client,
-                policy_request(session, tool, tool_input, call.input, _now()),
+                policy_request(session, tool, tool_input, call.input, _now(), paths=touched.paths),
                 self._timeout_s,
             )
             annotate(decision=decision.outcome)
@@ -340,6 +341,8 @@ class Sessions:
         await self._audit.decision(session, call_id, tool.name, decision)
         if decision.outcome == "deny":
             raise RemoteError(codes.DENIED, f"refused: {decision.reason}")
+        if touched.problem is not None:
+            raise touched.problem
         if decision.outcome == "ask":
             with span("orchestrator.approval.park"):
                 await self.approvals.ask(session, call, call_id, tool, decision)

@@ -4,7 +4,9 @@ This is the only module that touches cedarpy (untyped); what it returns is typed
 schema, each compiled policy set and each session's principal entities are parsed once
 and reused as handles: a decision only builds its small request and resource entity.
 A built-in `permit` for every call sits beside the operator's policies, so Cedar's
-answer is Deny exactly when an operator `forbid` holds: operators can only narrow.
+answer is Deny exactly when an operator `forbid` holds: operators can only narrow. A call's
+resource is inside every tool of its group (`tools.GROUPS`), so a policy written on one
+tool holds for the tools that do the same thing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Final
 import cedarpy
 
 from bastion.policy.narrowing import Verdict
-from bastion.policy.tools import normalised_target, target_kind
+from bastion.policy.tools import group_of, normalised_target, target_kind
 from bastion.proto.policy import PolicyRequest
 from bastion.shared.errors import BastionError
 
@@ -145,23 +147,47 @@ def _principal(tenant: str, agent: str, session_id: str) -> Any:
     return cedarpy.Entities.from_json_str(json.dumps(entities))
 
 
+def _tools(tool_name: str) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+    """The tools a call of `tool_name` is inside (it, or every tool of its group), and
+    their entities (each inside its group)."""
+    group = group_of(tool_name)
+    if group is None:
+        tool = _uid("Tool", tool_name)
+        return [tool], [{"uid": tool, "attrs": {}, "parents": []}]
+    name, members = group
+    parent = _uid("ToolGroup", name)
+    tools = [_uid("Tool", member) for member in sorted(members)]
+    entities: list[dict[str, Any]] = [{"uid": parent, "attrs": {}, "parents": []}]
+    entities += [{"uid": tool, "attrs": {}, "parents": [parent]} for tool in tools]
+    return tools, entities
+
+
 def _resource(tool_name: str, target: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """The call's resource, and the entities to add for it (it, inside its tool)."""
-    tool = _uid("Tool", tool_name)
-    entities: list[dict[str, Any]] = [{"uid": tool, "attrs": {}, "parents": []}]
+    """The call's resource, and the entities to add for it (it, inside its tools)."""
+    tools, entities = _tools(tool_name)
     kind = {"path": "Path", "host": "Host"}.get(target_kind(tool_name))
-    if kind is None or not target:
-        return tool, entities
-    resource = _uid(kind, target)
-    entities.append({"uid": resource, "attrs": {}, "parents": [tool]})
+    resource = _uid(kind, target) if kind is not None and target else _uid("ToolCall", tool_name)
+    entities.append({"uid": resource, "attrs": {}, "parents": tools})
     return resource, entities
 
 
 def evaluate(compiled: CompiledPolicies, request: PolicyRequest) -> Verdict | None:
-    """The operator policies' verdict on `request`: None, ask, or deny (also on any error)."""
+    """The operator policies' verdict on `request`: None, ask, or deny (also on any error).
+
+    A call that touches several paths (`apply_patch`) is judged once per path: a refusal
+    of any path refuses the call, else a question on any path asks.
+    """
     if not compiled.count:
         return None
-    target = normalised_target(request.tool, request.target)
+    targets = request.paths if request.paths and target_kind(request.tool) == "path" else ()
+    verdicts = [_evaluate(compiled, request, t) for t in targets or (request.target,)]
+    found = [v for v in verdicts if v is not None]
+    refusals = [v for v in found if v.outcome == "deny"]
+    return next(iter(refusals or found), None)
+
+
+def _evaluate(compiled: CompiledPolicies, request: PolicyRequest, target: str) -> Verdict | None:
+    target = normalised_target(request.tool, target)
     resource, extra = _resource(request.tool, target)
     entities = _principal(request.tenant, request.agent, request.session_id).with_added_json_str(
         json.dumps(extra)
@@ -189,7 +215,7 @@ def evaluate(compiled: CompiledPolicies, request: PolicyRequest) -> Verdict | No
         return _failed(compiled, errors)
     if result.decision == cedarpy.Decision.Allow:
         return None
-    return _forbidden(compiled, list(result.diagnostics.reasons), request)
+    return _forbidden(compiled, list(result.diagnostics.reasons), request, target)
 
 
 def _failed(compiled: CompiledPolicies, errors: list[str]) -> Verdict:
@@ -208,9 +234,11 @@ def _failed(compiled: CompiledPolicies, errors: list[str]) -> Verdict:
     )
 
 
-def _forbidden(compiled: CompiledPolicies, reasons: list[str], request: PolicyRequest) -> Verdict:
+def _forbidden(
+    compiled: CompiledPolicies, reasons: list[str], request: PolicyRequest, target: str
+) -> Verdict:
     forbids = [compiled.meta[r] for r in reasons if r in compiled.meta]
-    on = f" on {_cut_target(request.target)}" if request.target else ""
+    on = f" on {_cut_target(target)}" if target else ""
     refusing = [m for m in forbids if m.ask is None]
     if refusing or not forbids:
         meta = refusing[0] if refusing else _Meta("unknown", None, "")

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from bastion.policy.levels import decide_by_level
 from bastion.policy.narrowing import Narrowing, Verdict
-from bastion.policy.preapproval import Rule, covers, parsed
-from bastion.policy.tools import SKILL_RUN_TOOL
+from bastion.policy.preapproval import Rule, covers, parsed, uncovered_because
+from bastion.policy.tools import SKILL_RUN_TOOL, target_kind
 from bastion.proto.policy import SKILL_SOURCE_PREFIX, PolicyDecision, PolicyRequest, PreApproval
 
 __all__ = ["Coverage", "coverage", "decide"]
@@ -26,13 +26,21 @@ class Coverage:
     switched_off: PreApproval | None = None
     """A skill's rule that would cover it, were skill pre-approvals not off."""
     problems: tuple[str, ...] = ()
-    """Sentences about rules that do not parse (they never match)."""
+    """Sentences about rules that do not parse (they never match), and about command rules
+    that name the command but may not cover it (the table of `commandtable` refuses it)."""
 
 
 def _skill_of(source: str) -> str | None:
     return (
         source.removeprefix(SKILL_SOURCE_PREFIX) if source.startswith(SKILL_SOURCE_PREFIX) else None
     )
+
+
+def _targets(request: PolicyRequest) -> tuple[str, ...]:
+    """What a rule must cover: every path a file call touches, else its target."""
+    if request.paths and target_kind(request.tool) == "path":
+        return request.paths
+    return (request.target,)
 
 
 def coverage(request: PolicyRequest) -> Coverage:
@@ -46,9 +54,16 @@ def coverage(request: PolicyRequest) -> Coverage:
             problems.append(f"{rule} (from {approval.source}; it was ignored)")
             continue
         skill = _skill_of(approval.source)
-        if skill is not None and SKILL_RUN_TOOL in rule.tools and skill != request.skill:
-            continue  # a skill pre-approves its own scripts, never another skill's
-        if not covers(rule, request.tool, request.target):
+        limit = skill or approval.skill
+        if limit and SKILL_RUN_TOOL in rule.tools and limit != request.skill:
+            continue  # a rule of (or for) one skill covers its scripts, never another skill's
+        if not all(covers(rule, request.tool, target) for target in _targets(request)):
+            why = uncovered_because(rule, request.tool, request.target)
+            if why is not None:
+                problems.append(
+                    f"{approval.source} pre-approves {rule.text}, but no rule covers this "
+                    f"command: {why}"
+                )
             continue
         if skill is not None and not request.skill_approvals:
             switched_off = switched_off or approval
@@ -81,7 +96,8 @@ def _after_preapprovals(request: PolicyRequest, level: PolicyDecision) -> Policy
                 f"pre-approves it with {rule.text}, so it runs without asking"
             ),
             rule=f"preapproval:{rule.text}",
-            approved_by=f"{approval.source}: {rule.text}",
+            approved_by=f"{approval.source}: {rule.text}"
+            + (f" (skill {approval.skill})" if approval.skill else ""),
         )
     if found.switched_off is not None:
         notes.append(

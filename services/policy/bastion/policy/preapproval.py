@@ -7,6 +7,11 @@ a directory and everything under it (`Write(notes:*)`), a domain and its subdoma
 (`WebFetch(domain:docs.rs)`), or a skill's script (`skill_run(scripts/check.sh)`). Other
 runtimes' names are accepted for the same tools (`Bash`, `Write`, `Edit`, `Read`, `Glob`,
 `LS`, `Grep`, `WebFetch`). A rule that does not parse never matches anything.
+
+A command rule matches words, not characters: the rule and the command are split as the
+shell splits them, and the command's first words must be the rule's. A command that the
+shell would expand (an unquoted glob), or that `commandtable` marks (an option that writes
+a file or runs a program, a program that runs its arguments), is never covered.
 """
 
 from __future__ import annotations
@@ -17,17 +22,20 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from bastion.policy.commandtable import refusal, words
 from bastion.policy.tools import target_kind
 from bastion.shared.errors import InvalidInput
 
 __all__ = [
     "InvalidPreApproval",
     "Rule",
+    "command_refusal",
     "covers",
     "exact_rule",
     "parse_rule",
     "parsed",
     "shell_metacharacter",
+    "uncovered_because",
 ]
 
 ALIASES: Final[dict[str, tuple[str, ...]]] = {
@@ -65,6 +73,8 @@ class Rule:
     kind: Kind
     argument: str = ""
     pattern: re.Pattern[str] | None = None
+    words: tuple[str, ...] = ()
+    """A command rule's words, split as the shell splits them."""
 
 
 def shell_metacharacter(command: str) -> str | None:
@@ -126,7 +136,13 @@ def _command_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
             f"the pre-approval {text!r} holds {bad!r}, and a command holding it is never "
             "covered: name one plain command, as in Bash(git log:*)"
         )
-    return Rule(text, tools, kind, prefix)
+    split = words(prefix)
+    if not split:
+        raise InvalidPreApproval(
+            f"the pre-approval {text!r} holds an unclosed quote or a character the shell "
+            "expands (* ? [ { or a leading ~): name one plain command, as in Bash(git log:*)"
+        )
+    return Rule(text, tools, kind, prefix, words=tuple(split))
 
 
 def _path_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
@@ -188,6 +204,43 @@ def _workspace_path(target: str) -> str | None:
     return path
 
 
+def command_refusal(command: str, named: int | None = None) -> str | None:
+    """Why no command rule naming the first `named` words of `command` (all of them when
+    None) covers it, or None when such a rule does."""
+    sequence = shell_metacharacter(command)
+    if sequence is not None:
+        return f"it holds {sequence!r}, so it could run more than one program"
+    split = words(command)
+    if split is None:
+        return "the shell would expand part of it (* ? [ { or a leading ~ outside quotes), or a "
+        "quote is left open"
+    return refusal(split, len(split) if named is None else named)
+
+
+def _names(rule: Rule, command: str) -> bool:
+    """Whether the command rule `rule` names `command`, before the table has its say."""
+    if rule.kind == "exact":
+        return command == rule.argument
+    split = words(command)
+    if split is not None:
+        return tuple(split[: len(rule.words)]) == rule.words
+    rest = command.removeprefix(rule.argument)
+    return rest != command and (not rest or not (rest[0].isalnum() or rest[0] in "-_.=/"))
+
+
+def _command_covered(rule: Rule, command: str) -> bool:
+    named = len(rule.words) if rule.kind == "prefix" else None
+    return _names(rule, command) and command_refusal(command, named) is None
+
+
+def uncovered_because(rule: Rule, tool: str, command: str) -> str | None:
+    """Why `rule`, a command rule naming `command`, does not cover it; None when it does
+    or does not name it at all."""
+    if tool not in rule.tools or rule.kind not in ("prefix", "exact") or not _names(rule, command):
+        return None
+    return command_refusal(command, len(rule.words) if rule.kind == "prefix" else None)
+
+
 def covers(rule: Rule, tool: str, target: str) -> bool:
     """Whether `rule` lets a call of `tool` on `target` run without asking."""
     if tool not in rule.tools:
@@ -195,12 +248,7 @@ def covers(rule: Rule, tool: str, target: str) -> bool:
     if rule.kind == "any":
         return True
     if rule.kind in ("prefix", "exact"):
-        if shell_metacharacter(target) is not None:
-            return False
-        if rule.kind == "exact":
-            return target == rule.argument
-        rest = target.removeprefix(rule.argument)
-        return rest != target and (not rest or rest[0] in " \t")
+        return _command_covered(rule, target)
     if rule.kind == "domain":
         host = target.lower().rstrip(".")
         if not _DOMAIN.match(host):
@@ -240,11 +288,11 @@ def exact_rule(tool: str, target: str) -> Rule:
             f"no rule covers exactly this call of {tool} (its target {target[:80]!r} would "
             "read as a pattern): give a rule yourself, or approve it once"
         )
-    argument = f"domain:{target}" if kind == "host" else target
-    rule = parse_rule(f"{tool}({argument})")
-    if not covers(rule, tool, target):
+    why = command_refusal(target) if kind == "command" else None
+    if why is not None:
         raise InvalidPreApproval(
-            f"no rule can cover this call of {tool}: a command holding one of "
-            "; & | ` $( ${ < > \\ or a line break is never covered; approve it once instead"
+            f"no rule can cover this command ({why}), so it cannot be approved always: "
+            "approve it once instead"
         )
-    return rule
+    argument = f"domain:{target}" if kind == "host" else target
+    return parse_rule(f"{tool}({argument})")

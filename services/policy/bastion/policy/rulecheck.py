@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from bastion.policy.preapproval import InvalidPreApproval, covers, exact_rule, parse_rule
+from bastion.policy.preapproval import (
+    InvalidPreApproval,
+    command_refusal,
+    covers,
+    exact_rule,
+    parse_rule,
+)
 from bastion.policy.tools import normalised_target
 from bastion.proto.policy import RuleCheck, RuleChecked
 
@@ -19,18 +25,28 @@ def check_rule(check: RuleCheck) -> RuleChecked:
     except InvalidPreApproval as error:
         return RuleChecked(problem=error.message)
     if not covers(rule, check.tool, target):
+        if rule.kind in ("prefix", "exact"):
+            why = command_refusal(target, len(rule.words) if rule.kind == "prefix" else None)
+            if why is not None:
+                return RuleChecked(
+                    problem=(
+                        f"no rule can cover this command ({why}), so it cannot be approved "
+                        "always: approve it once instead"
+                    )
+                )
         return RuleChecked(
             problem=(
                 f"the rule {rule.text} does not cover the call it would approve "
-                f"({check.tool} {target[:200]}): give a rule that covers it, such as "
-                f"{_suggestion(check.tool, target)}"
+                f"({check.tool} {target[:200]}): {_suggestion(check.tool, target)}"
             )
         )
     return RuleChecked(rule=rule.text)
 
 
 def _suggestion(tool: str, target: str) -> str:
+    """What to give instead: the exact rule of the call, or, with none, approving it once
+    (never the bare tool name, which would cover every call of the tool)."""
     try:
-        return exact_rule(tool, target).text
+        return f"give a rule that covers it, such as {exact_rule(tool, target).text}"
     except InvalidPreApproval:
-        return tool
+        return "give a rule that covers it, or approve it once"

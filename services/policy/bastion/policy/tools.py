@@ -7,11 +7,13 @@ from typing import Final, Literal
 
 __all__ = [
     "FETCH_TOOL",
+    "GROUPS",
     "HOST_TOOLS",
     "PATH_TOOLS",
     "SHELL_TOOL",
     "SKILL_RUN_TOOL",
     "TargetKind",
+    "group_of",
     "normalised_target",
     "target_kind",
 ]
@@ -36,6 +38,15 @@ PATH_TOOLS: Final = frozenset(
 HOST_TOOLS: Final = frozenset({FETCH_TOOL})
 """Tools whose target is a host name."""
 
+GROUPS: Final[dict[str, frozenset[str]]] = {
+    "writes_paths": frozenset({"write_file", "edit_file", "apply_patch", "skill_write"}),
+    "runs_commands": frozenset(
+        {"shell", "run_tests", "diagnostics", "skill_run", "bg_run", "run_code"}
+    ),
+}
+"""Tools that do the same thing: a policy on one of them holds for each (`ToolGroup` in
+the Cedar schema): every tool that writes workspace files, every tool that runs commands."""
+
 TargetKind = Literal["command", "path", "host", "script", "none"]
 
 
@@ -50,6 +61,14 @@ def target_kind(tool: str) -> TargetKind:
     if tool == SKILL_RUN_TOOL:
         return "script"
     return "none"
+
+
+def group_of(tool: str) -> tuple[str, frozenset[str]] | None:
+    """The group `tool` belongs to, and its members, if any."""
+    for name, members in GROUPS.items():
+        if tool in members:
+            return name, members
+    return None
 
 
 def normalised_target(tool: str, target: str) -> str:

@@ -30,6 +30,8 @@ from bastion.proto.sandbox import (
     ListFiles,
     ReadFile,
     ReadSkill,
+    ResolvedPaths,
+    ResolvePaths,
     RunSkill,
     SandboxCheck,
     SandboxReady,
@@ -47,6 +49,7 @@ from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
 from bastion.sandbox.leases import SessionSecrets
 from bastion.sandbox.patching import apply_patch
+from bastion.sandbox.resolving import resolve_paths
 from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
@@ -331,6 +334,12 @@ class Sandboxes:
         redactor = self._redactor(request)
         return FileResult(text=redactor.redact(text) if redactor else text)
 
+    async def resolve(self, request: ResolvePaths, _context: RequestContext) -> ResolvedPaths:
+        """The paths a file call touches, resolved through the workspace's links."""
+        workspace = checked_workspace(request.workspace, self._state_dir)
+        paths = await anyio.to_thread.run_sync(resolve_paths, workspace, request)
+        return ResolvedPaths(paths=paths)
+
     async def skill_read(self, request: ReadSkill, _context: RequestContext) -> SkillDocument:
         """A skill's SKILL.md and its front matter, read confined to the skills dir."""
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
@@ -409,6 +418,7 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
     )
     service.add_endpoint("exec", subjects.SANDBOX_EXEC, ExecRequest, sandboxes.exec)
     service.add_endpoint("files", subjects.SANDBOX_FILES, FileRequest, sandboxes.files)
+    service.add_endpoint("resolve", subjects.SANDBOX_RESOLVE, ResolvePaths, sandboxes.resolve)
     service.add_endpoint("check", subjects.SANDBOX_CHECK, SandboxCheck, sandboxes.check)
     service.add_endpoint("check_code", subjects.SANDBOX_CHECK_CODE, CodeCheck, sandboxes.check_code)
     service.add_endpoint("release", subjects.SANDBOX_RELEASE, SandboxRelease, sandboxes.release)

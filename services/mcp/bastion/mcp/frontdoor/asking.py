@@ -2,7 +2,9 @@
 
 When the client takes form elicitation, the approval is asked there (approve once, always,
 or decline with a reason), answered through `approvals.answer`, and the call's real result
-returned. Otherwise the front door waits a bounded time for a person to answer elsewhere
+returned. An "always" for a call no rule can cover (a command holding `;`, say) approves
+it once, and its result starts with the sentence saying why no rule was made. Otherwise
+the front door waits a bounded time for a person to answer elsewhere
 (`bastion agent continue`, `POST /v1/approvals/ID`), then says how to.
 """
 
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import anyio
+import msgspec
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
@@ -29,7 +32,7 @@ from bastion.proto.approvals import (
     ParkedCall,
 )
 from bastion.proto.errors import ErrorReply
-from bastion.proto.tools import CallResult
+from bastion.proto.tools import CallResult, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
 
@@ -181,27 +184,41 @@ class Asking:
         if decision == "decline" and not reason:
             reason = "declined in the MCP client" if answer.action != "cancel" else "cancelled"
         try:
-            answered: ApprovalAnswered = await request(
-                self._client,
-                subjects.APPROVALS_ANSWER,
-                ApprovalAnswer(
-                    request_id=parked.request_id,
-                    approve=decision != "decline",
-                    by=by,
-                    always=decision == "always",
-                    reason="" if decision != "decline" else reason,
-                ),
-                ApprovalAnswered,
-                timeout_s=self._timeout_s,
-            )
+            result = await self._send(parked, decision, by, reason)
         except RemoteError as error:
-            if error.code != codes.CONFLICT:
+            if error.code == codes.CONFLICT:
+                # Someone answered elsewhere first: theirs is the answer.
+                return await self._wait(parked)
+            if error.code != codes.INVALID_INPUT or decision != "always":
                 raise
-            # Someone answered elsewhere first: theirs is the answer.
-            return await self._wait(parked)
+            # No rule can cover this call (a compound command): the person approved it,
+            # so it runs once, and the result says why no rule was made.
+            result = _noted(await self._send(parked, "approve", by, ""), error.message)
         logger.info(
             "approval answered through MCP elicitation",
             extra={"request_id": parked.request_id, "decision": decision},
+        )
+        return result
+
+    async def _send(self, parked: ParkedCall, decision: str, by: str, reason: str) -> CallResult:
+        """The person's `decision` on `parked`, carried out by `approvals.answer`.
+
+        Raises:
+            RemoteError: the answer was refused (`conflict`: answered elsewhere already;
+                `invalid_input`: no "always" rule can cover the call).
+        """
+        answered: ApprovalAnswered = await request(
+            self._client,
+            subjects.APPROVALS_ANSWER,
+            ApprovalAnswer(
+                request_id=parked.request_id,
+                approve=decision != "decline",
+                by=by,
+                always=decision == "always",
+                reason="" if decision != "decline" else reason,
+            ),
+            ApprovalAnswered,
+            timeout_s=self._timeout_s,
         )
         return answered.result
 
@@ -250,6 +267,14 @@ class Asking:
             if (parked.request_id if by_request else parked.call_id) == wanted:
                 return parked
         return None
+
+
+def _noted(result: CallResult, problem: str) -> CallResult:
+    """`result` of a call approved once because "always" could not be: the why, first."""
+    note = f"[approved once, not always: {problem.removesuffix(' (nothing was approved yet)')}]"
+    if isinstance(result, ToolOutput):
+        return msgspec.structs.replace(result, text=f"{note}\n{result.text}")
+    return msgspec.structs.replace(result, message=f"{note} {result.message}")
 
 
 def _shown(tool_input: dict[str, Any]) -> str:

@@ -1,0 +1,55 @@
+"""The workspace paths a file call touches, resolved through links as the file tools walk.
+
+The policy matches path rules (`Write(notes/*)`, a Cedar condition on `secrets/*`) against
+these, not against the path the agent wrote: `notes/up/key` with `notes/up -> ../secrets`
+is `secrets/key`. Each path is walked by `files._locate`, the walk every file tool makes
+(one component at a time from a descriptor of the workspace, links followed only while
+they stay inside); the parts that do not exist yet (a file or directories to be made)
+are not links, and are added as written.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import Path
+
+from bastion.proto.sandbox import ResolvePaths
+from bastion.sandbox.files import _locate, _parts
+from bastion.sandbox.patchparse import parse_patch
+from bastion.shared.errors import InvalidInput, NotFound
+
+__all__ = ["resolve_paths"]
+
+
+def _resolved(workspace: Path, root: str, path: str) -> str:
+    """`path` relative to the workspace after its links (`.` for the root itself)."""
+    parts = _parts(path)
+    if not parts:
+        return "."
+    try:
+        parent, name = _locate(workspace, path, make_dirs=False, directory=True)
+    except NotFound:
+        if parts[-1] == "..":
+            raise InvalidInput(
+                f"{path!r} climbs with `..` out of a directory that does not exist: give the "
+                "path without `..`"
+            ) from None
+        return posixpath.normpath(
+            posixpath.join(_resolved(workspace, root, "/".join(parts[:-1])), parts[-1])
+        )
+    try:
+        where = os.path.relpath(os.readlink(f"/proc/self/fd/{parent}"), root)
+    finally:
+        os.close(parent)
+    return posixpath.normpath(posixpath.join(where, name))
+
+
+def resolve_paths(workspace: Path, request: ResolvePaths) -> tuple[str, ...]:
+    """Each path of `request`, and each of its patch, resolved in `workspace`, once each."""
+    paths = list(request.paths)
+    if request.patch:
+        for change in parse_patch(request.patch):
+            paths += [change.path, *([change.move_to] if change.move_to else [])]
+    root = os.path.realpath(workspace)
+    return tuple(dict.fromkeys(_resolved(workspace, root, path) for path in paths))
