@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -105,7 +106,8 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
 
     `git_writable` lets commands write the workspace's `.git/hooks` and `.git/config`;
     `cgroups` False skips the per-command cgroup; `max_sandboxes_per_tenant` caps one
-    tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most.
+    tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most;
+    `search_workers_per_tenant` does the same for its searches.
     """
 
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
@@ -113,6 +115,10 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     prlimit: str = "prlimit"
     search_timeout_s: float = 20.0
     """How long `search_files` may take; an agent's regex can backtrack without end."""
+    search_workers_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 2
+    """`BASTION_SEARCH_WORKERS_PER_TENANT`: how many of one tenant's searches run at once,
+    each in a worker process of its own; a further one waits (at most `search_timeout_s`)
+    for one of that tenant's, never for another tenant's."""
     git_writable: bool = False
     cgroups: bool = True
     max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
@@ -183,6 +189,15 @@ class Sandboxes:
         self._search_timeout_s = settings.search_timeout_s
         self._git_writable = settings.git_writable
         self._slots = TenantSlots(settings.max_sandboxes_per_tenant, settings.tenant_wait_s)
+        self._searches = TenantSlots(
+            settings.search_workers_per_tenant,
+            settings.search_timeout_s,
+            what="searches running",
+            setting="BASTION_SEARCH_WORKERS_PER_TENANT",
+        )
+        # Worker processes are bounded per tenant by `_searches`, not by anyio's default
+        # limiter, which every tenant would share (a flood of one would hold them all).
+        self._search_processes = anyio.CapacityLimiter(math.inf)
         self._leases = leases
         self._egress = egress
         self._egress_socket = (
@@ -338,12 +353,18 @@ class Sandboxes:
 
     async def _search(self, workspace: Path, request: SearchFiles) -> str:
         """A search in a worker process, killed at the deadline: a pattern with nested
-        repetition can backtrack for ever, and a thread cannot be stopped, a process can."""
-        with anyio.move_on_after(self._search_timeout_s):
-            text: str = await anyio.to_process.run_sync(
-                search_files, workspace, request, cancellable=True
-            )
-            return text
+        repetition can backtrack for ever, and a thread cannot be stopped, a process can.
+        It runs in one of its tenant's own workers, so another tenant's never wait for it."""
+        async with self._searches.slot(request.tenant):
+            with anyio.move_on_after(self._search_timeout_s):
+                text: str = await anyio.to_process.run_sync(
+                    search_files,
+                    workspace,
+                    request,
+                    cancellable=True,
+                    limiter=self._search_processes,
+                )
+                return text
         raise InvalidInput(
             f"the search did not finish within {self._search_timeout_s:g} s and was stopped: "
             "a pattern with nested repetition such as (a+)+ can take for ever; simplify it, "

@@ -1,4 +1,5 @@
-"""A cap on how many sandboxes one tenant runs at once, with a bounded wait for a turn."""
+"""A cap on how much one tenant runs at once (sandboxes, search workers), with a bounded
+wait for a turn: each tenant has its own, so one tenant at its cap holds back none other."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ __all__ = ["TenantBusy", "TenantSlots"]
 
 
 class TenantBusy(BastionError):
-    """A tenant's sandboxes stayed at the cap for longer than a call may wait."""
+    """A tenant's sandboxes (or searches) stayed at the cap for longer than a call may wait."""
 
     code = codes.UNAVAILABLE
 
@@ -27,15 +28,24 @@ class TenantSlots:
     instances in the queue group, a tenant may run up to the cap on each.
     """
 
-    def __init__(self, per_tenant: int, wait_s: float) -> None:
+    def __init__(
+        self,
+        per_tenant: int,
+        wait_s: float,
+        *,
+        what: str = "sandboxes running",
+        setting: str = "BASTION_MAX_SANDBOXES_PER_TENANT",
+    ) -> None:
         self._per_tenant = per_tenant
         self._wait_s = wait_s
+        self._what = what
+        self._setting = setting
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
         self._users: dict[str, int] = {}
 
     @asynccontextmanager
     async def slot(self, tenant: str) -> AsyncIterator[None]:
-        """Hold one of `tenant`'s sandboxes; `TenantBusy` if none frees up in time."""
+        """Hold one of `tenant`'s turns; `TenantBusy` if none frees up in time."""
         limiter = self._limiters.setdefault(tenant, anyio.CapacityLimiter(self._per_tenant))
         self._users[tenant] = self._users.get(tenant, 0) + 1
         try:
@@ -45,9 +55,9 @@ class TenantSlots:
                 acquired = True
             if not acquired:
                 raise TenantBusy(
-                    f"tenant {tenant} has {limiter.borrowed_tokens} sandboxes running, its cap, "
+                    f"tenant {tenant} has {limiter.borrowed_tokens} {self._what}, its cap, "
                     f"and none ended within {self._wait_s:g} s: retry later, or raise the cap "
-                    "(BASTION_MAX_SANDBOXES_PER_TENANT)"
+                    f"({self._setting})"
                 )
             try:
                 yield
