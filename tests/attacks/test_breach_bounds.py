@@ -19,9 +19,11 @@ from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.sandbox import FileResult, SearchFiles
+from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import MAX_NESTING, decode, encode
+from bastion.shared.errors import RemoteError
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner, raw_request
@@ -132,3 +134,54 @@ async def test_a_tenant_flooding_catastrophic_searches_does_not_hold_another_ten
         await in_flight(service, "files", flood)
         assert await search(client, other, "two", "globex") == "notes.txt:2: two"
         flooding.cancel_scope.cancel()
+
+
+# --- one token opening sessions without end ------------------------------------------------
+
+TOKEN = "00112233445566ff"
+
+
+async def open_session(client: Client, tenant: str, token_id: str = "") -> SessionInfo:
+    ask = OpenSession(agent="flooder", tenant=tenant, token_id=token_id)
+    info: SessionInfo = await request(client, subjects.SESSION_OPEN, ask, SessionInfo, timeout_s=10)
+    return info
+
+
+async def close_session(client: Client, session_id: str) -> None:
+    await request(
+        client, subjects.SESSION_CLOSE, SessionRef(session_id=session_id), SessionInfo, timeout_s=10
+    )
+
+
+async def test_open_sessions_are_capped_per_token_and_per_tenant_across_replicas(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings
+) -> None:
+    settings = OrchestratorSettings(
+        nats_url=bus_settings.nats_url, max_sessions_per_token=3, max_sessions_per_tenant=5
+    )
+    # Two replicas in the queue group: each open may land on either.
+    async with (
+        run_service(orchestrator_service, settings),
+        run_service(orchestrator_service, settings),
+    ):
+        opened = [await open_session(client, "acme", TOKEN) for _ in range(3)]
+        assert {s.token_id for s in opened} == {TOKEN}
+        for _ in range(4):  # whichever replica answers, the token is at its cap
+            with pytest.raises(RemoteError) as token_refused:
+                await open_session(client, "acme", TOKEN)
+            assert token_refused.value.code == codes.QUOTA_EXCEEDED
+        assert f"token {TOKEN} has 3 sessions open" in token_refused.value.message
+        assert "BASTION_MAX_SESSIONS_PER_TOKEN" in token_refused.value.message
+        # The tenant has room for two more sessions not opened with the token, then none.
+        await open_session(client, "acme")
+        await open_session(client, "acme")
+        with pytest.raises(RemoteError) as tenant_refused:
+            await open_session(client, "acme")
+        assert tenant_refused.value.code == codes.QUOTA_EXCEEDED
+        assert "tenant acme has 5 sessions open" in tenant_refused.value.message
+        assert "BASTION_MAX_SESSIONS_PER_TENANT" in tenant_refused.value.message
+        assert "close sessions" in tenant_refused.value.message
+        # Another tenant is not held back, and closing a session frees its place.
+        await open_session(client, "globex", TOKEN.replace("f", "e"))
+        await close_session(client, opened[0].session_id)
+        await open_session(client, "acme", TOKEN)
