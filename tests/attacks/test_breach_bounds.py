@@ -11,10 +11,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from bastion.mcp.service import McpSettings
 from bastion.mcp.service import setup as mcp_setup
 from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.policy.service import policy_service
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
@@ -24,9 +26,11 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import MAX_NESTING, decode, encode
 from bastion.shared.errors import RemoteError
+from bastion.shared.natsserver import free_port
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner, raw_request
+from tests.services.test_mcp_front_door import mcp_client, new_token, text_of
 
 SESSION = "0123456789abcdef"
 
@@ -185,3 +189,46 @@ async def test_open_sessions_are_capped_per_token_and_per_tenant_across_replicas
         await open_session(client, "globex", TOKEN.replace("f", "e"))
         await close_session(client, opened[0].session_id)
         await open_session(client, "acme", TOKEN)
+
+
+async def test_a_token_opening_mcp_sessions_through_the_front_door_meets_its_cap(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    (tmp_path / "state").mkdir()
+    work = owned_workspace(tmp_path, "work", {"a.txt": "a\n"})
+    tokens_file = tmp_path / "http-tokens"
+    tokens_file.write_text("operator:op-token-0123456789abcdef\n")
+    tokens_file.chmod(0o600)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    async with (
+        run_service(
+            sandbox_service,
+            SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state")),
+        ),
+        run_service(
+            orchestrator_service,
+            OrchestratorSettings(nats_url=bus_settings.nats_url, max_sessions_per_token=1),
+        ),
+        run_service(policy_service),
+        run_service(
+            mcp_setup,
+            McpSettings(
+                nats_url=bus_settings.nats_url,
+                http_listen=f"127.0.0.1:{port}",
+                http_tokens_file=str(tokens_file),
+            ),
+        ),
+    ):
+        token = await new_token(client, work, autonomy="L3")
+        async with mcp_client(url, token) as first:
+            listed = await first.call_tool("list_files", {"path": "."})
+            async with mcp_client(url, token) as second:
+                with pytest.raises(MCPError) as refused:
+                    await second.call_tool("list_files", {"path": "."})
+        # The first MCP session ended (DELETE closed its Bastion session): room again.
+        async with mcp_client(url, token) as third:
+            again = await third.call_tool("list_files", {"path": "."})
+    assert text_of(listed) == "a.txt"
+    assert "sessions open, its cap (BASTION_MAX_SESSIONS_PER_TOKEN)" in str(refused.value)
+    assert text_of(again) == "a.txt"
