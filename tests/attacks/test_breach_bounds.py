@@ -20,15 +20,17 @@ from bastion.policy.service import policy_service
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.sandbox import FileResult, SearchFiles
+from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, SearchFiles
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import MAX_NESTING, decode, encode
 from bastion.shared.errors import RemoteError
 from bastion.shared.natsserver import free_port
+from bastion.shared.sandboxing.cgroup import find_cgroup_root, tenant_group_name
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
+from tests.attacks.conftest import in_sandbox_cgroups
 from tests.conftest import ServiceRunner, raw_request
 from tests.services.test_mcp_front_door import mcp_client, new_token, text_of
 
@@ -232,3 +234,81 @@ async def test_a_token_opening_mcp_sessions_through_the_front_door_meets_its_cap
     assert text_of(listed) == "a.txt"
     assert "sessions open, its cap (BASTION_MAX_SESSIONS_PER_TOKEN)" in str(refused.value)
     assert text_of(again) == "a.txt"
+
+
+# --- one tenant's busy commands crowding out another's on the CPU --------------------------
+
+HELD = "i=0; while [ ! -e go ] && [ $i -lt 2000 ]; do i=$((i+1)); sleep 0.01; done"
+"""Runs until the test touches `go` in its workspace (or 20 s pass); it writes nothing, so it
+runs whichever host uid the sandbox's user is."""
+
+
+def cpu_groups() -> set[str]:
+    """The groups in the `cpu` hierarchy of the processes in this service's sandboxes."""
+    found = set()
+    for pid in in_sandbox_cgroups():
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue  # it ended meanwhile
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            unified = CPU_ROOT is not None and CPU_ROOT.version == 2
+            if (controllers == "") if unified else ("cpu" in controllers.split(",")):
+                found.add(path)
+    return found
+
+
+async def until_groups(count: int) -> set[str]:
+    """The sandboxes' cpu groups once there are `count` (20 s at most)."""
+    for _ in range(2000):
+        groups = cpu_groups()
+        if len(groups) >= count:
+            return groups
+        await anyio.sleep(0.01)
+    raise AssertionError(f"the sandboxes' processes never were in {count} cpu groups")
+
+
+async def run_held(client: Client, where: Path, tenant: str) -> ExecResult:
+    message = ExecRequest(session_id=SESSION, workspace=str(where), command=HELD, tenant=tenant)
+    result: ExecResult = await request(
+        client, subjects.SANDBOX_EXEC, message, ExecResult, timeout_s=30
+    )
+    return result
+
+
+CPU_ROOT = find_cgroup_root()
+
+
+@pytest.mark.skipif(
+    CPU_ROOT is None or CPU_ROOT.cpu is None,
+    reason="this host gives the service no cgroup with the cpu controller",
+)
+async def test_each_tenants_commands_run_in_its_own_cpu_group_of_the_configured_weight(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    assert CPU_ROOT is not None and CPU_ROOT.cpu is not None
+    (tmp_path / "state").mkdir()
+    settings = SandboxSettings(
+        nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"), cpu_weight=300
+    )
+    setting, weight = ("cpu.weight", "300") if CPU_ROOT.version == 2 else ("cpu.shares", "3072")
+    spaces = [owned_workspace(tmp_path, f"w{n}", {}) for n in range(3)]
+    tenants = ["acme", "acme", "globex"]
+    async with run_service(sandbox_service, settings), anyio.create_task_group() as group:
+        for space, tenant in zip(spaces, tenants, strict=True):
+            group.start_soon(run_held, client, space, tenant)
+        groups = await until_groups(3)
+        made = {
+            tenant: (CPU_ROOT.cpu / tenant_group_name(tenant) / setting).read_text().strip()
+            for tenant in ("acme", "globex")
+        }
+        for space in spaces:
+            (space / "go").touch()
+    parents = {group.rsplit("/", 1)[0].rsplit("/", 1)[-1] for group in groups}
+    assert parents == {tenant_group_name("acme"), tenant_group_name("globex")}
+    assert len(groups) == 3  # each command has a group of its own, inside its tenant's
+    assert made == {"acme": weight, "globex": weight}
+    # Once their last command ended, the tenants' groups are gone.
+    assert not (CPU_ROOT.cpu / tenant_group_name("acme")).exists()
+    assert not (CPU_ROOT.cpu / tenant_group_name("globex")).exists()

@@ -75,6 +75,7 @@ from bastion.shared.sandboxing import (
     parse_docker_backend,
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
+from bastion.shared.sandboxing.cgroup import DEFAULT_CPU_WEIGHT
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
@@ -121,6 +122,10 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     for one of that tenant's, never for another tenant's."""
     git_writable: bool = False
     cgroups: bool = True
+    cpu_weight: Annotated[int, msgspec.Meta(ge=1, le=10000)] = DEFAULT_CPU_WEIGHT
+    """`BASTION_CPU_WEIGHT`: each tenant's share of a contended CPU (cgroup v2's scale;
+    `cpu.shares` of weight x 10.24 on v1). Every tenant has the same one, and a tenant's
+    commands split it, so a tenant busy with many commands cannot crowd out another's."""
     max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
     tenant_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
     docker_owner: str = msgspec.field(default_factory=socket.gethostname)
@@ -174,7 +179,10 @@ class Sandboxes:
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
-            settings.bwrap, settings.prlimit, cgroups=settings.cgroups
+            settings.bwrap,
+            settings.prlimit,
+            cgroups=settings.cgroups,
+            cpu_weight=settings.cpu_weight,
         )
         self.docker = DockerSandboxes(
             settings.docker_owner,
@@ -214,6 +222,7 @@ class Sandboxes:
         *,
         read_only_dirs: tuple[str, ...],
         session_id: str = "",
+        tenant: str = "default",
     ) -> tuple[SandboxBackend, SandboxSpec]:
         """The backend a request names and the spec of its run, or why it is refused."""
         if limits.output_bytes > self._output_cap:
@@ -232,6 +241,7 @@ class Sandboxes:
             read_only=checked_read_only_dirs(read_only_dirs, self._state_dir),
             git_writable=self._git_writable,
             session_id=session_id,
+            tenant=tenant,
         )
         return chosen, spec
 
@@ -251,6 +261,7 @@ class Sandboxes:
             request.limits,
             read_only_dirs=request.read_only_dirs,
             session_id=request.session_id,
+            tenant=request.tenant,
         )
         spec = dataclasses.replace(spec, skill_dir=skill_dir)
         bridged = request.network == "declared" and bool(request.declared_hosts)
@@ -380,6 +391,7 @@ class Sandboxes:
             request.limits,
             read_only_dirs=request.read_only_dirs,
             session_id=request.session_id,
+            tenant=request.tenant,
         )
 
         async def run(command: str) -> ExecResult:
