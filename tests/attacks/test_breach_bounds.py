@@ -20,9 +20,10 @@ from bastion.policy.service import policy_service
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, SearchFiles
+from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, SearchFiles, WriteFile
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.usage import LEAST_FILE_BYTES, workspace_bytes
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import MAX_NESTING, decode, encode
 from bastion.shared.errors import RemoteError
@@ -312,3 +313,71 @@ async def test_each_tenants_commands_run_in_its_own_cpu_group_of_the_configured_
     # Once their last command ended, the tenants' groups are gone.
     assert not (CPU_ROOT.cpu / tenant_group_name("acme")).exists()
     assert not (CPU_ROOT.cpu / tenant_group_name("globex")).exists()
+
+
+# --- one session filling the disk -----------------------------------------------------------
+
+MiB = 1024 * 1024
+
+
+async def exec_in(client: Client, where: Path, command: str) -> ExecResult:
+    message = ExecRequest(session_id=SESSION, workspace=str(where), command=command)
+    result: ExecResult = await request(
+        client, subjects.SANDBOX_EXEC, message, ExecResult, timeout_s=60
+    )
+    return result
+
+
+async def test_a_workspace_cannot_grow_past_its_bound_and_deleting_makes_room_again(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    (tmp_path / "state").mkdir()
+    settings = SandboxSettings(
+        nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"), workspace_max_bytes=MiB
+    )
+    work = owned_workspace(tmp_path, "work", {})
+    work.chmod(0o777)  # writable by the sandbox whichever host uid it runs as
+    async with run_service(sandbox_service, settings):
+        # One command cannot write past the room left: its file stops there.
+        filled = await exec_in(client, work, "head -c 3000000 /dev/zero > big")
+        assert filled.limit_hit == "file_size"
+        assert (work / "big").stat().st_size <= MiB
+        # Once at the bound, no command can grow a file, and it is told why.
+        (work / "pad").write_bytes(b"x" * MiB)
+        stuck = await exec_in(client, work, "head -c 3000000 /dev/zero > more")
+        assert "BASTION_WORKSPACE_MAX_BYTES" in stuck.stderr
+        assert "delete files it no longer needs" in stuck.stderr
+        assert stuck.limit_hit == "file_size"
+        assert (work / "more").stat().st_size <= LEAST_FILE_BYTES
+        with pytest.raises(RemoteError) as refused:
+            await request(
+                client,
+                subjects.SANDBOX_FILES,
+                WriteFile(session_id=SESSION, workspace=str(work), path="w.txt", content="hi"),
+                FileResult,
+                timeout_s=10,
+            )
+        # Deleting is a command too, and frees the room.
+        freed = await exec_in(client, work, "rm big pad more")
+        wrote = await request(
+            client,
+            subjects.SANDBOX_FILES,
+            WriteFile(session_id=SESSION, workspace=str(work), path="w.txt", content="hi"),
+            FileResult,
+            timeout_s=10,
+        )
+    assert refused.value.code == codes.QUOTA_EXCEEDED
+    assert "at or over its bound of 1048576 (BASTION_WORKSPACE_MAX_BYTES)" in refused.value.message
+    assert freed.exit_status == 0  # it ran while the workspace was full
+    assert wrote.text == "wrote 2 bytes to w.txt"
+
+
+def test_the_measure_follows_no_link_and_counts_a_hard_linked_file_once(tmp_path: Path) -> None:
+    work = owned_workspace(tmp_path, "work", {"a.bin": ""})
+    (work / "a.bin").write_bytes(os.urandom(256 * 1024))
+    os.link(work / "a.bin", work / "b.bin")
+    (work / "root").symlink_to("/")
+    (work / ".git").mkdir()
+    (work / ".git" / "pack").write_bytes(os.urandom(128 * 1024))
+    measured = workspace_bytes(work)
+    assert 384 * 1024 <= measured < 512 * 1024

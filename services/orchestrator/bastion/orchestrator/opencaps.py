@@ -23,22 +23,15 @@ import msgspec
 import nats.js.errors
 
 from bastion.orchestrator.store import SessionStore
-from bastion.proto import errors as codes
 from bastion.proto.errors import CONFLICT
 from bastion.shared.codec import decode, encode
-from bastion.shared.errors import BastionError, NotFound, RemoteError
+from bastion.shared.errors import NotFound, QuotaExceeded, RemoteError
 
-__all__ = ["OpenCaps", "QuotaExceeded"]
+__all__ = ["OpenCaps"]
 
 _UNSTORED_GRACE_S: Final = 300.0
 """A counted session not stored after this long was never opened (its open failed)."""
 _ATTEMPTS: Final = 50
-
-
-class QuotaExceeded(BastionError):
-    """A tenant, or a token, has as many sessions open as its cap allows."""
-
-    code = codes.QUOTA_EXCEEDED
 
 
 class _Open(msgspec.Struct, frozen=True, kw_only=True):

@@ -52,6 +52,7 @@ from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
 from bastion.sandbox.tenants import TenantSlots
+from bastion.sandbox.usage import LEAST_FILE_BYTES, WorkspaceBound
 from bastion.sandbox.walking import list_files
 from bastion.sandbox.workspace import (
     check_skills_dir,
@@ -121,6 +122,11 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     each in a worker process of its own; a further one waits (at most `search_timeout_s`)
     for one of that tenant's, never for another tenant's."""
     git_writable: bool = False
+    workspace_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 16 * 1024**3
+    """`BASTION_WORKSPACE_MAX_BYTES`: the most disk a workspace may hold (16 GiB; 0: no
+    bound), measured before each command and file write (see `usage`): over it, file
+    tools' writes are refused and a command's files cannot grow past 64 KiB; under it, no
+    file may grow past the room left. A soft bound: a hard one needs a filesystem quota."""
     cgroups: bool = True
     cpu_weight: Annotated[int, msgspec.Meta(ge=1, le=10000)] = DEFAULT_CPU_WEIGHT
     """`BASTION_CPU_WEIGHT`: each tenant's share of a contended CPU (cgroup v2's scale;
@@ -196,6 +202,7 @@ class Sandboxes:
         self._output_cap = output_cap(max_payload)
         self._search_timeout_s = settings.search_timeout_s
         self._git_writable = settings.git_writable
+        self._bound = WorkspaceBound(settings.workspace_max_bytes)
         self._slots = TenantSlots(settings.max_sandboxes_per_tenant, settings.tenant_wait_s)
         self._searches = TenantSlots(
             settings.search_workers_per_tenant,
@@ -263,7 +270,7 @@ class Sandboxes:
             session_id=request.session_id,
             tenant=request.tenant,
         )
-        spec = dataclasses.replace(spec, skill_dir=skill_dir)
+        spec, room = await self._bounded(dataclasses.replace(spec, skill_dir=skill_dir))
         bridged = request.network == "declared" and bool(request.declared_hosts)
         if bridged and request.backend != "bwrap":
             raise NotImplementedYet(
@@ -297,7 +304,25 @@ class Sandboxes:
                         result = await backend.run(spec, command)
             finally:
                 sandboxes_running.add(-1, running)
-        return redacted(result, redactor)
+        return redacted(self._noted(result, room), redactor)
+
+    async def _bounded(self, spec: SandboxSpec) -> tuple[SandboxSpec, int | None]:
+        """`spec` with no file allowed to grow past the room its workspace has left under
+        `BASTION_WORKSPACE_MAX_BYTES` (but `LEAST_FILE_BYTES` at least), and that room
+        (None: no bound)."""
+        room = await anyio.to_thread.run_sync(self._bound.room, spec.workspace)
+        if room is None:
+            return spec, None
+        most = min(spec.limits.file_size_bytes, max(LEAST_FILE_BYTES, room))
+        limits = msgspec.structs.replace(spec.limits, file_size_bytes=most)
+        return dataclasses.replace(spec, limits=limits), room
+
+    def _noted(self, result: ExecResult, room: int | None) -> ExecResult:
+        """The result, its stderr first saying why files could not grow, when they could not."""
+        if room is None or room > 0:
+            return result
+        note = f"bastion: {self._bound.over(room)}\n"
+        return msgspec.structs.replace(result, stderr=note + result.stderr)
 
     async def _run_bridged(
         self, backend: SandboxBackend, spec: SandboxSpec, request: ExecRequest, command: str
@@ -349,6 +374,9 @@ class Sandboxes:
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Run one file tool on the workspace, confined to it."""
         workspace = checked_workspace(request.workspace, self._state_dir)
+        if isinstance(request, WriteFile | EditFile | ApplyPatch):
+            grows = len(request.content.encode()) if isinstance(request, WriteFile) else 0
+            await anyio.to_thread.run_sync(self._bound.check_write, workspace, grows)
         if isinstance(request, SearchFiles):
             text = await self._search(workspace, request)
         else:
@@ -394,9 +422,11 @@ class Sandboxes:
             tenant=request.tenant,
         )
 
+        spec, room = await self._bounded(spec)
+
         async def run(command: str) -> ExecResult:
             async with self._slots.slot(request.tenant):
-                return await backend.run(spec, command)
+                return self._noted(await backend.run(spec, command), room)
 
         program, text = await check_code(spec.workspace, request, run)
         redactor = self._redactor(request)
