@@ -143,6 +143,35 @@ async def test_a_tenant_flooding_catastrophic_searches_does_not_hold_another_ten
         flooding.cancel_scope.cancel()
 
 
+async def test_a_tenants_queue_of_searches_is_bounded_and_a_search_past_it_is_refused_at_once(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    (tmp_path / "state").mkdir()
+    settings = SandboxSettings(
+        nats_url=bus_settings.nats_url,
+        state_dir=str(tmp_path / "state"),
+        search_timeout_s=120,
+        search_workers_per_tenant=1,
+        search_queue_per_tenant=1,
+    )
+    flooder = owned_workspace(tmp_path, "a", {"bait.txt": "a" * 64 + "!\n"})
+    async with (
+        run_service(sandbox_service, settings) as service,
+        anyio.create_task_group() as flooding,
+    ):
+        for _ in range(2):  # one runs, one waits in the tenant's queue
+            flooding.start_soon(search, client, flooder, BACKTRACKS, "acme")
+        await in_flight(service, "files", 2)
+        with pytest.raises(RemoteError) as refused:
+            await search(client, flooder, BACKTRACKS, "acme")
+        flooding.cancel_scope.cancel()
+    assert refused.value.code == codes.UNAVAILABLE
+    assert "tenant acme has 1 searches running, its cap, and 1 more waiting" in (
+        refused.value.message
+    )
+    assert "BASTION_SEARCH_QUEUE_PER_TENANT" in refused.value.message
+
+
 # --- one token opening sessions without end ------------------------------------------------
 
 TOKEN = "00112233445566ff"

@@ -11,6 +11,7 @@ stored within `_UNSTORED_GRACE_S`, are dropped from the count.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -20,14 +21,18 @@ from typing import Final
 
 import anyio
 import msgspec
+import nats.errors
 import nats.js.errors
 
 from bastion.orchestrator.store import SessionStore
 from bastion.proto.errors import CONFLICT
+from bastion.proto.session import SessionInfo
 from bastion.shared.codec import decode, encode
-from bastion.shared.errors import NotFound, QuotaExceeded, RemoteError
+from bastion.shared.errors import BastionError, NotFound, QuotaExceeded, RemoteError
 
 __all__ = ["OpenCaps"]
+
+logger = logging.getLogger(__name__)
 
 _UNSTORED_GRACE_S: Final = 300.0
 """A counted session not stored after this long was never opened (its open failed)."""
@@ -109,10 +114,17 @@ class OpenCaps:
                     await self._change(key, partial(_without, session_id))
             raise
 
-    async def closed(self, session_id: str, tenant: str, token_id: str) -> None:
-        """A session was closed: it no longer counts."""
-        for cap in self._caps(tenant, token_id):
-            await self._change(cap.key, partial(_without, session_id))
+    async def closed(self, session: SessionInfo) -> None:
+        """A session was closed: it no longer counts. A failure is logged, not raised: the
+        session is closed either way, and the cap's next lookup drops it from the count."""
+        for cap in self._caps(session.tenant, session.token_id):
+            try:
+                await self._change(cap.key, partial(_without, session.session_id))
+            except (BastionError, nats.errors.Error) as error:
+                logger.warning(
+                    "a closed session was not taken off its open-session count",
+                    extra={"session": session.session_id, "error_type": type(error).__name__},
+                )
 
     async def _add(self, cap: _Cap, session_id: str, found: _Open) -> _Open:
         sessions = dict(found.sessions)

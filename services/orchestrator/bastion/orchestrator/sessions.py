@@ -223,7 +223,7 @@ class Sessions:
                 session_id,
                 lambda s: msgspec.structs.replace(s, state="closed", closed_at=_now()),
             )
-        await self._caps.closed(session_id, closed.tenant, closed.token_id)
+        await self._caps.closed(closed)
         await self.approvals.session_closed(closed)
         if closed.workspace is not None:
             await self._release(session_id)

@@ -121,6 +121,9 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     """`BASTION_SEARCH_WORKERS_PER_TENANT`: how many of one tenant's searches run at once,
     each in a worker process of its own; a further one waits (at most `search_timeout_s`)
     for one of that tenant's, never for another tenant's."""
+    search_queue_per_tenant: Annotated[int, msgspec.Meta(ge=0)] = 8
+    """`BASTION_SEARCH_QUEUE_PER_TENANT`: how many of one tenant's searches may wait for its
+    workers; a further one is refused at once (`unavailable`, saying to retry later)."""
     git_writable: bool = False
     workspace_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 16 * 1024**3
     """`BASTION_WORKSPACE_MAX_BYTES`: the most disk a workspace may hold (16 GiB; 0: no
@@ -209,6 +212,8 @@ class Sandboxes:
             settings.search_timeout_s,
             what="searches running",
             setting="BASTION_SEARCH_WORKERS_PER_TENANT",
+            max_waiting=settings.search_queue_per_tenant,
+            waiting_setting="BASTION_SEARCH_QUEUE_PER_TENANT",
         )
         # Worker processes are bounded per tenant by `_searches`, not by anyio's default
         # limiter, which every tenant would share (a flood of one would hold them all).

@@ -25,7 +25,10 @@ class TenantSlots:
 
     A tenant's limiter is dropped once nobody holds or waits for it, so the map holds only
     tenants with work in flight. The cap holds per service instance: with several
-    instances in the queue group, a tenant may run up to the cap on each.
+    instances in the queue group, a tenant may run up to the cap on each. With
+    `max_waiting`, a call finding that many of its tenant's already waiting is refused at
+    once: a tenant's queue is its own and bounded, so its flood cannot take every request
+    the service works on at a time (`Service`'s `max_in_flight`) from the others.
     """
 
     def __init__(
@@ -35,8 +38,12 @@ class TenantSlots:
         *,
         what: str = "sandboxes running",
         setting: str = "BASTION_MAX_SANDBOXES_PER_TENANT",
+        max_waiting: int | None = None,
+        waiting_setting: str = "",
     ) -> None:
         self._per_tenant = per_tenant
+        self._max_waiting = max_waiting
+        self._waiting_setting = waiting_setting
         self._wait_s = wait_s
         self._what = what
         self._setting = setting
@@ -47,6 +54,13 @@ class TenantSlots:
     async def slot(self, tenant: str) -> AsyncIterator[None]:
         """Hold one of `tenant`'s turns; `TenantBusy` if none frees up in time."""
         limiter = self._limiters.setdefault(tenant, anyio.CapacityLimiter(self._per_tenant))
+        waiting = self._users.get(tenant, 0) - limiter.borrowed_tokens
+        if self._max_waiting is not None and waiting >= self._max_waiting:
+            raise TenantBusy(
+                f"tenant {tenant} has {limiter.borrowed_tokens} {self._what}, its cap, and "
+                f"{waiting} more waiting, its queue's length: retry later, or raise the cap "
+                f"({self._setting}) or the queue ({self._waiting_setting})"
+            )
         self._users[tenant] = self._users.get(tenant, 0) + 1
         try:
             acquired = False
