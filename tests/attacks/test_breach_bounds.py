@@ -410,3 +410,23 @@ def test_the_measure_follows_no_link_and_counts_a_hard_linked_file_once(tmp_path
     (work / ".git" / "pack").write_bytes(os.urandom(128 * 1024))
     measured = workspace_bytes(work)
     assert 384 * 1024 <= measured < 512 * 1024
+
+
+async def test_a_count_left_stale_by_a_dead_orchestrator_does_not_hold_a_place_for_ever(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings
+) -> None:
+    settings = OrchestratorSettings(nats_url=bus_settings.nats_url, max_sessions_per_tenant=2)
+    async with run_service(orchestrator_service, settings):
+        closed = await open_session(client, "acme")
+        await close_session(client, closed.session_id)
+        # As an orchestrator killed between its steps would leave it: one session closed
+        # but still counted, one counted long ago and never stored.
+        kv = await client.jetstream().key_value(subjects.SESSIONS_BUCKET)
+        stale = {closed.session_id: 0.0, "ffffffffffffffff": 0.0}
+        await kv.put(f"open.tenant.{b'acme'.hex()}", encode({"sessions": stale}))
+        first = await open_session(client, "acme")
+        second = await open_session(client, "acme")
+        with pytest.raises(RemoteError) as refused:
+            await open_session(client, "acme")
+    assert first.state == second.state == "open"
+    assert refused.value.code == codes.QUOTA_EXCEEDED

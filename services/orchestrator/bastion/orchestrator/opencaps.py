@@ -5,8 +5,9 @@ Each tenant (and each token a session was opened for) has a record in the sessio
 when each was counted. An open adds its session by compare-and-set before the session is
 stored, so replicas racing for the last place cannot both take it; a close removes it. A
 record can outlive what it counts (an orchestrator killed between the two steps): when a
-cap is reached, the sessions listed are looked up first, and those closed, or never
-stored within `_UNSTORED_GRACE_S`, are dropped from the count.
+cap is reached, the sessions listed are looked up first (at most every
+`_LOOKUP_EVERY_S` per record), and those closed, or never stored within
+`_UNSTORED_GRACE_S`, are dropped from the count.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ logger = logging.getLogger(__name__)
 _UNSTORED_GRACE_S: Final = 300.0
 """A counted session not stored after this long was never opened (its open failed)."""
 _ATTEMPTS: Final = 50
+_LOOKUP_EVERY_S: Final = 10.0
+"""An instance looks a full record's sessions up at most this often: a caller at its cap
+cannot make each refused open cost a lookup of every session counted."""
 
 
 class _Open(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,6 +72,7 @@ class OpenCaps:
         self._per_tenant = per_tenant
         self._per_token = per_token
         self._locks: dict[str, anyio.Lock] = {}
+        self._looked_up: dict[str, float] = {}
 
     def _caps(self, tenant: str, token_id: str) -> list[_Cap]:
         caps = []
@@ -128,7 +133,11 @@ class OpenCaps:
 
     async def _add(self, cap: _Cap, session_id: str, found: _Open) -> _Open:
         sessions = dict(found.sessions)
-        if len(sessions) >= cap.limit:
+        now = time.monotonic()
+        if len(sessions) >= cap.limit and now - self._looked_up.get(cap.key, -1e9) > (
+            _LOOKUP_EVERY_S
+        ):
+            self._looked_up[cap.key] = now
             sessions = await self._still_open(sessions)
         if len(sessions) >= cap.limit:
             raise QuotaExceeded(cap.refusal)
