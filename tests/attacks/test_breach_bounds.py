@@ -28,7 +28,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.codec import MAX_NESTING, decode, encode
 from bastion.shared.errors import RemoteError
 from bastion.shared.natsserver import free_port
-from bastion.shared.sandboxing.cgroup import find_cgroup_root, tenant_group_name
+from bastion.shared.sandboxing.cgroup import cgroup_prefix, find_cgroup_root, tenant_group_name
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 from tests.attacks.conftest import in_sandbox_cgroups
@@ -274,7 +274,8 @@ runs whichever host uid the sandbox's user is."""
 
 
 def cpu_groups() -> set[str]:
-    """The groups in the `cpu` hierarchy of the processes in this service's sandboxes."""
+    """The groups this service made in the `cpu` hierarchy that its sandboxes' processes
+    are in."""
     found = set()
     for pid in in_sandbox_cgroups():
         try:
@@ -284,7 +285,10 @@ def cpu_groups() -> set[str]:
         for line in lines:
             _, controllers, path = line.split(":", 2)
             unified = CPU_ROOT is not None and CPU_ROOT.version == 2
-            if (controllers == "") if unified else ("cpu" in controllers.split(",")):
+            cpu = (controllers == "") if unified else ("cpu" in controllers.split(","))
+            # A launcher joins its pids and memory groups first: until it has joined its
+            # cpu group too, its cpu line is another group, which is not a command's.
+            if cpu and cgroup_prefix() in path:
                 found.add(path)
     return found
 
