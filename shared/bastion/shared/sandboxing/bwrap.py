@@ -30,6 +30,7 @@ from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, secret_args
 from bastion.shared.sandboxing.bridge import BRIDGE_PROGRAM, BRIDGE_SCRIPT
 from bastion.shared.sandboxing.cgroup import (
     DEFAULT_CPU_WEIGHT,
+    CgroupRoot,
     CommandCgroup,
     find_cgroup_root,
 )
@@ -128,7 +129,8 @@ def _result(finished: Finished, limit_hit: str = "") -> ExecResult:
 class BwrapBackend:
     """Runs each command in a new bubblewrap sandbox, with `prlimit` setting its limits.
 
-    `cgroups` False skips the per-command cgroup even where one could be made.
+    `cgroups` False skips the per-command cgroup even where one could be made;
+    `cpu_weight` is every tenant's CPU weight, where the `cpu` controller is the service's.
     """
 
     name = "bwrap"
@@ -143,7 +145,9 @@ class BwrapBackend:
         self._bwrap = bwrap
         self._prlimit = prlimit
         self._version: str | None = None
-        self._cgroup_root = find_cgroup_root(cpu_weight=cpu_weight) if cgroups else None
+        self._cgroup_root: CgroupRoot | None = (
+            find_cgroup_root(cpu_weight=cpu_weight) if cgroups else None
+        )
 
     @property
     def bounds(self) -> str:
