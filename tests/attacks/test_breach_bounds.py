@@ -7,6 +7,7 @@ with a typed answer that says what to do.
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 import anyio
@@ -414,6 +415,19 @@ def test_the_measure_follows_no_link_and_counts_a_hard_linked_file_once(tmp_path
     (work / ".git" / "pack").write_bytes(os.urandom(128 * 1024))
     measured = workspace_bytes(work)
     assert 384 * 1024 <= measured < 512 * 1024
+    # More directories side by side than the process may have descriptors open: a walk
+    # holds one per level, not one per directory, so they are all measured.
+    wide = len(os.listdir("/proc/self/fd")) + 256
+    for n in range(wide):
+        (work / "wide" / str(n)).mkdir(parents=True)
+        (work / "wide" / str(n) / "f").write_bytes(b"x")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wide, hard))
+    try:
+        measured_wide = workspace_bytes(work)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert measured_wide > measured + wide * 512
 
 
 async def test_a_count_left_stale_by_a_dead_orchestrator_does_not_hold_a_place_for_ever(

@@ -4,13 +4,14 @@ The sandbox service measures the workspace before each command and each file wri
 walk by descriptors from the workspace's own (no link followed, every directory counted,
 `.git` and dependencies too), summing the blocks each file holds (a sparse file counts
 what it holds, a file with several links once). The walk stops after `MAX_MEASURED`
-entries; what it counted so far is then the measure (a lower bound).
+entries, and goes at most `_MAX_DEPTH` directories down; what it counted is then the
+measure (a lower bound).
 
 This is a soft bound: it is checked between calls, so the one command that crosses it runs
 to its end (each of its files bounded by `RLIMIT_FSIZE`, lowered to the room left but
-never below `LEAST_FILE_BYTES`). A hard
-bound needs the filesystem's: an XFS project quota on the workspaces' directory, or a
-volume of its own per workspace (a Kubernetes `emptyDir` with `sizeLimit`, a sized PVC).
+never below `LEAST_FILE_BYTES`). A hard bound needs the filesystem's: an XFS project quota
+on the workspaces' directory, or a volume of its own per workspace (a Kubernetes
+`emptyDir` with `sizeLimit`, a sized PVC).
 """
 
 from __future__ import annotations
@@ -27,46 +28,69 @@ __all__ = ["LEAST_FILE_BYTES", "MAX_MEASURED", "WorkspaceBound", "workspace_byte
 
 MAX_MEASURED: Final = 200_000
 """A measure stops after this many entries, so a huge tree cannot keep the service busy."""
+_MAX_DEPTH: Final = 256
+"""Directories deeper are not measured: a descriptor stays open per level walked."""
 LEAST_FILE_BYTES: Final = 64 * 1024
 """The file size limit a command keeps however full its workspace: the sandbox's launcher
 writes its generated files (`/etc/passwd` and the like) under the same limit."""
 
 
+class _Measure:
+    """One measure's running totals: bytes, entries seen, inodes with several links."""
+
+    def __init__(self, limit: int) -> None:
+        self.total = 0
+        self.entries = 0
+        self.limit = limit
+        self._linked: set[tuple[int, int]] = set()
+
+    def directories_in(self, fd: int) -> list[str]:
+        """Count what the directory `fd` holds; the names of its subdirectories."""
+        found = []
+        with os.scandir(fd) as scan:
+            for entry in scan:
+                self.entries += 1
+                if self.entries > self.limit:
+                    break
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # gone meanwhile
+                if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
+                    if (info.st_dev, info.st_ino) in self._linked:
+                        continue
+                    self._linked.add((info.st_dev, info.st_ino))
+                self.total += info.st_blocks * 512
+                if stat.S_ISDIR(info.st_mode):
+                    found.append(entry.name)
+        return found
+
+
 def workspace_bytes(workspace: Path, limit: int = MAX_MEASURED) -> int:
-    """The bytes of disk the files under `workspace` hold (at most `limit` entries seen)."""
-    seen_inodes: set[tuple[int, int]] = set()
-    total = 0
-    entries = 0
-    pending = [os.open(workspace, _DIR_FLAGS)]
+    """The bytes of disk the files under `workspace` hold (at most `limit` entries seen,
+    `_MAX_DEPTH` directories down)."""
+    measure = _Measure(limit)
+    top = os.open(workspace, _DIR_FLAGS)
+    # Depth first, one descriptor open per level: (directory, subdirectories still to see).
+    stack = [(top, measure.directories_in(top))]
     try:
-        while pending and entries < limit:
-            fd = pending.pop()
+        while stack and measure.entries <= limit:
+            fd, pending = stack[-1]
+            if not pending or len(stack) > _MAX_DEPTH:
+                os.close(stack.pop()[0])
+                continue
             try:
-                with os.scandir(fd) as scan:
-                    for entry in scan:
-                        entries += 1
-                        if entries > limit:
-                            break
-                        try:
-                            info = entry.stat(follow_symlinks=False)
-                        except OSError:
-                            continue  # gone meanwhile
-                        if info.st_nlink > 1:
-                            if (info.st_dev, info.st_ino) in seen_inodes:
-                                continue
-                            seen_inodes.add((info.st_dev, info.st_ino))
-                        total += info.st_blocks * 512
-                        if stat.S_ISDIR(info.st_mode):
-                            try:
-                                pending.append(os.open(entry.name, _DIR_FLAGS, dir_fd=fd))
-                            except OSError:
-                                continue  # replaced by a link, or unreadable
-            finally:
-                os.close(fd)
+                child = os.open(pending.pop(), _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # replaced by a link, or unreadable
+            try:
+                stack.append((child, measure.directories_in(child)))
+            except OSError:
+                os.close(child)
     finally:
-        for fd in pending:
+        for fd, _ in stack:
             os.close(fd)
-    return total
+    return measure.total
 
 
 class WorkspaceBound:
