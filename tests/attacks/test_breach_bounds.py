@@ -23,6 +23,7 @@ from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, SearchFiles, WriteFile
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.sandbox.usage import LEAST_FILE_BYTES, workspace_bytes
 from bastion.shared.bus import Client, request
@@ -171,6 +172,57 @@ async def test_a_tenants_queue_of_searches_is_bounded_and_a_search_past_it_is_re
         refused.value.message
     )
     assert "BASTION_SEARCH_QUEUE_PER_TENANT" in refused.value.message
+
+
+async def test_a_sessions_searches_count_against_its_own_tenant_through_the_orchestrator(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    (tmp_path / "state").mkdir()
+    sandbox = SandboxSettings(
+        nats_url=bus_settings.nats_url,
+        state_dir=str(tmp_path / "state"),
+        search_timeout_s=120,
+        search_workers_per_tenant=1,
+        search_queue_per_tenant=0,
+    )
+    bait = {"bait.txt": "a" * 64 + "!\n"}
+    spaces = [owned_workspace(tmp_path, name, bait) for name in ("a1", "a2", "g1")]
+
+    async def searching(session_id: str, pattern: str) -> CallResult:
+        result: CallResult = await request(
+            client,
+            subjects.session_call(session_id),
+            ToolCall(tool="search_files", input={"pattern": pattern, "context": 0}),
+            CallResult,
+            timeout_s=30,
+        )
+        return result
+
+    async with (
+        run_service(sandbox_service, sandbox) as sandboxes,
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
+        run_service(policy_service),
+    ):
+        a1, a2, g1 = [
+            await request(
+                client,
+                subjects.SESSION_OPEN,
+                OpenSession(agent="searcher", tenant=tenant, workspace=str(space)),
+                SessionInfo,
+                timeout_s=30,
+            )
+            for tenant, space in zip(("acme", "acme", "globex"), spaces, strict=True)
+        ]
+        async with anyio.create_task_group() as flooding:
+            flooding.start_soon(searching, a1.session_id, BACKTRACKS)
+            await in_flight(sandboxes, "files", 1)
+            with pytest.raises(RemoteError) as second:
+                await searching(a2.session_id, BACKTRACKS)
+            other = await searching(g1.session_id, "!$")
+            flooding.cancel_scope.cancel()
+    assert second.value.code == codes.UNAVAILABLE
+    assert "tenant acme has 1 searches running" in second.value.message
+    assert isinstance(other, ToolOutput) and other.text == "bait.txt:1: " + "a" * 64 + "!"
 
 
 # --- one token opening sessions without end ------------------------------------------------

@@ -55,7 +55,8 @@ class TenantSlots:
         """Hold one of `tenant`'s turns; `TenantBusy` if none frees up in time."""
         limiter = self._limiters.setdefault(tenant, anyio.CapacityLimiter(self._per_tenant))
         waiting = self._users.get(tenant, 0) - limiter.borrowed_tokens
-        if self._max_waiting is not None and waiting >= self._max_waiting:
+        full = limiter.borrowed_tokens >= self._per_tenant
+        if self._max_waiting is not None and full and waiting >= self._max_waiting:
             raise TenantBusy(
                 f"tenant {tenant} has {limiter.borrowed_tokens} {self._what}, its cap, and "
                 f"{waiting} more waiting, its queue's length: retry later, or raise the cap "
