@@ -15,6 +15,7 @@ from bastion.proto.sandbox import Limits
 from bastion.shared.errors import InvalidInput
 from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec, parse_backend
 from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv
+from bastion.shared.sandboxing.cgroup import CommandCgroup, find_cgroup_root, tenant_group_name
 from bastion.shared.sandboxing.output import CappedOutput
 from tests.sleepers import sleeping, unique_duration
 
@@ -290,3 +291,28 @@ async def test_the_check_runs_true_and_names_bubblewrap(
     detail = await backend.check(SandboxSpec(workspace=workspace))
     assert detail.startswith("bubblewrap")
     assert "uid 10001" in detail
+
+
+def test_on_cgroup_v2_a_tenants_commands_groups_sit_in_its_group_of_the_set_weight(
+    tmp_path: Path,
+) -> None:
+    """The v2 layout, on a directory tree shaped like a delegated cgroup (this host may
+    have only v1): the tenant's group enables the controllers and has the weight."""
+    service = tmp_path / "service.scope"
+    service.mkdir()
+    (tmp_path / "cgroup.controllers").write_text("cpu pids memory\n")
+    (service / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    proc = tmp_path / "proc-cgroup"
+    proc.write_text("0::/service.scope\n")
+    root = find_cgroup_root(tmp_path, proc, cpu_weight=250)
+    assert root is not None and root.version == 2 and root.cpu == service
+    command = CommandCgroup(root, Limits(processes=7, memory_bytes=4096), tenant="acme")
+    tenant = service / tenant_group_name("acme")
+    assert (tenant / "cpu.weight").read_text() == "250"
+    assert (tenant / "cgroup.subtree_control").read_text() == "+pids +memory +cpu"
+    [made] = [path for path in tenant.iterdir() if path.is_dir()]
+    assert (made / "pids.max").read_text() == "7"
+    assert (made / "memory.max").read_text() == "4096"
+    assert str(made / "cgroup.procs") in " ".join(command.join_argv())
+    without = find_cgroup_root(tmp_path, proc)
+    assert without is not None and without.cpu_setting() == ("cpu.weight", "100")

@@ -19,6 +19,7 @@ __all__ = [
     "NEEDS_APPROVAL",
     "NOT_FOUND",
     "NOT_IMPLEMENTED",
+    "QUOTA_EXCEEDED",
     "RATE_LIMITED",
     "SANDBOX_FAILED",
     "SESSION_CLOSED",
@@ -68,6 +69,9 @@ INTERNAL: Final = "internal"
 """An unexpected fault inside a service; its log has the detail, the wire never does."""
 RATE_LIMITED: Final = "rate_limited"
 """The tenant made more calls per second than its quota: the message says when to retry."""
+QUOTA_EXCEEDED: Final = "quota_exceeded"
+"""The tenant (or token) holds as much as its cap allows (open sessions): the message names
+the cap's setting and what frees room."""
 UNCERTAIN: Final = "uncertain"
 """An identical earlier call got no answer (a timeout, a service died): it may or may not
 have taken effect, so it is not made again."""

@@ -175,6 +175,8 @@ class SearchFiles(Message, frozen=True, kw_only=True, tag="file.search"):
     glob: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
     context: Annotated[int, msgspec.Meta(ge=0, le=20)] = 2
     case_insensitive: bool = False
+    tenant: Identifier = "default"
+    """Whose search it is: each tenant's searches have search workers of their own."""
 
 
 FileRequest = ReadFile | WriteFile | EditFile | ApplyPatch | ListFiles | FindFiles | SearchFiles

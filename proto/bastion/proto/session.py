@@ -83,6 +83,9 @@ class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
         msgspec.Meta(max_length=32),
     ] = ()
     """Upstream MCP servers (`--mcp NAME`) whose reviewed tools the session gets."""
+    token_id: Annotated[str, msgspec.Meta(pattern=r"^([0-9a-f]{16})?$")] = ""
+    """The front-door token the session is opened for: its open sessions are capped
+    (`BASTION_MAX_SESSIONS_PER_TOKEN`); empty for one opened on the bus."""
 
 
 class SessionRef(Ingress, frozen=True, kw_only=True, tag="session.ref"):
@@ -149,3 +152,6 @@ class SessionInfo(Message, frozen=True, kw_only=True, tag="session.info"):
     """What the session was not given and why (an upstream tool changed since its review)."""
     mcp: tuple[str, ...] = ()
     """The upstream MCP servers the session asked for."""
+    token_id: str = ""
+    """The front-door token it was opened for (counted against that token's cap); empty
+    for a session opened on the bus (the CLI)."""

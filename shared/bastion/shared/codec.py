@@ -1,18 +1,28 @@
-"""Encoding of wire messages (msgpack on the bus) with one cached decoder per type."""
+"""Encoding of wire messages (msgpack on the bus) with one cached decoder per type.
+
+Decoding is where untrusted bytes become objects, so it also bounds their nesting: a
+field typed as arbitrary JSON (a tool's input, an MCP call's arguments) could otherwise
+hold an array nested thousands deep, which overflows the decoder's recursion (or a later
+encoder's, or a policy engine's) and would end as an internal error instead of a
+`bad_request` the caller can act on.
+"""
 
 from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Any, get_args
+from typing import Any, Final, get_args
 
 import msgspec
 
 from bastion.shared.errors import BadRequest
 
-__all__ = ["decode", "describe_decode_error", "encode"]
+__all__ = ["MAX_NESTING", "decode", "describe_decode_error", "encode"]
 
 _encoder = msgspec.msgpack.Encoder()
+
+MAX_NESTING: Final = 64
+"""The deepest a decoded message may nest (arrays, maps and messages in one another)."""
 
 
 def encode(message: object) -> bytes:
@@ -28,9 +38,46 @@ def _decoder(message_type: Any) -> msgspec.msgpack.Decoder[Any]:
 def decode(data: bytes, message_type: Any) -> Any:
     """Bytes from the bus as `message_type` (a struct or a union), or `BadRequest` saying why."""
     try:
-        return _decoder(message_type).decode(data)
+        message = _decoder(message_type).decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as error:
         raise BadRequest(describe_decode_error(error, message_type)) from None
+    except RecursionError:
+        # Deeper than the interpreter's stack, so deeper than the bound too.
+        raise BadRequest(_too_deep(message_type)) from None
+    if len(data) > MAX_NESTING and _deeper_than(message, MAX_NESTING):
+        raise BadRequest(_too_deep(message_type))
+    return message
+
+
+def _too_deep(message_type: Any) -> str:
+    return (
+        f"the request is not a valid {_names(message_type)}: it is nested more than "
+        f"{MAX_NESTING} deep (arrays and maps within one another); send flatter data"
+    )
+
+
+def _children(value: object) -> list[object]:
+    """The values directly inside `value`: a map's keys and values, a sequence's items, a
+    message's fields; none for a scalar."""
+    if isinstance(value, dict):
+        return [*value.keys(), *value.values()]
+    if isinstance(value, list | tuple | set | frozenset):
+        return list(value)
+    if isinstance(value, msgspec.Struct):
+        return [getattr(value, name) for name in value.__struct_fields__]
+    return []
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether `value` nests containers more than `limit` deep (walked without recursion)."""
+    pending = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        inside = _children(item)
+        if inside and depth >= limit:
+            return True
+        pending.extend((child, depth + 1) for child in inside)
+    return False
 
 
 # msgspec's text is a rule and a path (`Expected `int`, got `str` - at `$.limit``), but
@@ -47,13 +94,17 @@ _ECHOING_RULES = (
 _PATH = re.compile(r" - at `(\$(?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\]|\[\.\.\.\])*)`$")
 
 
+def _names(message_type: Any) -> str:
+    members = get_args(message_type) or (message_type,)
+    return " or ".join(getattr(member, "__name__", str(member)) for member in members)
+
+
 def describe_decode_error(error: msgspec.MsgspecError, message_type: Any) -> str:
     """A sentence for a payload that is not the expected message, echoing none of it.
 
     It names the field (its path in the schema) and the rule broken, never a value sent.
     """
-    members = get_args(message_type) or (message_type,)
-    name = " or ".join(getattr(member, "__name__", str(member)) for member in members)
+    name = _names(message_type)
     text = str(error).splitlines()[0] if str(error) else "unreadable"
     path = _PATH.search(text)
     rule = text[: path.start()] if path else text

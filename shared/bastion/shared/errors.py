@@ -5,6 +5,7 @@
     ├── InvalidInput              code: invalid_input   (the message is, a value is not)
     ├── NotFound                  code: not_found
     ├── NotImplementedYet         code: not_implemented
+    ├── QuotaExceeded             code: quota_exceeded  (at a cap: sessions, workspace size)
     ├── Unavailable               code: unavailable     (no responder, bus down)
     │   └── Timeout               code: timeout
     └── RemoteError               any code              (a service answered with an error)
@@ -24,6 +25,7 @@ __all__ = [
     "InvalidInput",
     "NotFound",
     "NotImplementedYet",
+    "QuotaExceeded",
     "RemoteError",
     "Timeout",
     "Unavailable",
@@ -59,6 +61,10 @@ class NotFound(BastionError):
 
 class NotImplementedYet(BastionError):
     code = codes.NOT_IMPLEMENTED
+
+
+class QuotaExceeded(BastionError):
+    code = codes.QUOTA_EXCEEDED
 
 
 class Unavailable(BastionError):

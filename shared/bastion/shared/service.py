@@ -52,6 +52,7 @@ _STATUS_OF_CODE = {
     codes.UNKNOWN_TOOL: "404",
     codes.CONFLICT: "409",
     codes.SESSION_CLOSED: "410",
+    codes.QUOTA_EXCEEDED: "429",
     codes.NOT_IMPLEMENTED: "501",
     codes.UNAVAILABLE: "503",
     codes.TIMEOUT: "504",

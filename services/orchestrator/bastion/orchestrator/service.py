@@ -14,6 +14,7 @@ from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
+from bastion.orchestrator.opencaps import OpenCaps
 from bastion.orchestrator.quota import TenantRates
 from bastion.orchestrator.sessions import Sessions
 from bastion.orchestrator.store import SessionStore
@@ -51,6 +52,12 @@ class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     tenant_calls_per_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     """`BASTION_TENANT_CALLS_PER_S`: each tenant's calls per second on this instance (a
     token bucket one second deep); 0: no quota."""
+    max_sessions_per_tenant: Annotated[int, msgspec.Meta(ge=0)] = 256
+    """`BASTION_MAX_SESSIONS_PER_TENANT`: sessions one tenant may have open at once, across
+    every replica; 0: no cap."""
+    max_sessions_per_token: Annotated[int, msgspec.Meta(ge=0)] = 64
+    """`BASTION_MAX_SESSIONS_PER_TOKEN`: sessions one front-door token may have open at
+    once, across every replica; 0: no cap."""
     taint_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
     search: str = ""
     """`BASTION_SEARCH`, the egress service's variable too: set, `web` sessions get
@@ -88,6 +95,7 @@ async def orchestrator_service(
         hooks=hooks,
         turns=turns,
         rates=TenantRates(settings.tenant_calls_per_s),
+        caps=OpenCaps(store, settings.max_sessions_per_tenant, settings.max_sessions_per_token),
         search=bool(settings.search.strip()),
     )
     await sessions.recover()

@@ -20,6 +20,7 @@ from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_
 from bastion.orchestrator.gate import ask_policy, policy_request, touched_paths
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
+from bastion.orchestrator.opencaps import OpenCaps
 from bastion.orchestrator.quota import RateLimited, TenantRates
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
@@ -76,6 +77,7 @@ class Sessions:
         hooks: Hooks,
         turns: Turns,
         rates: TenantRates,
+        caps: OpenCaps,
         search: bool = False,
     ) -> None:
         self._client = client
@@ -86,6 +88,7 @@ class Sessions:
         self._audit = audit
         self._turns = turns
         self._rates = rates
+        self._caps = caps
         self._locks: dict[str, anyio.Lock] = {}
         self._waiting: dict[str, int] = {}
         self._runner = Runner(
@@ -130,11 +133,35 @@ class Sessions:
                 continue
 
     async def open(self, ask: OpenSession) -> SessionInfo:
+        """Open a session as `ask` says, within its tenant's and token's caps on open
+        sessions (counted before its sandbox is checked: a refusal costs no sandbox)."""
+        if ask.workspace is not None and not ask.workspace.startswith("/"):
+            raise InvalidInput(
+                f"the workspace {ask.workspace} is not an absolute path: give its full path"
+            )
+        if ask.workspace is None and ask.shell:
+            raise InvalidInput("a shell needs a workspace: give one with --workspace DIR")
+        session_id = secrets.token_hex(8)
+        async with self._caps.opening(session_id, ask.tenant, ask.token_id):
+            session = await self._opened(session_id, ask)
+        await self._publish(
+            "session_opened",
+            session.tenant,
+            SessionOpened(
+                session_id=session.session_id,
+                tenant=session.tenant,
+                agent=session.agent,
+                autonomy=session.autonomy,
+                at=session.opened_at,
+            ),
+        )
+        logger.info("session opened", extra={"session": session.session_id})
+        return session
+
+    async def _opened(self, session_id: str, ask: OpenSession) -> SessionInfo:
+        """The session `ask` is for, its sandbox checked and its upstream tools offered,
+        stored."""
         if ask.workspace is not None:
-            if not ask.workspace.startswith("/"):
-                raise InvalidInput(
-                    f"the workspace {ask.workspace} is not an absolute path: give its full path"
-                )
             await request(
                 self._client,
                 subjects.SANDBOX_CHECK,
@@ -148,9 +175,6 @@ class Sessions:
                 SandboxReady,
                 timeout_s=self._timeout_s,
             )
-        elif ask.shell:
-            raise InvalidInput("a shell needs a workspace: give one with --workspace DIR")
-        session_id = secrets.token_hex(8)
         upstream, notices = await offer_upstream(
             self._client, ask.tenant, session_id, ask.mcp, self._timeout_s
         )
@@ -181,20 +205,9 @@ class Sessions:
             ask=ask.ask,
             notices=notices,
             mcp=ask.mcp,
+            token_id=ask.token_id,
         )
         await self._store.create(session)
-        await self._publish(
-            "session_opened",
-            session.tenant,
-            SessionOpened(
-                session_id=session.session_id,
-                tenant=session.tenant,
-                agent=session.agent,
-                autonomy=session.autonomy,
-                at=session.opened_at,
-            ),
-        )
-        logger.info("session opened", extra={"session": session.session_id})
         return session
 
     async def get(self, session_id: str) -> SessionInfo:
@@ -210,6 +223,7 @@ class Sessions:
                 session_id,
                 lambda s: msgspec.structs.replace(s, state="closed", closed_at=_now()),
             )
+        await self._caps.closed(closed)
         await self.approvals.session_closed(closed)
         if closed.workspace is not None:
             await self._release(session_id)

@@ -23,6 +23,11 @@ class SessionStore:
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
 
+    @property
+    def kv(self) -> KeyValue:
+        """The bucket itself, for records kept beside the sessions (`opencaps`)."""
+        return self._kv
+
     @classmethod
     async def open(cls, client: Client, bucket: str) -> SessionStore:
         """The store on `bucket`, created (file storage, one revision kept) if missing."""

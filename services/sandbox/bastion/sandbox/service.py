@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -54,6 +55,7 @@ from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
 from bastion.sandbox.tenants import TenantSlots
+from bastion.sandbox.usage import LEAST_FILE_BYTES, WorkspaceBound
 from bastion.sandbox.walking import list_files
 from bastion.sandbox.workspace import (
     check_skills_dir,
@@ -77,6 +79,7 @@ from bastion.shared.sandboxing import (
     parse_docker_backend,
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
+from bastion.shared.sandboxing.cgroup import DEFAULT_CPU_WEIGHT
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
@@ -108,7 +111,8 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
 
     `git_writable` lets commands write the workspace's `.git/hooks` and `.git/config`;
     `cgroups` False skips the per-command cgroup; `max_sandboxes_per_tenant` caps one
-    tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most.
+    tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most;
+    `search_workers_per_tenant` does the same for its searches.
     """
 
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
@@ -116,8 +120,24 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     prlimit: str = "prlimit"
     search_timeout_s: float = 20.0
     """How long `search_files` may take; an agent's regex can backtrack without end."""
+    search_workers_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 2
+    """`BASTION_SEARCH_WORKERS_PER_TENANT`: how many of one tenant's searches run at once,
+    each in a worker process of its own; a further one waits (at most `search_timeout_s`)
+    for one of that tenant's, never for another tenant's."""
+    search_queue_per_tenant: Annotated[int, msgspec.Meta(ge=0)] = 8
+    """`BASTION_SEARCH_QUEUE_PER_TENANT`: how many of one tenant's searches may wait for its
+    workers; a further one is refused at once (`unavailable`, saying to retry later)."""
     git_writable: bool = False
+    workspace_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 16 * 1024**3
+    """`BASTION_WORKSPACE_MAX_BYTES`: the most disk a workspace may hold (16 GiB; 0: no
+    bound), measured before each command and file write (see `usage`): over it, file
+    tools' writes are refused and a command's files cannot grow past 64 KiB; under it, no
+    file may grow past the room left. A soft bound: a hard one needs a filesystem quota."""
     cgroups: bool = True
+    cpu_weight: Annotated[int, msgspec.Meta(ge=1, le=10000)] = DEFAULT_CPU_WEIGHT
+    """`BASTION_CPU_WEIGHT`: each tenant's share of a contended CPU (cgroup v2's scale;
+    `cpu.shares` of weight x 10.24 on v1). Every tenant has the same one, and a tenant's
+    commands split it, so a tenant busy with many commands cannot crowd out another's."""
     max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
     tenant_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
     docker_owner: str = msgspec.field(default_factory=socket.gethostname)
@@ -171,7 +191,10 @@ class Sandboxes:
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
-            settings.bwrap, settings.prlimit, cgroups=settings.cgroups
+            settings.bwrap,
+            settings.prlimit,
+            cgroups=settings.cgroups,
+            cpu_weight=settings.cpu_weight,
         )
         self.docker = DockerSandboxes(
             settings.docker_owner,
@@ -185,7 +208,19 @@ class Sandboxes:
         self._output_cap = output_cap(max_payload)
         self._search_timeout_s = settings.search_timeout_s
         self._git_writable = settings.git_writable
+        self._bound = WorkspaceBound(settings.workspace_max_bytes)
         self._slots = TenantSlots(settings.max_sandboxes_per_tenant, settings.tenant_wait_s)
+        self._searches = TenantSlots(
+            settings.search_workers_per_tenant,
+            settings.search_timeout_s,
+            what="searches running",
+            setting="BASTION_SEARCH_WORKERS_PER_TENANT",
+            max_waiting=settings.search_queue_per_tenant,
+            waiting_setting="BASTION_SEARCH_QUEUE_PER_TENANT",
+        )
+        # Worker processes are bounded per tenant by `_searches`, not by anyio's default
+        # limiter, which every tenant would share (a flood of one would hold them all).
+        self._search_processes = anyio.CapacityLimiter(math.inf)
         self._leases = leases
         self._egress = egress
         self._egress_socket = (
@@ -202,6 +237,7 @@ class Sandboxes:
         *,
         read_only_dirs: tuple[str, ...],
         session_id: str = "",
+        tenant: str = "default",
     ) -> tuple[SandboxBackend, SandboxSpec]:
         """The backend a request names and the spec of its run, or why it is refused."""
         if limits.output_bytes > self._output_cap:
@@ -220,6 +256,7 @@ class Sandboxes:
             read_only=checked_read_only_dirs(read_only_dirs, self._state_dir),
             git_writable=self._git_writable,
             session_id=session_id,
+            tenant=tenant,
         )
         return chosen, spec
 
@@ -239,8 +276,9 @@ class Sandboxes:
             request.limits,
             read_only_dirs=request.read_only_dirs,
             session_id=request.session_id,
+            tenant=request.tenant,
         )
-        spec = dataclasses.replace(spec, skill_dir=skill_dir)
+        spec, room = await self._bounded(dataclasses.replace(spec, skill_dir=skill_dir))
         bridged = request.network == "declared" and bool(request.declared_hosts)
         if bridged and request.backend != "bwrap":
             raise NotImplementedYet(
@@ -274,7 +312,25 @@ class Sandboxes:
                         result = await backend.run(spec, command)
             finally:
                 sandboxes_running.add(-1, running)
-        return redacted(result, redactor)
+        return redacted(self._noted(result, room), redactor)
+
+    async def _bounded(self, spec: SandboxSpec) -> tuple[SandboxSpec, int | None]:
+        """`spec` with no file allowed to grow past the room its workspace has left under
+        `BASTION_WORKSPACE_MAX_BYTES` (but `LEAST_FILE_BYTES` at least), and that room
+        (None: no bound)."""
+        room = await anyio.to_thread.run_sync(self._bound.room, spec.workspace)
+        if room is None:
+            return spec, None
+        most = min(spec.limits.file_size_bytes, max(LEAST_FILE_BYTES, room))
+        limits = msgspec.structs.replace(spec.limits, file_size_bytes=most)
+        return dataclasses.replace(spec, limits=limits), room
+
+    def _noted(self, result: ExecResult, room: int | None) -> ExecResult:
+        """The result, its stderr first saying why files could not grow, when they could not."""
+        if room is None or room > 0:
+            return result
+        note = f"bastion: {self._bound.over(room)}\n"
+        return msgspec.structs.replace(result, stderr=note + result.stderr)
 
     async def _run_bridged(
         self, backend: SandboxBackend, spec: SandboxSpec, request: ExecRequest, command: str
@@ -326,6 +382,9 @@ class Sandboxes:
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Run one file tool on the workspace, confined to it."""
         workspace = checked_workspace(request.workspace, self._state_dir)
+        if isinstance(request, WriteFile | EditFile | ApplyPatch):
+            grows = len(request.content.encode()) if isinstance(request, WriteFile) else 0
+            await anyio.to_thread.run_sync(self._bound.check_write, workspace, grows)
         if isinstance(request, SearchFiles):
             text = await self._search(workspace, request)
         else:
@@ -347,12 +406,18 @@ class Sandboxes:
 
     async def _search(self, workspace: Path, request: SearchFiles) -> str:
         """A search in a worker process, killed at the deadline: a pattern with nested
-        repetition can backtrack for ever, and a thread cannot be stopped, a process can."""
-        with anyio.move_on_after(self._search_timeout_s):
-            text: str = await anyio.to_process.run_sync(
-                search_files, workspace, request, cancellable=True
-            )
-            return text
+        repetition can backtrack for ever, and a thread cannot be stopped, a process can.
+        It runs in one of its tenant's own workers, so another tenant's never wait for it."""
+        async with self._searches.slot(request.tenant):
+            with anyio.move_on_after(self._search_timeout_s):
+                text: str = await anyio.to_process.run_sync(
+                    search_files,
+                    workspace,
+                    request,
+                    cancellable=True,
+                    limiter=self._search_processes,
+                )
+                return text
         raise InvalidInput(
             f"the search did not finish within {self._search_timeout_s:g} s and was stopped: "
             "a pattern with nested repetition such as (a+)+ can take for ever; simplify it, "
@@ -368,11 +433,14 @@ class Sandboxes:
             request.limits,
             read_only_dirs=request.read_only_dirs,
             session_id=request.session_id,
+            tenant=request.tenant,
         )
+
+        spec, room = await self._bounded(spec)
 
         async def run(command: str) -> ExecResult:
             async with self._slots.slot(request.tenant):
-                return await backend.run(spec, command)
+                return self._noted(await backend.run(spec, command), room)
 
         program, text = await check_code(spec.workspace, request, run)
         redactor = self._redactor(request)

@@ -28,7 +28,12 @@ from bastion.proto._base import MAX_TEXT
 from bastion.proto.sandbox import ExecResult, Limits
 from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, secret_args, shell_argv
 from bastion.shared.sandboxing.bridge import BRIDGE_PROGRAM, BRIDGE_SCRIPT
-from bastion.shared.sandboxing.cgroup import CgroupRoot, CommandCgroup, find_cgroup_root
+from bastion.shared.sandboxing.cgroup import (
+    DEFAULT_CPU_WEIGHT,
+    CgroupRoot,
+    CommandCgroup,
+    find_cgroup_root,
+)
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import DataFile, generated_etc
 from bastion.shared.sandboxing.process import Finished, run_limited
@@ -124,18 +129,25 @@ def _result(finished: Finished, limit_hit: str = "") -> ExecResult:
 class BwrapBackend:
     """Runs each command in a new bubblewrap sandbox, with `prlimit` setting its limits.
 
-    `cgroups` False skips the per-command cgroup even where one could be made.
+    `cgroups` False skips the per-command cgroup even where one could be made;
+    `cpu_weight` is every tenant's CPU weight, where the `cpu` controller is the service's.
     """
 
     name = "bwrap"
 
     def __init__(
-        self, bwrap: str = "bwrap", prlimit: str = "prlimit", cgroups: bool = True
+        self,
+        bwrap: str = "bwrap",
+        prlimit: str = "prlimit",
+        cgroups: bool = True,
+        cpu_weight: int = DEFAULT_CPU_WEIGHT,
     ) -> None:
         self._bwrap = bwrap
         self._prlimit = prlimit
         self._version: str | None = None
-        self._cgroup_root: CgroupRoot | None = find_cgroup_root() if cgroups else None
+        self._cgroup_root: CgroupRoot | None = (
+            find_cgroup_root(cpu_weight=cpu_weight) if cgroups else None
+        )
 
     @property
     def bounds(self) -> str:
@@ -148,7 +160,7 @@ class BwrapBackend:
         if self._cgroup_root is None:
             return None
         try:
-            return CommandCgroup(self._cgroup_root, spec.limits)
+            return CommandCgroup(self._cgroup_root, spec.limits, spec.tenant)
         except OSError as error:
             raise SandboxFailed(
                 f"could not make a cgroup for the command ({error.strerror}) under "

@@ -15,6 +15,13 @@ each command gets its own cgroup, made beside the service's own and removed afte
   (and `memory.memsw.limit_in_bytes`), read back through `pids.events` and
   `memory.oom_control`.
 
+A command run for a tenant also gets a CPU share: its group sits inside its tenant's
+(`bastion-<pid>-tenant-<name>`, made on first use and removed once empty), and every
+tenant's group has the same weight (`cpu.weight` on v2, `cpu.shares` on v1, which has a
+`cpu` hierarchy of its own), so a tenant running many busy commands gets the same share of
+a contended CPU as one running a single command, not many times more. Where the `cpu`
+controller is not available the commands are bounded as before, without a share.
+
 The launcher joins the group before it starts bwrap, so every process of the command is
 in it from the first. When neither is available, `find_cgroup_root` answers None and the
 backend falls back to `RLIMIT_NPROC` (see `argv.prlimit_argv`), whose limits are above.
@@ -35,26 +42,47 @@ import anyio
 
 from bastion.proto.sandbox import Limits
 
-__all__ = ["CgroupRoot", "CommandCgroup", "cgroup_prefix", "find_cgroup_root"]
+__all__ = [
+    "DEFAULT_CPU_WEIGHT",
+    "CgroupRoot",
+    "CommandCgroup",
+    "cgroup_prefix",
+    "find_cgroup_root",
+    "tenant_group_name",
+]
 
 CGROUP_MOUNT: Final = Path("/sys/fs/cgroup")
 _REMOVE_TRIES: Final = 100
 """A group is removed once its last process is reaped: at most this many 20 ms polls."""
+DEFAULT_CPU_WEIGHT: Final = 100
+"""Every tenant's CPU weight (cgroup v2's scale, 1 to 10000; 100 is the kernel's default)."""
 
 
 @dataclass(frozen=True)
 class CgroupRoot:
-    """Where per-command groups are made: one v2 directory, or the v1 pids and memory ones."""
+    """Where per-command groups are made: one v2 directory, or the v1 pids and memory ones;
+    `cpu` is where tenants' groups are made (None: the `cpu` controller is not ours), each
+    with `cpu_weight`."""
 
     version: Literal[1, 2]
     pids: Path
     memory: Path
+    cpu: Path | None = None
+    cpu_weight: int = DEFAULT_CPU_WEIGHT
 
     def describe(self) -> str:
         """A few words for the operator: which cgroups bound a command."""
+        share = f", CPU weight {self.cpu_weight} per tenant" if self.cpu is not None else ""
         if self.version == 2:
-            return f"cgroup v2 under {self.pids}"
-        return f"cgroup v1 under {self.pids} and {self.memory}"
+            return f"cgroup v2 under {self.pids}{share}"
+        return f"cgroup v1 under {self.pids} and {self.memory}{share}"
+
+    def cpu_setting(self) -> tuple[str, str]:
+        """The file a tenant's group's weight is written to, and the value."""
+        if self.version == 2:
+            return "cpu.weight", str(self.cpu_weight)
+        # v1's shares: 1024 is its default as 100 is v2's weight; 2 is its least.
+        return "cpu.shares", str(max(2, self.cpu_weight * 1024 // DEFAULT_CPU_WEIGHT))
 
 
 def _own_paths(proc_cgroup: Path) -> dict[str, str]:
@@ -76,7 +104,9 @@ def _writable_dir(path: Path) -> bool:
 
 
 def find_cgroup_root(
-    mount: Path = CGROUP_MOUNT, proc_cgroup: Path = Path("/proc/self/cgroup")
+    mount: Path = CGROUP_MOUNT,
+    proc_cgroup: Path = Path("/proc/self/cgroup"),
+    cpu_weight: int = DEFAULT_CPU_WEIGHT,
 ) -> CgroupRoot | None:
     """The cgroups this service may make per-command groups in, or None when it may not."""
     own = _own_paths(proc_cgroup)
@@ -87,13 +117,15 @@ def find_cgroup_root(
         except OSError:
             enabled = []
         if {"pids", "memory"} <= set(enabled) and _writable_dir(here):
-            return CgroupRoot(2, here, here)
+            return CgroupRoot(2, here, here, here if "cpu" in enabled else None, cpu_weight)
         return None
     if "pids" in own and "memory" in own:
         pids = mount / "pids" / own["pids"].lstrip("/")
         memory = mount / "memory" / own["memory"].lstrip("/")
+        cpu = mount / "cpu" / own["cpu"].lstrip("/") if "cpu" in own else None
         if _writable_dir(pids) and _writable_dir(memory):
-            return CgroupRoot(1, pids, memory)
+            shared = cpu if cpu is not None and _writable_dir(cpu) else None
+            return CgroupRoot(1, pids, memory, shared, cpu_weight)
     return None
 
 
@@ -114,24 +146,32 @@ def cgroup_prefix(pid: int | None = None) -> str:
     return f"bastion-{os.getpid() if pid is None else pid}-"
 
 
+def tenant_group_name(tenant: str) -> str:
+    """The name of a tenant's group, which its commands' groups are made in (a tenant is
+    an identifier: letters, digits, `_`, `.` and `-`)."""
+    return f"{cgroup_prefix()}tenant-{tenant}"
+
+
 class CommandCgroup:
     """One command's group(s): made with its limits, joined by its launcher, then removed."""
 
-    def __init__(self, root: CgroupRoot, limits: Limits) -> None:
+    def __init__(self, root: CgroupRoot, limits: Limits, tenant: str | None = None) -> None:
         # Named after the service process that made it, so an operator (or a test) can
         # tell whose sandbox a cgroup is when several services share a host.
         name = f"{cgroup_prefix()}{secrets.token_hex(6)}"
         self._root = root
-        self._dirs = (
-            [root.pids / name]
-            if root.version == 2
-            else [
-                root.pids / name,
-                root.memory / name,
-            ]
-        )
+        self._tenant: Path | None = None
+        if root.cpu is not None and tenant is not None:
+            self._tenant = root.cpu / tenant_group_name(tenant)
+        if root.version == 2:
+            self._dirs = [(self._tenant or root.pids) / name]
+        else:
+            self._dirs = [root.pids / name, root.memory / name]
+            if self._tenant is not None:
+                self._dirs.append(self._tenant / name)
         self._made: list[Path] = []
         try:
+            self._make_tenant_group()
             for directory in self._dirs:
                 directory.mkdir()
                 self._made.append(directory)
@@ -140,13 +180,24 @@ class CommandCgroup:
             self.remove_now()
             raise
 
+    def _make_tenant_group(self) -> None:
+        """The tenant's group, made if missing, with the weight every tenant has (and, on
+        v2, the controllers its commands' groups need)."""
+        if self._tenant is None:
+            return
+        self._tenant.mkdir(exist_ok=True)
+        if self._root.version == 2:
+            (self._tenant / "cgroup.subtree_control").write_text("+pids +memory +cpu")
+        setting, value = self._root.cpu_setting()
+        (self._tenant / setting).write_text(value)
+
     @property
     def _pids(self) -> Path:
         return self._dirs[0]
 
     @property
     def _memory(self) -> Path:
-        return self._dirs[-1]
+        return self._dirs[0] if self._root.version == 2 else self._dirs[1]
 
     def _write_limits(self, limits: Limits) -> None:
         (self._pids / "pids.max").write_text(str(limits.processes))
@@ -198,7 +249,8 @@ class CommandCgroup:
                         os.kill(int(pid), signal.SIGKILL)
 
     def remove_now(self) -> list[Path]:
-        """Remove each group that is empty; the ones still busy."""
+        """Remove each group that is empty, and then the tenant's if no other command of it
+        is in it; the ones still busy."""
         busy = []
         for directory in self._made:
             try:
@@ -208,6 +260,9 @@ class CommandCgroup:
             except OSError:
                 busy.append(directory)
         self._made = busy
+        if not busy and self._tenant is not None:
+            with contextlib.suppress(OSError):  # another command of the tenant runs in it
+                self._tenant.rmdir()
         return busy
 
     async def aclose(self) -> None:

@@ -49,6 +49,9 @@ class SandboxSpec:
     session_id: str = ""
     """The session the run belongs to; a backend that keeps a sandbox per session (Docker)
     keys on it, and gives a run without one a sandbox of its own."""
+    tenant: str = "default"
+    """Whose run it is: a backend that shares the CPU between tenants (bwrap's cgroups)
+    runs it in its tenant's group."""
     skill_dir: Path | None = None
     """A checked, resolved skill directory shown read-only at `/skill` (`skill_run`)."""
     secret_environment: tuple[tuple[str, str], ...] = field(default=(), repr=False)

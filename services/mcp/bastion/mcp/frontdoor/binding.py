@@ -156,6 +156,7 @@ class Binding:
                 web=token.web,
                 mcp=token.mcp,
                 ask=True,
+                token_id=token.token_id,
             ),
             SessionInfo,
             timeout_s=self._timeout_s,
