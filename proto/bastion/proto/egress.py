@@ -45,7 +45,7 @@ MAX_FORM_DIGESTS: Final = 8192
 """At most this many digests of secret values' forms travel with one grant."""
 
 
-class FormDigest(Message, frozen=True, kw_only=True, array_like=True, tag="egress.form_digest"):
+class FormDigest(Message, frozen=True, kw_only=True, tag="egress.form_digest"):
     """One form of a secret value as the egress service may know it: its length and its
     keyed digest (BLAKE2b-128 under the grant's `cut_salt`), never the value.
 
