@@ -2,7 +2,7 @@
 `.release`, `.skill_read`, `.skill_run` and `.skill_write`.
 
 Everything a command or a file tool answers, its errors too, leaves with every value of
-the tenant's secrets cut out (`bastion.sandbox.leases`); a call that reaches declared
+the tenant's secrets cut out (`bastion.shared.secretcuts`); a call that reaches declared
 hosts gets a grant carrying only digests of those values' forms, so the egress service
 can cut them from what it records without holding them.
 """
@@ -51,7 +51,6 @@ from bastion.sandbox.editing import edit_file
 from bastion.sandbox.egress import EgressClient
 from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
-from bastion.sandbox.leases import SessionSecrets
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
@@ -80,6 +79,7 @@ from bastion.shared.sandboxing import (
     parse_docker_backend,
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
+from bastion.shared.secretcuts import SecretCuts
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
@@ -194,7 +194,7 @@ class Sandboxes:
         self._egress_socket = (
             Path(settings.egress_socket).expanduser() if settings.egress_socket else None
         )
-        self.secrets = SessionSecrets(leases)
+        self.secrets = SecretCuts(leases)
 
     def _spec(
         self,

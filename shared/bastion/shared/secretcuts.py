@@ -1,11 +1,12 @@
 """Which secret values a session's replies must have cut out: its own leases, and every value
-of its tenant's.
+of its tenant's. The sandbox service cuts its commands' and file tools' answers with it, the
+mcp service its upstream servers' answers.
 
-The service's key (`BASTION_SANDBOX_KEY_FILE`) and the lease itself are
-`bastion.shared.leasing`'s; the values are in clear only in this process and in the one
-command's environment. A value one call leased may be written anywhere by that command (a
-file in the workspace, read by the tenant's next session, which never leased it), so the
-redactor of a session's replies cuts out:
+The service's lease key and the lease itself are `bastion.shared.leasing`'s; the values
+are in clear only in this process (and in the one command's or server's environment). A
+value one call leased may be written anywhere by that command (a file in the workspace,
+read by the tenant's next session, which never leased it), so the redactor of a session's
+replies cuts out:
 
 - what the session leased (in memory until it is released);
 - what this process leased for the tenant (in memory for its life: a value replaced in the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Final, TypeVar
 
 import anyio
@@ -29,7 +31,7 @@ from bastion.shared.errors import BastionError
 from bastion.shared.leasing import LeaseClient
 from bastion.shared.redaction import Redactor
 
-__all__ = ["MAX_SESSIONS", "REFRESH_S", "RETRY_S", "SessionSecrets"]
+__all__ = ["MAX_SESSIONS", "REFRESH_S", "RETRY_S", "SecretCuts"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ def _bounded_put(table: OrderedDict[K, V], key: K, value: V, bound: int) -> None
         table.popitem(last=False)
 
 
-class SessionSecrets:
+class SecretCuts:
     """What each session leased, what each tenant holds, and the redactors cutting them."""
 
     def __init__(self, leases: LeaseClient | None = None) -> None:
@@ -78,9 +80,12 @@ class SessionSecrets:
         found |= await self._vault_values(tenant, session_id)
         return frozenset(found)
 
-    async def redactor(self, tenant: str, session_id: str) -> Redactor | None:
-        """The redactor of `session_id`'s replies, or None when there is nothing to cut."""
-        found = await self.pairs(tenant, session_id)
+    async def redactor(
+        self, tenant: str, session_id: str, extra: Iterable[Pair] = ()
+    ) -> Redactor | None:
+        """The redactor of `session_id`'s replies (and of the `extra` pairs, values given
+        otherwise), or None when there is nothing to cut."""
+        found = await self.pairs(tenant, session_id) | frozenset(extra)
         if not found:
             return None
         redactor = self._redactors.get(found)
