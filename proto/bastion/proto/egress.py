@@ -41,7 +41,7 @@ HostPattern = Annotated[
 
 GrantId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$")]
 
-MAX_FORM_DIGESTS: Final = 8192
+MAX_FORM_DIGESTS: Final = 4096
 """At most this many digests of secret values' forms travel with one grant."""
 
 

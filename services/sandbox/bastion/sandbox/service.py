@@ -311,7 +311,10 @@ class Sandboxes:
             request.call_id,
             request.declared_hosts,
             spec.limits.wall_s,
-            cuts=sorted(await self.secrets.pairs(request.tenant, request.session_id)),
+            cuts=[
+                *spec.secret_environment,  # the call's own values first, should there be too many
+                *sorted(await self.secrets.pairs(request.tenant, request.session_id)),
+            ],
         )
         bridge = EgressBridge(self._egress_socket, grant.grant_id, grant.secret)
         try:
