@@ -30,7 +30,7 @@ from bastion.proto.vault import (
 )
 from bastion.shared.audit import store_record
 from bastion.shared.codec import encode
-from bastion.shared.errors import BastionError, InvalidInput
+from bastion.shared.errors import BastionError, InvalidInput, NotFound
 from bastion.shared.leasing import lease_context, redaction_context
 from bastion.shared.sealing import seal
 from bastion.vault.keeper import Keeper
@@ -152,8 +152,13 @@ class Leases:
         who = requester(headers, request.public_key)
         try:
             self._check_recipient(request.public_key, headers)
-            names = [info.name for info in await self._keeper.list(request.tenant)]
-            values = [(name, await self._keeper.read(request.tenant, name)) for name in names]
+            values = []
+            for info in await self._keeper.list(request.tenant):
+                try:
+                    values.append((info.name, await self._keeper.read(request.tenant, info.name)))
+                except NotFound:
+                    continue  # removed since it was listed: nothing of it to cut
+            names = [name for name, _ in values]
         except BastionError as refused:
             await self._record(
                 request.tenant,
