@@ -25,8 +25,11 @@ from nats.aio.msg import Msg
 from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
+from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.policy.service import policy_service
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
+from bastion.proto.errors import ErrorReply
 from bastion.proto.sandbox import (
     EditFile,
     ExecRequest,
@@ -37,6 +40,7 @@ from bastion.proto.sandbox import (
     SandboxReleased,
     SearchFiles,
 )
+from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.codec import decode
@@ -45,6 +49,7 @@ from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.attacks.egress_helpers import guard_network
 from tests.conftest import ServiceRunner
+from tests.services.test_orchestrator import call, open_session
 from tests.services.vaulthelp import add, key_file, vault_settings
 
 NAME = "LEAK_TOKEN"
@@ -343,3 +348,63 @@ async def test_a_value_left_in_the_workspace_is_cut_in_the_tenants_next_session(
     reads = [r for r in audit if r.tool == "vault.redaction" and r.tenant == "acme"]
     assert reads and all(r.outcome == "redaction" and NAME in r.summary for r in reads)
     assert all(msgspec.json.encode(r).find(value.encode()) < 0 for r in audit)
+
+
+async def test_what_a_session_is_shown_journaled_and_audited_has_the_tenants_value_cut(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    nats_url: str,
+    tmp_path: Path,
+    workspace: Path,
+    value: str,
+) -> None:
+    """Through the orchestrator: a session of the tenant that never leased the value reads
+    a file a skill of the tenant left it in; the model's answers, every message on the bus
+    (replies, events, journal writes) and the audit all have it cut."""
+    put(workspace, "notes.txt", f"first line\ntoken = {value}\nlast line\n")
+    seen: list[Msg] = []
+
+    async def record(msg: Msg) -> None:
+        seen.append(msg)
+
+    sandbox = SandboxSettings(nats_url=nats_url, state_dir=str(tmp_path / "state"))
+    async with (
+        connect(bus_settings, "recorder") as recorder,
+        run_service(vault_service, vault_settings(nats_url, key_file(tmp_path / "vault"))),
+        run_service(policy_service),
+        run_service(sandbox_service, sandbox),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=nats_url)),
+    ):
+        for everything in (">", "$KV.>", "$JS.>"):  # `>` may leave `$` subjects out
+            await recorder.subscribe(everything, cb=record)
+        await recorder.flush()
+        await add(client, NAME, value.encode(), tenant="acme")
+        session = await open_session(
+            client, workspace=str(workspace), shell=True, autonomy="L5", tenant="acme"
+        )
+        sid = session.session_id
+        answers = [
+            await call(client, sid, "read_file", path="notes.txt"),
+            await call(client, sid, "shell", command="cat notes.txt; base64 -w0 notes.txt"),
+            await call(client, sid, "search_files", pattern="token"),
+            await call(
+                client, sid, "edit_file", path="notes.txt",
+                old_string="token = nothing like it\nlast line", new_string="x",
+            ),
+        ]  # fmt: skip
+        audit = await audit_records(client)
+        await recorder.flush()
+
+    *outputs, missed = answers
+    assert all(isinstance(answer, ToolOutput) for answer in outputs), outputs
+    for answer in outputs:
+        assert isinstance(answer, ToolOutput) and f"[secret {NAME}]" in answer.text
+    assert isinstance(missed, ErrorReply) and f"token = [secret {NAME}]" in missed.message
+    shown = [a.text for a in outputs if isinstance(a, ToolOutput)] + [missed.message]
+    assert all(leaked(text, value) == [] for text in shown)
+    assert audit and all(leaked(data, value) == [] for data in audit)
+    assert any(m.subject.startswith(subjects.EVENTS_ALL[:-1]) for m in seen)
+    assert any(m.subject.startswith(f"$KV.{subjects.JOURNAL_BUCKET}.") for m in seen)
+    for msg in seen:  # every request, reply, event, journal write and audit record
+        assert leaked(msg.data, value) == [], msg.subject
