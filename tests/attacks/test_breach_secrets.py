@@ -408,3 +408,41 @@ async def test_what_a_session_is_shown_journaled_and_audited_has_the_tenants_val
     assert any(m.subject.startswith(f"$KV.{subjects.JOURNAL_BUCKET}.") for m in seen)
     for msg in seen:  # every request, reply, event, journal write and audit record
         assert leaked(msg.data, value) == [], msg.subject
+
+
+async def test_a_replaced_value_stays_cut_and_so_does_a_known_one_while_the_vault_is_away(
+    client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path, workspace: Path,
+    value: str,
+) -> None:  # fmt: skip
+    """The sandbox process keeps what it leased for the tenant: a value the operator has
+    replaced since (the vault no longer holds it) is still cut from the tenant's later
+    sessions, and so is what it knows while the vault does not answer. The vault is asked
+    on every call here, so neither is the vault's answer from before."""
+    vault = vault_settings(nats_url, key_file(tmp_path / "vault"))
+    sandbox = SandboxSettings(
+        nats_url=nats_url, state_dir=str(tmp_path / "state"), redaction_refresh_s=0
+    )
+    cat = "cat old.txt"
+    async with run_service(sandbox_service, sandbox):
+        async with run_service(vault_service, vault):
+            await add(client, NAME, value.encode(), tenant="acme")
+            wrote = await run(
+                client,
+                ExecRequest(
+                    session_id=SESSION, workspace=str(workspace), tenant="acme",
+                    command='printf "%s\\n" "$LEAK_TOKEN" > old.txt', call_id="c1",
+                    secrets=(NAME,),
+                ),
+            )  # fmt: skip
+            assert wrote.exit_status == 0, wrote.stderr
+            await add(client, NAME, b"the-replacing-value-0042", tenant="acme")
+            replaced = await run(
+                client,
+                ExecRequest(session_id=LATER, workspace=str(workspace), tenant="acme", command=cat),
+            )
+        away = await run(
+            client,
+            ExecRequest(session_id=LATER, workspace=str(workspace), tenant="acme", command=cat),
+        )
+    assert replaced.stdout == f"[secret {NAME}]\n"
+    assert away.stdout == f"[secret {NAME}]\n"

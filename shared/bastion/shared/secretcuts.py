@@ -12,7 +12,7 @@ replies cuts out:
 - what this process leased for the tenant (in memory for its life: a value replaced in the
   vault since is still cut);
 - every value the tenant has in the vault now, which the vault gives sealed to this
-  service's key (`vault.redaction`), asked again at most every `REFRESH_S` seconds. When
+  service's key (`vault.redaction`), asked again at most every `refresh_s` seconds. When
   the vault cannot answer, the set it gave last (and the two above) is used, and it is
   asked again after `RETRY_S`.
 """
@@ -39,7 +39,8 @@ MAX_SESSIONS: Final = 4096
 MAX_TENANTS: Final = 4096
 MAX_REDACTORS: Final = 256
 REFRESH_S: Final = 30.0
-"""How long the vault's set of a tenant's values is used before it is asked again."""
+"""How long the vault's set of a tenant's values is used before it is asked again, unless
+the service says otherwise."""
 RETRY_S: Final = 5.0
 """How long after the vault failed to answer it is asked again."""
 
@@ -58,8 +59,9 @@ def _bounded_put(table: OrderedDict[K, V], key: K, value: V, bound: int) -> None
 class SecretCuts:
     """What each session leased, what each tenant holds, and the redactors cutting them."""
 
-    def __init__(self, leases: LeaseClient | None = None) -> None:
+    def __init__(self, leases: LeaseClient | None = None, refresh_s: float = REFRESH_S) -> None:
         self._leases = leases
+        self._refresh_s = refresh_s
         self._leased: OrderedDict[str, set[Pair]] = OrderedDict()
         self._tenant_leased: OrderedDict[str, set[Pair]] = OrderedDict()
         self._vault: OrderedDict[str, tuple[float, frozenset[Pair]]] = OrderedDict()
@@ -116,5 +118,5 @@ class SecretCuts:
                 )
                 _bounded_put(self._vault, tenant, (now + RETRY_S, held), MAX_TENANTS)
                 return held
-            _bounded_put(self._vault, tenant, (now + REFRESH_S, fresh), MAX_TENANTS)
+            _bounded_put(self._vault, tenant, (now + self._refresh_s, fresh), MAX_TENANTS)
             return fresh

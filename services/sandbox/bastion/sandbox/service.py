@@ -79,7 +79,7 @@ from bastion.shared.sandboxing import (
     parse_docker_backend,
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
-from bastion.shared.secretcuts import SecretCuts
+from bastion.shared.secretcuts import REFRESH_S, SecretCuts
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
@@ -137,6 +137,9 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     egress_socket: str = ""
     """The egress proxy's Unix socket (`BASTION_EGRESS_SOCKET`), bound into a sandbox of the
     `declared` network for its bridge; without one, declared hosts are refused."""
+    redaction_refresh_s: Annotated[float, msgspec.Meta(ge=0)] = REFRESH_S
+    """How long the vault's set of a tenant's values (cut from every reply) is used before
+    the vault is asked again (`BASTION_REDACTION_REFRESH_S`)."""
 
 
 def output_cap(max_payload: int) -> int:
@@ -194,7 +197,7 @@ class Sandboxes:
         self._egress_socket = (
             Path(settings.egress_socket).expanduser() if settings.egress_socket else None
         )
-        self.secrets = SecretCuts(leases)
+        self.secrets = SecretCuts(leases, settings.redaction_refresh_s)
 
     def _spec(
         self,
