@@ -11,10 +11,10 @@ replies cuts out:
 - what the session leased (in memory until it is released);
 - what this process leased for the tenant (in memory for its life: a value replaced in the
   vault since is still cut);
-- every value the tenant has in the vault now, which the vault gives sealed to this
-  service's key (`vault.redaction`), asked again at most every `refresh_s` seconds. When
-  the vault cannot answer, the set it gave last (and the two above) is used, and it is
-  asked again after `RETRY_S`.
+- every value the tenant has had in the vault since this process first asked, which the
+  vault gives sealed to this service's key (`vault.redaction`), asked again at most every
+  `refresh_s` seconds. When the vault cannot answer, what it gave before (and the two
+  above) is used, and it is asked again after `RETRY_S`.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class SecretCuts:
         self._leased: OrderedDict[str, set[Pair]] = OrderedDict()
         self._tenant_leased: OrderedDict[str, set[Pair]] = OrderedDict()
         self._vault: OrderedDict[str, tuple[float, frozenset[Pair]]] = OrderedDict()
-        self._locks: dict[str, anyio.Lock] = {}
+        self._locks: OrderedDict[str, anyio.Lock] = OrderedDict()
         self._redactors: OrderedDict[frozenset[Pair], Redactor] = OrderedDict()
 
     def remember(self, tenant: str, session_id: str, pairs: list[Pair]) -> None:
@@ -103,14 +103,17 @@ class SecretCuts:
     async def _vault_values(self, tenant: str, session_id: str) -> frozenset[Pair]:
         if self._leases is None:
             return frozenset()
-        lock = self._locks.setdefault(tenant, anyio.Lock())
+        lock = self._locks.get(tenant)
+        if lock is None:
+            lock = anyio.Lock()
+            _bounded_put(self._locks, tenant, lock, MAX_TENANTS)
         async with lock:
             now = time.monotonic()
             due, held = self._vault.get(tenant, (0.0, frozenset[Pair]()))
             if now < due:
                 return held
             try:
-                fresh = frozenset(await self._leases.redaction_values(tenant, session_id))
+                given = await self._leases.redaction_values(tenant, session_id)
             except BastionError as error:
                 logger.warning(
                     "the vault gave no redaction set: replies are cut of the values known",
@@ -118,5 +121,6 @@ class SecretCuts:
                 )
                 _bounded_put(self._vault, tenant, (now + RETRY_S, held), MAX_TENANTS)
                 return held
-            _bounded_put(self._vault, tenant, (now + self._refresh_s, fresh), MAX_TENANTS)
-            return fresh
+            known = held | frozenset(given)  # a value removed or replaced since stays cut
+            _bounded_put(self._vault, tenant, (now + self._refresh_s, known), MAX_TENANTS)
+            return known
