@@ -321,8 +321,14 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     sandbox.SandboxReleased: sandbox.SandboxReleased(containers=1),
     stubs.FetchRequest: stubs.FetchRequest(session_id=SID, url="https://docs.rs", format="text"),
     egress.GrantRequest: egress.GrantRequest(
-        session_id=SID, tenant="acme", hosts=("pypi.org", "*.example.org:8443"), ttl_s=60
+        session_id=SID,
+        tenant="acme",
+        hosts=("pypi.org", "*.example.org:8443"),
+        ttl_s=60,
+        cut_salt=b"s" * 16,
+        cuts=(egress.FormDigest(name="API_TOKEN", length=16, digest=b"d" * 16),),
     ),
+    egress.FormDigest: egress.FormDigest(name="API_TOKEN", length=16, digest=b"d" * 16),
     egress.EgressGrant: egress.EgressGrant(
         grant_id="0" * 32, secret="s" * 43, expires_at=AT, proxy="127.0.0.1:3128"
     ),
@@ -457,6 +463,10 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     vault.KeyRotated: vault.KeyRotated(tenants=2, key_id="0123456789abcdef"),
     vault.Lease: vault.Lease(names=("API_TOKEN",), sealed=b"sealed"),
     vault.LeasedValues: vault.LeasedValues(values=(("API_TOKEN", "not-a-real-token"),)),
+    vault.RedactionRequest: vault.RedactionRequest(
+        session_id=SID, tenant="acme", public_key=b"k" * 32
+    ),
+    vault.RedactionValues: vault.RedactionValues(names=("API_TOKEN",), sealed=b"sealed"),
     vault.WrappedKey: vault.WrappedKey(
         key_id="0123456789abcdef", nonce=b"n" * 12, wrapped=b"w" * 48, created_at=AT
     ),
@@ -573,6 +583,7 @@ TAGS: dict[type[msgspec.Struct], str] = {
     egress.GrantRequest: "egress.grant_request",
     egress.EgressGrant: "egress.grant",
     egress.GrantRecord: "egress.grant_record",
+    egress.FormDigest: "egress.form_digest",
     egress.ConnectionsRequest: "egress.connections_request",
     egress.ConnectionLog: "egress.connection_log",
     egress.FetchedPage: "egress.fetched_page",
@@ -626,6 +637,8 @@ TAGS: dict[type[msgspec.Struct], str] = {
     vault.KeyRotated: "vault.rotated",
     vault.Lease: "vault.leased",
     vault.LeasedValues: "vault.values",
+    vault.RedactionRequest: "vault.redaction_request",
+    vault.RedactionValues: "vault.redaction_values",
     vault.WrappedKey: "vault.wrapped_key",
     vault.StoredSecret: "vault.stored_secret",
     events.SessionOpened: "event.session_opened",
@@ -693,6 +706,7 @@ def test_every_struct_of_the_wire_is_in_the_schema_catalogue_or_nested_in_one() 
         policy.PreApproval,
         approvals.ParkedCall,
         vault.SecretInfo,
+        egress.FormDigest,
         mcp.EffectOverride,
         mcp.SamplingAllowance,
         mcp.McpServerSpec,

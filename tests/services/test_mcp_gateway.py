@@ -367,6 +367,34 @@ async def test_a_server_gets_its_variables_from_the_vault_and_never_shows_them_t
     assert "NOT_NAMED" not in shown
 
 
+async def test_a_value_of_the_tenants_never_given_to_the_server_is_cut_from_its_answer(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    """A server may come by a tenant's value some other way (a file a command wrote it into):
+    every value of the tenant's is cut from what the server answers, not only its own."""
+    mcp_key = key_file(tmp_path, "mcp-lease.key")
+    public = base64.b64encode(public_bytes(read_x25519_key(mcp_key))).decode()
+    mcp_settings = McpSettings(
+        nats_url=bus_settings.nats_url,
+        http_listen="127.0.0.1:0",
+        state_dir=str(tmp_path / "state"),
+        mcp_key_file=str(mcp_key),
+    )
+    vault = vault_settings(bus_settings.nats_url, key_file(tmp_path), vault_lease_keys=public)
+    value = "deploy-" + base64.b32encode(bytes(range(20))).decode()
+    async with (
+        run_service(vault_service, vault),
+        run_service(policy_service),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
+        run_service(mcp_setup, mcp_settings),
+    ):
+        await add_secret(client, "DEPLOY_TOKEN", value.encode())
+        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        session = await open_session(client, autonomy="L5", mcp=["bad"])
+        shown = text_of(await call(client, session.session_id, "bad_target", text=value))
+    assert shown == "kept [secret DEPLOY_TOKEN]"
+
+
 async def test_a_variable_with_no_value_anywhere_is_refused_saying_where_to_put_it(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:

@@ -25,10 +25,19 @@ from bastion.policy.service import PolicySettings, policy_service
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.policy import PolicyStatus, PolicyStatusQuery
-from bastion.proto.vault import Lease, LeasedValues, LeaseRequest, VaultKey, VaultKeyQuery
+from bastion.proto.vault import (
+    Lease,
+    LeasedValues,
+    LeaseRequest,
+    RedactionRequest,
+    RedactionValues,
+    VaultKey,
+    VaultKeyQuery,
+)
 from bastion.shared.bus import connect, request
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import RemoteError
+from bastion.shared.leasing import redaction_context
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
 from bastion.shared.natsperms import GRANTS, STREAM_SUBJECTS
 from bastion.shared.natsserver import free_port, serving
@@ -298,6 +307,40 @@ async def test_the_sandbox_leases_a_secret_the_operator_added_across_the_vaults_
     assert opened.values == (("DEPLOY_TOKEN", "a-long-enough-value"),)
     # The read is audited in the main account's stream, by the caller the server stamped.
     assert [r.by.split(" ")[0] for r in records if r.action == "secret_read"] == ["BASTION/sandbox"]
+
+
+async def test_the_sandbox_gets_a_tenants_redaction_set_and_the_egress_service_cannot(
+    secured: Secured, run_as: ServiceRunner, vault_settings: VaultSettings
+) -> None:
+    recipient = X25519PrivateKey.generate()
+    ask = RedactionRequest(session_id=SESSION, tenant="default", public_key=public_bytes(recipient))
+    async with (
+        run_as(vault_service, vault_settings) as vault,
+        connect(secured.settings("operator"), "operator") as operator,
+        connect(secured.settings("sandbox"), "sandbox") as sandbox,
+        as_user(secured, "egress") as egress,
+        as_user(secured, "operator") as raw_operator,
+    ):
+        await vaulthelp.add(operator, "DEPLOY_TOKEN", b"a-long-enough-value")
+        given: RedactionValues = await request(
+            sandbox, subjects.VAULT_REDACTION, ask, RedactionValues, timeout_s=10
+        )
+        for refused in (egress, raw_operator):
+            with pytest.raises(nats.errors.TimeoutError):
+                await refused.client.request(subjects.VAULT_REDACTION, encode(ask), timeout=1)
+            assert any("permissions violation for publish" in e for e in refused.errors)
+        records = await audit_records(operator)
+        served = vault.endpoints["redaction"].requests  # type: ignore[attr-defined]
+    context = redaction_context("default", SESSION)
+    opened = decode(open_sealed(recipient, given.sealed, context), LeasedValues)
+    assert opened.values == (("DEPLOY_TOKEN", "a-long-enough-value"),)
+    assert served == 1
+    [read] = [r for r in records if r.tool == "vault.redaction"]
+    assert (read.action, read.outcome, read.by.split(" ")[0]) == (
+        "secret_read",
+        "redaction",
+        "BASTION/sandbox",
+    )
 
 
 async def audit_records(client: Client) -> list[AuditRecord]:

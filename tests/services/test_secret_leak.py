@@ -1,8 +1,10 @@
-"""A leased secret reaches its one command and nothing else: not the bus, logs, spans or replies."""
+"""A leased secret reaches its one command and nothing else: not the bus, logs, spans, the
+audit, replies or errors, nor a later session of its tenant that finds it in the workspace."""
 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from bastion.proto import subjects
-from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, ReadFile
+from bastion.proto.sandbox import EditFile, ExecRequest, ExecResult, FileResult, ReadFile
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import RemoteError
@@ -23,6 +25,7 @@ from tests.services.vaulthelp import SESSION, add, key_file, vault_settings
 from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
 NAME = "LEAK_TOKEN"
+LATER = "fedcba9876543210"
 
 PRINTS_IT_EVERY_WAY = """
 echo "raw: $LEAK_TOKEN"
@@ -34,6 +37,7 @@ printf 'HEX: '; printf %s "$LEAK_TOKEN" | od -An -tx1 | tr -d ' \\n' | tr a-f A-
 echo 'split:'; printf %s "$LEAK_TOKEN" | fold -w 7; echo
 echo "to stderr: $LEAK_TOKEN" >&2
 printf %s "$LEAK_TOKEN" > leak.txt
+printf 'api_key = %s\nend\n' "$LEAK_TOKEN" > config.txt
 """
 
 
@@ -46,6 +50,8 @@ def value() -> str:
 def workspace(tmp_path: Path) -> Path:
     path = tmp_path / "workspace"
     path.mkdir()
+    os.chown(path, 1000, 1000)  # an unprivileged owner, as a service run as root requires
+    path.chmod(0o777)
     return path
 
 
@@ -101,6 +107,26 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
             ReadFile(session_id=SESSION, workspace=str(workspace), path="leak.txt"),
             FileResult, timeout_s=10,
         )  # fmt: skip
+        with pytest.raises(RemoteError) as missed:  # its error quotes the file's nearest lines
+            await request(
+                client,
+                subjects.SANDBOX_FILES,
+                EditFile(
+                    session_id=SESSION, workspace=str(workspace), path="config.txt",
+                    old_string="api_key = another\nend", new_string="x",
+                ),
+                FileResult, timeout_s=10,
+            )  # fmt: skip
+        later: ExecResult = await request(
+            client,
+            subjects.SANDBOX_EXEC,
+            ExecRequest(
+                session_id=LATER, workspace=str(workspace),
+                command="cat leak.txt; echo; base64 -w0 config.txt",
+            ),
+            ExecResult, timeout_s=30,
+        )  # fmt: skip
+        audit = await audit_messages(client)
         await recorder.flush()
 
     assert result.exit_status == 0, result.stderr
@@ -111,6 +137,9 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
     assert f"split:\n[secret {NAME}]" in result.stdout
     assert result.stderr.strip() == f"to stderr: [secret {NAME}]"
     assert f"[secret {NAME}]" in read.text
+    assert f"api_key = [secret {NAME}]" in missed.value.message
+    assert later.stdout.startswith(f"[secret {NAME}]\n"), later.stdout  # never leased there
+    assert len(audit) >= 2  # the lease and the later session's redaction set, read back
 
     leaks = visible(value)
     assert len(seen) > 10 and any(m.subject == subjects.SANDBOX_EXEC for m in seen)
@@ -118,6 +147,10 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
     for msg in seen:
         carried = msg.subject.encode() + msg.data + repr(msg.headers or {}).encode()
         assert not any(form in carried for form in leaks), msg.subject
+    for data in audit:
+        assert not any(form in data for form in leaks)
+    shown = [missed.value.message, later.stdout, later.stderr, result.stdout, read.text]
+    assert not any(form.decode() in text for form in leaks for text in shown)
     for log in everything.records:
         assert not any(form.decode() in repr(log.__dict__) for form in leaks)
     finished = spans.finished()
@@ -131,6 +164,18 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
         "send bastion.v1.vault.lease",
         "bastion.sandbox.exec",
     ]
+
+
+async def audit_messages(client: Client) -> list[bytes]:
+    """Every record of the audit stream, as stored."""
+    js = client.jetstream()
+    info = await js.stream_info(subjects.AUDIT_STREAM)
+    found = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        data = (await js.get_msg(subjects.AUDIT_STREAM, seq)).data
+        assert data is not None
+        found.append(data)
+    return found
 
 
 async def test_a_command_asking_for_another_tenants_secret_gets_a_refusal_and_no_run(

@@ -13,6 +13,8 @@ from bastion.proto.audit import AuditRecord
 from bastion.proto.vault import (
     KeyRotated,
     LeasedValues,
+    RedactionRequest,
+    RedactionValues,
     RemoveSecret,
     RotateKey,
     SecretRemoved,
@@ -215,6 +217,36 @@ async def test_only_the_allowed_sandbox_key_may_receive_a_lease(
         with pytest.raises(RemoteError) as refused:
             await lease(client, public_bytes(intruder), "TOKEN")
         assert await lease(client, public_bytes(sandbox), "TOKEN")
+    assert "BASTION_VAULT_LEASE_KEYS" in refused.value.message
+
+
+async def test_a_redaction_set_is_the_tenants_values_only_sealed_to_an_allowed_key(
+    client: Client, run_service: ServiceRunner, nats_url: str, master: Path
+) -> None:
+    sandbox, intruder = X25519PrivateKey.generate(), X25519PrivateKey.generate()
+    allowed = base64.b64encode(public_bytes(sandbox)).decode()
+
+    async def redaction_set(key: X25519PrivateKey) -> RedactionValues:
+        ask = RedactionRequest(session_id=SESSION, tenant="us", public_key=public_bytes(key))
+        given: RedactionValues = await request(
+            client, subjects.VAULT_REDACTION, ask, RedactionValues, timeout_s=10
+        )
+        return given
+
+    async with run_service(
+        vault_service, vault_settings(nats_url, master, vault_lease_keys=allowed)
+    ):
+        ours, theirs = random_value(), random_value()
+        await add(client, "OUR_TOKEN", ours, tenant="us")
+        await add(client, "THEIR_TOKEN", theirs, tenant="them")
+        given = await redaction_set(sandbox)
+        with pytest.raises(RemoteError) as refused:
+            await redaction_set(intruder)
+    assert given.names == ("OUR_TOKEN",)
+    opened = open_sealed(sandbox, given.sealed, f"redaction us {SESSION}".encode())
+    assert decode(opened, LeasedValues).values == (("OUR_TOKEN", ours.decode()),)
+    with pytest.raises(SealError):  # a lease's context does not open it
+        open_sealed(sandbox, given.sealed, f"lease us {SESSION} c1".encode())
     assert "BASTION_VAULT_LEASE_KEYS" in refused.value.message
 
 

@@ -9,6 +9,7 @@ import urllib.parse
 
 import pytest
 
+from bastion.shared.hostcuts import MIN_FRAGMENT_BYTES, DigestCutter, form_digests, new_salt
 from bastion.shared.redaction import Redactor, forms
 
 ALPHABET = string.ascii_letters + string.digits + "-_.~+/=!@#$%^&*"
@@ -99,3 +100,60 @@ def test_overlapping_and_adjacent_values_are_cut_as_one_stretch() -> None:
 
 def test_short_forms_are_not_looked_for() -> None:
     assert all(len(form) >= 4 for form in forms("abcdef"))
+
+
+def host_shapes(rng: random.Random, secret: str) -> list[str]:
+    """The value as a program may spell it into a host name it asks a proxy for."""
+    raw = secret.encode()
+
+    def labels(text: str) -> str:
+        size = rng.randint(3, 40)
+        return ".".join(text[i : i + size] for i in range(0, len(text), size))
+
+    prefix = rng.randbytes(rng.randint(0, 6))
+    return [
+        labels(raw.hex()) + ".x.example",
+        labels(raw.hex().upper()) + ".x.example",
+        labels(base64.b32encode(prefix + raw).decode().rstrip("=").lower()) + ".x.example",
+        labels(base64.urlsafe_b64encode(prefix + raw).decode().rstrip("=")).lower() + ".example",
+        labels(secret).lower() + ".x.example",
+    ]
+
+
+def test_a_value_spelled_into_a_host_name_is_cut_by_the_redactor_and_by_digests() -> None:
+    rng = random.Random(13)
+    host_alphabet = string.ascii_letters + string.digits + "-_"
+    for _ in range(100):
+        # At least 20 bytes: every alignment's piece then carries MIN_FRAGMENT_BYTES or more.
+        secret = "".join(rng.choice(host_alphabet) for _ in range(rng.randint(20, 40)))
+        salt = new_salt()
+        redactor = Redactor([("TOKEN", secret)])
+        cutter = DigestCutter(salt, form_digests([("TOKEN", secret)], salt))
+        for host in host_shapes(rng, secret):
+            line = f"{host}:443 refused: not a declared host"
+            for out in (redactor.redact(line), cutter.cut(line)):
+                assert "[secret TOKEN]" in out, (secret, line, out)
+                assert out.endswith(":443 refused: not a declared host")
+                folded = out.lower().replace(".", "")
+                assert secret.lower() not in folded and secret.encode().hex() not in folded
+
+
+def test_a_value_that_is_not_ascii_is_cut_in_its_punycode_label() -> None:
+    secret = "clé-" + "9f2c4d7e1a3b"
+    host = f"{secret}.idn.example".encode("idna").decode()
+    assert host.startswith("xn--")
+    salt = new_salt()
+    cutter = DigestCutter(salt, form_digests([("IDN", secret)], salt))
+    assert Redactor([("IDN", secret)]).redact(host) == "[secret IDN].idn.example"
+    assert cutter.cut(f"{host}:443 refused") == "[secret IDN].idn.example:443 refused"
+
+
+def test_digests_cut_nothing_else_and_carry_no_short_piece_of_a_value() -> None:
+    secret = "k9-Zq!pw7R-and-more"
+    salt = new_salt()
+    digests = form_digests([("TOKEN", secret)], salt)
+    assert min(d.length for d in digests) >= MIN_FRAGMENT_BYTES
+    cutter = DigestCutter(salt, digests)
+    for line in ("pypi.org:443 allowed", "a.b.c.example:80 refused: port 80 is not declared"):
+        assert cutter.cut(line) == line
+    assert DigestCutter(new_salt(), digests).cut(secret) == secret  # another grant's salt

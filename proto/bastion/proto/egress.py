@@ -17,10 +17,12 @@ from bastion.proto._base import Identifier, Message, SessionId, Text
 
 __all__ = [
     "MAX_CONNECTIONS",
+    "MAX_FORM_DIGESTS",
     "ConnectionLog",
     "ConnectionsRequest",
     "EgressGrant",
     "FetchedPage",
+    "FormDigest",
     "GrantRecord",
     "GrantRequest",
     "HostPattern",
@@ -39,6 +41,26 @@ HostPattern = Annotated[
 
 GrantId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$")]
 
+MAX_FORM_DIGESTS: Final = 4096
+"""At most this many digests of secret values' forms travel with one grant."""
+
+
+class FormDigest(Message, frozen=True, kw_only=True, tag="egress.form_digest"):
+    """One form of a secret value as the egress service may know it: its length and its
+    keyed digest (BLAKE2b-128 under the grant's `cut_salt`), never the value.
+
+    The proxy hashes every stretch of that length of a host name or connection line it is
+    about to log or store and cuts the ones that match (`bastion.shared.hostcuts`).
+    """
+
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    length: Annotated[int, msgspec.Meta(ge=1, le=65536)]
+    digest: Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
+
+
+FormDigests = Annotated[tuple[FormDigest, ...], msgspec.Meta(max_length=MAX_FORM_DIGESTS)]
+CutSalt = Annotated[bytes, msgspec.Meta(max_length=64)]
+
 
 class GrantRequest(Message, frozen=True, kw_only=True, tag="egress.grant_request"):
     """Let one call of a session through the proxy to `hosts` (or any public host) for a while."""
@@ -50,6 +72,10 @@ class GrantRequest(Message, frozen=True, kw_only=True, tag="egress.grant_request
     """The skill declared `true`: every public host, on ports 443 and 80."""
     ttl_s: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
     call_id: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    cut_salt: CutSalt = b""
+    """The key of `cuts`' digests: random, one per grant."""
+    cuts: FormDigests = ()
+    """The forms of the tenant's secret values to cut from what the proxy logs and stores."""
 
 
 class EgressGrant(Message, frozen=True, kw_only=True, tag="egress.grant"):
@@ -73,6 +99,8 @@ class GrantRecord(Message, frozen=True, kw_only=True, tag="egress.grant_record")
     any_public_host: bool
     expires_at: datetime
     call_id: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    cut_salt: CutSalt = b""
+    cuts: FormDigests = ()
 
 
 class ConnectionsRequest(Message, frozen=True, kw_only=True, tag="egress.connections_request"):

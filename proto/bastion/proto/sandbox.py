@@ -118,6 +118,7 @@ class ReadFile(Message, frozen=True, kw_only=True, tag="file.read"):
     path: PathText
     offset: Annotated[int, msgspec.Meta(ge=1)] = 1
     limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 2000
+    tenant: Identifier = "default"
 
 
 class WriteFile(Message, frozen=True, kw_only=True, tag="file.write"):
@@ -127,6 +128,7 @@ class WriteFile(Message, frozen=True, kw_only=True, tag="file.write"):
     workspace: PathText
     path: PathText
     content: Text
+    tenant: Identifier = "default"
 
 
 class EditFile(Message, frozen=True, kw_only=True, tag="file.edit"):
@@ -138,6 +140,7 @@ class EditFile(Message, frozen=True, kw_only=True, tag="file.edit"):
     old_string: Text
     new_string: Text
     replace_all: bool = False
+    tenant: Identifier = "default"
 
 
 class ApplyPatch(Message, frozen=True, kw_only=True, tag="file.patch"):
@@ -146,6 +149,7 @@ class ApplyPatch(Message, frozen=True, kw_only=True, tag="file.patch"):
     session_id: SessionId
     workspace: PathText
     patch: Text
+    tenant: Identifier = "default"
 
 
 class ListFiles(Message, frozen=True, kw_only=True, tag="file.list"):
@@ -154,6 +158,7 @@ class ListFiles(Message, frozen=True, kw_only=True, tag="file.list"):
     session_id: SessionId
     workspace: PathText
     path: PathText = "."
+    tenant: Identifier = "default"
 
 
 class FindFiles(Message, frozen=True, kw_only=True, tag="file.find"):
@@ -163,6 +168,7 @@ class FindFiles(Message, frozen=True, kw_only=True, tag="file.find"):
     workspace: PathText
     pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
     path: PathText = "."
+    tenant: Identifier = "default"
 
 
 class SearchFiles(Message, frozen=True, kw_only=True, tag="file.search"):
@@ -180,7 +186,8 @@ class SearchFiles(Message, frozen=True, kw_only=True, tag="file.search"):
 
 
 FileRequest = ReadFile | WriteFile | EditFile | ApplyPatch | ListFiles | FindFiles | SearchFiles
-"""What `sandbox.files` takes; later file tools join this union."""
+"""What `sandbox.files` takes; later file tools join this union. Each names its `tenant`
+(last, `default` if not): every value of the tenant's secrets is cut out of the answer."""
 
 
 class ResolvePaths(Message, frozen=True, kw_only=True, tag="file.resolve"):

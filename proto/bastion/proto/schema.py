@@ -107,6 +107,8 @@ MESSAGES: dict[str, Any] = {
     "RotateKey": vault.RotateKey,
     "KeyRotated": vault.KeyRotated,
     "LeasedValues": vault.LeasedValues,
+    "RedactionRequest": vault.RedactionRequest,
+    "RedactionValues": vault.RedactionValues,
     "WrappedKey": vault.WrappedKey,
     "StoredSecret": vault.StoredSecret,
     "Event": events.Event,

@@ -57,6 +57,7 @@ __all__ = [
     "VAULT_KEYS_BUCKET",
     "VAULT_LEASE",
     "VAULT_LIST",
+    "VAULT_REDACTION",
     "VAULT_REMOVE",
     "VAULT_ROTATE",
     "VAULT_SECRETS_BUCKET",
@@ -122,6 +123,9 @@ MCP_SERVERS_BUCKET: Final = "bastion_mcp_servers"
 """The JetStream KV bucket of upstream servers and their pins (key: `<tenant>.<name>`)."""
 VAULT_LEASE: Final = f"{PREFIX}.vault.lease"
 """The sandbox service asks for one call's secrets, sealed to its public key."""
+VAULT_REDACTION: Final = f"{PREFIX}.vault.redaction"
+"""All of a tenant's secret values, sealed to the sandbox or mcp service, to cut them out
+of every reply: a value leased once may have been written into a workspace."""
 VAULT_KEY: Final = f"{PREFIX}.vault.key"
 """The vault's transport public key: values are sealed to it on their way in."""
 FRONTDOOR_TOKEN_CREATE: Final = f"{PREFIX}.frontdoor.tokens.create"

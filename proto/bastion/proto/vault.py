@@ -12,8 +12,8 @@ Sealed format (version 1), all lengths fixed except the ciphertext:
 The key is HKDF-SHA256 of the X25519 shared secret, salt = ephemeral public key +
 recipient public key, info = `bastion.v1.seal ` + the context; the associated data is
 the context too, so a sealed value opens only for what it was sealed for: `add <tenant>
-<name>`, `rotate`, or `lease <tenant> <session> <call id>`. A lease's plaintext is the
-msgpack of `LeasedValues`.
+<name>`, `rotate`, `lease <tenant> <session> <call id>`, or `redaction <tenant> <session>`.
+A lease's plaintext, and a redaction set's, is the msgpack of `LeasedValues`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ __all__ = [
     "LeaseRequest",
     "LeasedValues",
     "ListSecrets",
+    "RedactionRequest",
+    "RedactionValues",
     "RemoveSecret",
     "RotateKey",
     "SecretAdded",
@@ -156,6 +158,22 @@ class LeasedValues(Message, frozen=True, kw_only=True, tag="vault.values"):
     """A lease's plaintext, once opened by the sandbox service: name → value pairs."""
 
     values: tuple[tuple[SecretName, str], ...] = ()
+
+
+class RedactionRequest(Message, frozen=True, kw_only=True, tag="vault.redaction_request"):
+    """All of a tenant's secret values, sealed to `public_key`, only to cut them out of what
+    a session's calls return: a value one call leased may have been written anywhere since."""
+
+    session_id: SessionId
+    tenant: Identifier
+    public_key: bytes = b""
+
+
+class RedactionValues(Message, frozen=True, kw_only=True, tag="vault.redaction_values"):
+    """A tenant's secret values, sealed (`redaction <tenant> <session>`): `LeasedValues`."""
+
+    names: tuple[SecretName, ...] = ()
+    sealed: Annotated[bytes, msgspec.Meta(max_length=4 * 1024 * 1024)]
 
 
 class WrappedKey(Message, frozen=True, kw_only=True, tag="vault.wrapped_key"):

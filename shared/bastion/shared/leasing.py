@@ -4,7 +4,9 @@ A service the vault leases to (the sandbox service for commands' environments, t
 service for upstream servers' variables and headers) holds an X25519 private key and sends
 its public half with each lease request; the vault seals the values to it, so they are in
 clear only in that process. The vault leases only to public keys its operator listed
-(`BASTION_VAULT_LEASE_KEYS`).
+(`BASTION_VAULT_LEASE_KEYS`). The same key opens a tenant's redaction set
+(`vault.redaction`): all its values, so that what one call leased stays cut out of every
+later reply of the tenant's sessions.
 """
 
 from __future__ import annotations
@@ -15,13 +17,29 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from bastion.proto import subjects
-from bastion.proto.vault import Lease, LeasedValues, LeaseRequest
+from bastion.proto.vault import (
+    Lease,
+    LeasedValues,
+    LeaseRequest,
+    RedactionRequest,
+    RedactionValues,
+)
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.keyfiles import read_x25519_key
 from bastion.shared.sealing import open_sealed, public_bytes
 
-__all__ = ["LeaseClient", "lease_key"]
+__all__ = ["LeaseClient", "lease_context", "lease_key", "redaction_context"]
+
+
+def lease_context(tenant: str, session_id: str, call_id: str) -> bytes:
+    """What a lease is sealed for: one call of one session of one tenant."""
+    return f"lease {tenant} {session_id} {call_id}".encode()
+
+
+def redaction_context(tenant: str, session_id: str) -> bytes:
+    """What a redaction set is sealed for: one tenant's values, asked for one session."""
+    return f"redaction {tenant} {session_id}".encode()
 
 
 def lease_key(key_file: str) -> X25519PrivateKey:
@@ -58,6 +76,20 @@ class LeaseClient:
             Lease,
             timeout_s=self._timeout_s,
         )
-        context = f"lease {tenant} {session_id} {call_id}".encode()
+        context = lease_context(tenant, session_id, call_id)
         opened: LeasedValues = decode(open_sealed(self._key, lease.sealed, context), LeasedValues)
+        return list(opened.values)
+
+    async def redaction_values(self, tenant: str, session_id: str) -> list[tuple[str, str]]:
+        """Every (name, value) of `tenant`, to cut out of replies only; the vault's
+        refusal is raised as it came."""
+        answer: RedactionValues = await request(
+            self._client,
+            subjects.VAULT_REDACTION,
+            RedactionRequest(session_id=session_id, tenant=tenant, public_key=self._public),
+            RedactionValues,
+            timeout_s=self._timeout_s,
+        )
+        context = redaction_context(tenant, session_id)
+        opened: LeasedValues = decode(open_sealed(self._key, answer.sealed, context), LeasedValues)
         return list(opened.values)

@@ -110,7 +110,7 @@ FRONTDOOR_TOKEN_ENDPOINTS: Final = (
 MAIN_ACCOUNT: Final = "BASTION"
 ACCOUNT_OF: Final[dict[str, str]] = {"vault": "VAULT"}
 """The account of each user not in `MAIN_ACCOUNT`, which holds every stream others share."""
-SHARED_IDENTITY: Final = frozenset({s.VAULT_LEASE})
+SHARED_IDENTITY: Final = frozenset({s.VAULT_LEASE, s.VAULT_REDACTION})
 """Imports that stamp the caller's user as well as its account (`share: true`)."""
 STREAM_SUBJECTS: Final[dict[str, str]] = {s.AUDIT_STREAM: s.AUDIT_ALL}
 """The subjects each stream keeps (what a writer publishes)."""
@@ -144,7 +144,7 @@ GRANTS: Final[dict[str, Grant]] = {
     "policy": Grant(serves=(s.POLICY_DECIDE, s.POLICY_CHECK_RULE, s.POLICY_STATUS)),
     "sandbox": Grant(
         serves=SANDBOX_ENDPOINTS,
-        asks=(s.VAULT_LEASE, s.EGRESS_GRANT, s.EGRESS_CONNECTIONS),
+        asks=(s.VAULT_LEASE, s.VAULT_REDACTION, s.EGRESS_GRANT, s.EGRESS_CONNECTIONS),
     ),
     "egress": Grant(
         serves=(s.EGRESS_GRANT, s.EGRESS_CONNECTIONS, s.EGRESS_FETCH, s.EGRESS_SEARCH),
@@ -162,6 +162,7 @@ GRANTS: Final[dict[str, Grant]] = {
         ),
         asks=(
             s.VAULT_LEASE,
+            s.VAULT_REDACTION,
             s.VAULT_LIST,
             s.EGRESS_GRANT,
             s.EGRESS_CONNECTIONS,
@@ -175,7 +176,7 @@ GRANTS: Final[dict[str, Grant]] = {
         reads_streams=(s.AUDIT_STREAM,),  # a front-door session's record, as a resource
     ),
     "vault": Grant(
-        serves=(*VAULT_OPERATOR_ENDPOINTS, s.VAULT_LEASE),
+        serves=(*VAULT_OPERATOR_ENDPOINTS, s.VAULT_LEASE, s.VAULT_REDACTION),
         buckets=(s.VAULT_KEYS_BUCKET, s.VAULT_SECRETS_BUCKET),
         writes_streams=(s.AUDIT_STREAM,),
     ),

@@ -1,9 +1,14 @@
 """Each connection, allowed or refused with its reason, into the session's audit log and
-the grant's connection log (the KV bucket `bastion_egress_connections`)."""
+the grant's connection log (the KV bucket `bastion_egress_connections`).
+
+A line is cut (`cut`: the grant's secret values, by digest) before it is logged, published
+to the audit or stored: a program can spell a value into a host name it is refused.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import nats.errors
@@ -47,9 +52,12 @@ class ConnectionRecorder:
         grant_id: str = "",
         call_id: str = "",
         tool: str = "egress",
+        cut: Callable[[str], str] = str,
     ) -> None:
-        """`target allowed` or `target refused: reason`, in the audit and the grant's log."""
-        line = f"{target} allowed" if refused is None else f"{target} refused: {refused}"
+        """`target allowed` or `target refused: reason`, in the audit and the grant's log,
+        with `cut` applied to it first."""
+        line = cut(f"{target} allowed" if refused is None else f"{target} refused: {refused}")
+        target = cut(target)
         logger.info(
             "egress connection",
             extra={"session": session_id, "target": target, "allowed": refused is None},

@@ -1,4 +1,9 @@
-"""Grants: issued per call over NATS, kept in a KV bucket with a TTL, checked per connection."""
+"""Grants: issued per call over NATS, kept in a KV bucket with a TTL, checked per connection.
+
+A grant keeps, beside its hosts, the salt and the digests of the forms of the tenant's
+secret values the sandbox service sent with it (never a value): what the proxy cuts from
+the lines it records for the grant (`cutter`).
+"""
 
 from __future__ import annotations
 
@@ -19,9 +24,10 @@ from bastion.proto.egress import EgressGrant, GrantRecord, GrantRequest
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import InvalidInput
+from bastion.shared.hostcuts import DigestCutter
 from bastion.shared.kv import open_bucket
 
-__all__ = ["GrantStore", "credentials"]
+__all__ = ["GrantStore", "credentials", "cutter"]
 
 _HOW = (
     "send Proxy-Authorization: Basic base64(<grant id>:<secret>) with a grant from "
@@ -31,6 +37,11 @@ _HOW = (
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def cutter(record: GrantRecord) -> DigestCutter:
+    """What cuts the grant's secret values (by their digests) from a line about it."""
+    return DigestCutter(record.cut_salt, record.cuts)
 
 
 def credentials(header: str | None) -> tuple[str, str]:
@@ -91,6 +102,8 @@ class GrantStore:
             any_public_host=request.any_public_host,
             expires_at=expires_at,
             call_id=request.call_id,
+            cut_salt=request.cut_salt,
+            cuts=request.cuts,
         )
         await self._kv.put(grant_id, encode(record))
         return EgressGrant(

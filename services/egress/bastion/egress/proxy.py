@@ -3,7 +3,8 @@
 Order for every connection: read the head (bounded), check the grant (407), check the
 Host header of a plain request against its request line, check the target is declared,
 resolve and classify (`Dialer.check`), connect to the checked address, and only then
-carry bytes. Each connection that names a grant is recorded, allowed or refused.
+carry bytes. Each connection that names a grant is recorded, allowed or refused, with the
+forms of the tenant's secret values the grant has digests of cut out of the line first.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from anyio.abc import SocketAttribute, SocketStream
 from bastion.egress.connlog import ConnectionRecorder
 from bastion.egress.dial import Dialer, read_head
 from bastion.egress.errors import GrantRefused, Refused, Unreachable
-from bastion.egress.grants import GrantStore, credentials
+from bastion.egress.grants import GrantStore, credentials, cutter
 from bastion.egress.hosts import is_declared, normalize_host, split_target
 from bastion.egress.httphead import RequestHead, answer, parse_head
 from bastion.egress.pipe import Bounds, pipe
@@ -146,6 +147,7 @@ class EgressProxy:
             refused=refused,
             grant_id=grant.grant_id,
             call_id=grant.call_id,
+            cut=cutter(grant).cut,
         )
 
 

@@ -58,7 +58,7 @@ from bastion.proto.mcp import (
 )
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, Timeout, Unavailable
-from bastion.shared.redaction import Redactor
+from bastion.shared.secretcuts import SecretCuts
 from bastion.shared.service import RequestContext
 from bastion.shared.telemetry import span
 
@@ -128,8 +128,10 @@ class Gateway:
         self._grant_ttl_s = grant_ttl_s
         self._can_ask: dict[str, bool] = {}
         self._samples: dict[str, int] = {}
-        self._redactors: dict[tuple[str, str, str], Redactor] = {}
-        """The values each connection was given: cut out of what its server answers."""
+        self._given: dict[tuple[str, str, str], tuple[tuple[str, str], ...]] = {}
+        """The values each connection was given: cut out of what its server answers, with
+        every value of the tenant's (`SecretCuts`)."""
+        self._cuts = SecretCuts(values.leases)
 
     def _sampler(
         self, server: str, allowance: SamplingAllowance | None, session_id: str
@@ -215,7 +217,7 @@ class Gateway:
         self, tenant: str, name: str, spec: McpServerSpec, protocol: str = "", session_id: str = ""
     ) -> AsyncIterator[Upstream]:
         values = await self._values.values(tenant, name, spec, session_id)
-        self._redactors[(tenant, name, session_id)] = Redactor(sorted(values.items()))
+        self._given[(tenant, name, session_id)] = tuple(sorted(values.items()))
         route = None
         if spec.url is not None and not is_loopback_url(spec.url):
             route = await grant_for(
@@ -328,7 +330,8 @@ class Gateway:
                 upstream = await self._session_upstream(record, ask.session_id)
                 live = await upstream.list_tools()
             except BastionError as error:
-                notices.append(f"MCP server {name} is not offered: {error.message}")
+                said = await self._redacted(ask.tenant, name, ask.session_id, error.message)
+                notices.append(f"MCP server {name} is not offered: {said}")
                 continue
             offered, withheld = offer(
                 live, record.pins, record.spec.effects, verifier, name, with_resources=True
@@ -343,7 +346,10 @@ class Gateway:
         try:
             return await self._call(ask)
         except BastionError as error:
-            error.message = self._redacted(ask, error.message)  # a server's error quoted
+            error.message = await self._redacted(
+                ask.tenant, ask.server, ask.session_id, error.message
+            )
+            error.args = (error.message,)
             raise
 
     async def _call(self, ask: McpCall) -> McpCallResult:
@@ -353,7 +359,9 @@ class Gateway:
         if ask.upstream_kind == "resources":
             resources, templates = await upstream.list_resources()
             listed = resources_text(resources, templates, ask.server)
-            return McpCallResult(text=self._redacted(ask, listed))
+            return McpCallResult(
+                text=await self._redacted(ask.tenant, ask.server, ask.session_id, listed)
+            )
         if ask.upstream_kind == "read_resource":
             uri = ask.arguments.get("uri")
             if not isinstance(uri, str) or not uri or len(uri) > 8192:
@@ -362,12 +370,15 @@ class Gateway:
                     f"{ask.server}_resources lists"
                 )
             read = read_text(await upstream.read_resource(uri))
-            return McpCallResult(text=self._redacted(ask, read))
+            return McpCallResult(
+                text=await self._redacted(ask.tenant, ask.server, ask.session_id, read)
+            )
         await self._check_pin(record, upstream, ask)
         with span("mcp.upstream.call", SpanKind.CLIENT, server=ask.server, tool=ask.tool):
             result = await upstream.call_tool(ask.tool, ask.arguments, record.spec.timeout_s)
         return McpCallResult(
-            text=self._redacted(ask, result_text(result)), is_error=bool(result.is_error)
+            text=await self._redacted(ask.tenant, ask.server, ask.session_id, result_text(result)),
+            is_error=bool(result.is_error),
         )
 
     async def _check_pin(self, record: McpServerRecord, upstream: Upstream, ask: McpCall) -> None:
@@ -395,6 +406,12 @@ class Gateway:
                 )
 
     async def browse(self, ask: BrowseServer, _context: RequestContext) -> BrowseText:
+        """A server's prompts, resources or one resource, as the operator asked, with the
+        tenant's values cut out like a session's answers."""
+        shown = await self._browse(ask)
+        return BrowseText(text=await self._redacted(ask.tenant, ask.name, "", shown.text))
+
+    async def _browse(self, ask: BrowseServer) -> BrowseText:
         record, _ = await self._registry.get(ask.tenant, ask.name)
         async with self._connect(ask.tenant, ask.name, record.spec, record.protocol) as upstream:
             if ask.what == "prompts":
@@ -406,15 +423,17 @@ class Gateway:
             resources, templates = await upstream.list_resources()
             return BrowseText(text=resources_text(resources, templates, ask.name))
 
-    def _redacted(self, ask: McpCall, text: str) -> str:
-        """`text` with the values the server was given cut out: a server that echoes its
-        token (an error page quoting a header) never shows it to the model."""
-        redactor = self._redactors.get((ask.tenant, ask.server, ask.session_id))
+    async def _redacted(self, tenant: str, server: str, session_id: str, text: str) -> str:
+        """`text` with the values the server was given cut out, and every value of the
+        tenant's: a server that echoes its token (an error page quoting a header), or reads
+        a file a command of the tenant wrote a value into, never shows it to the model."""
+        given = self._given.get((tenant, server, session_id), ())
+        redactor = await self._cuts.redactor(tenant, session_id or secrets.token_hex(8), given)
         return redactor.redact(text) if redactor else text
 
     def session_closed(self, session_id: str) -> None:
         self._can_ask.pop(session_id, None)
         self._samples.pop(session_id, None)
-        for key in [k for k in self._redactors if k[2] == session_id]:
-            del self._redactors[key]
+        for key in [k for k in self._given if k[2] == session_id]:
+            del self._given[key]
         self._pool.close_session(session_id)

@@ -46,7 +46,8 @@ class ValueSource:
         environ: Mapping[str, str] = os.environ,
     ) -> None:
         self._client = client
-        self._leases = leases
+        self.leases = leases
+        """Also what opens the tenant's redaction set (`bastion.shared.secretcuts`)."""
         self._timeout_s = timeout_s
         self._environ = environ
 
@@ -71,7 +72,7 @@ class ValueSource:
         in_vault = tuple(n for n in names if n in {s.name for s in kept.secrets})
         found: dict[str, str] = {}
         if in_vault:
-            leased = await self._leases.lease(
+            leased = await self.leases.lease(
                 tenant,
                 session_id or secrets.token_hex(8),
                 f"mcp-{server}-{secrets.token_hex(4)}",

@@ -166,7 +166,12 @@ async def run_tool(
     answer: FileResult = await request(
         client,
         subjects.SANDBOX_FILES,
-        wire(session_id=session.session_id, workspace=session.workspace, **fields),
+        wire(
+            session_id=session.session_id,
+            workspace=session.workspace,
+            tenant=session.tenant,
+            **fields,
+        ),
         FileResult,
         timeout_s=timeout_s,
     )

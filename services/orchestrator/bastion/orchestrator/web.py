@@ -65,6 +65,7 @@ async def _cut_note(
             workspace=session.workspace,
             path=path,
             content=page.full_text,
+            tenant=session.tenant,
         ),
         FileResult,
         timeout_s=timeout_s,

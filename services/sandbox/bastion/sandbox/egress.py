@@ -1,10 +1,17 @@
-"""The sandbox service's side of the `declared` network: a grant per call, then its log."""
+"""The sandbox service's side of the `declared` network: a grant per call, then its log.
+
+The grant carries, for the values to cut from what the proxy records, only a fresh salt and
+the keyed digests of their forms (`bastion.shared.hostcuts`): never a value.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from bastion.proto import subjects
 from bastion.proto.egress import ConnectionLog, ConnectionsRequest, EgressGrant, GrantRequest
 from bastion.shared.bus import Client, request
+from bastion.shared.hostcuts import form_digests, new_salt
 
 __all__ = ["GRANT_MARGIN_S", "EgressClient"]
 
@@ -20,10 +27,19 @@ class EgressClient:
         self._timeout_s = timeout_s
 
     async def grant(
-        self, session_id: str, tenant: str, call_id: str, hosts: tuple[str, ...], wall_s: float
+        self,
+        session_id: str,
+        tenant: str,
+        call_id: str,
+        hosts: tuple[str, ...],
+        wall_s: float,
+        *,
+        cuts: Sequence[tuple[str, str]] = (),
     ) -> EgressGrant:
-        """A grant to `hosts` (`true` among them: any public host) for one command."""
+        """A grant to `hosts` (`true` among them: any public host) for one command, under
+        which the proxy cuts the (name, value) pairs `cuts` from what it records."""
         named = tuple(host for host in hosts if host != "true")
+        salt = new_salt()
         grant: EgressGrant = await request(
             self._client,
             subjects.EGRESS_GRANT,
@@ -34,6 +50,8 @@ class EgressClient:
                 any_public_host="true" in hosts,
                 ttl_s=min(wall_s + GRANT_MARGIN_S, 86400.0),
                 call_id=call_id,
+                cut_salt=salt,
+                cuts=form_digests(cuts, salt),
             ),
             EgressGrant,
             timeout_s=self._timeout_s,

@@ -1,5 +1,11 @@
 """The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code`,
-`.release`, `.skill_read`, `.skill_run` and `.skill_write`."""
+`.release`, `.skill_read`, `.skill_run` and `.skill_write`.
+
+Everything a command or a file tool answers, its errors too, leaves with every value of
+the tenant's secrets cut out (`bastion.shared.secretcuts`); a call that reaches declared
+hosts gets a grant carrying only digests of those values' forms, so the egress service
+can cut them from what it records without holding them.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +54,6 @@ from bastion.sandbox.editing import edit_file
 from bastion.sandbox.egress import EgressClient
 from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
-from bastion.sandbox.leases import SessionSecrets
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.resolving import resolve_paths
 from bastion.sandbox.skillrun import script_command, skill_script
@@ -63,7 +68,7 @@ from bastion.sandbox.workspace import (
     checked_workspace,
 )
 from bastion.shared.bus import Client
-from bastion.shared.errors import InvalidInput, NotImplementedYet
+from bastion.shared.errors import BastionError, InvalidInput, NotImplementedYet
 from bastion.shared.leasing import LeaseClient, lease_key
 from bastion.shared.metrics import sandboxes_running
 from bastion.shared.redaction import Redactor
@@ -80,6 +85,7 @@ from bastion.shared.sandboxing import (
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.sandboxing.cgroup import DEFAULT_CPU_WEIGHT
+from bastion.shared.secretcuts import REFRESH_S, SecretCuts
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
@@ -154,6 +160,9 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     egress_socket: str = ""
     """The egress proxy's Unix socket (`BASTION_EGRESS_SOCKET`), bound into a sandbox of the
     `declared` network for its bridge; without one, declared hosts are refused."""
+    redaction_refresh_s: Annotated[float, msgspec.Meta(ge=0)] = REFRESH_S
+    """How long the vault's set of a tenant's values (cut from every reply) is used before
+    the vault is asked again (`BASTION_REDACTION_REFRESH_S`)."""
 
 
 def output_cap(max_payload: int) -> int:
@@ -226,7 +235,7 @@ class Sandboxes:
         self._egress_socket = (
             Path(settings.egress_socket).expanduser() if settings.egress_socket else None
         )
-        self.secrets = SessionSecrets()
+        self.secrets = SecretCuts(leases, settings.redaction_refresh_s)
 
     def _spec(
         self,
@@ -264,11 +273,27 @@ class Sandboxes:
         """Run one shell command in the session's sandbox; a failing command is a result too."""
         return await self._exec(request, request.command)
 
+    async def _cut_error(self, error: BastionError, tenant: str, session_id: str) -> None:
+        """Cut the tenant's values out of an error's message (a file's lines it quotes)."""
+        redactor = await self.secrets.redactor(tenant, session_id)
+        if redactor:
+            error.message = redactor.redact(error.message)
+            error.args = (error.message,)
+
     async def _exec(
         self, request: ExecRequest, command: str, skill_dir: Path | None = None
     ) -> ExecResult:
-        """Run `command` as `request` says: its leased secrets set and cut from its output,
-        and with declared hosts, the egress bridge under a grant for this call."""
+        """`_run`, its errors cut like its output."""
+        try:
+            return await self._run(request, command, skill_dir)
+        except BastionError as error:
+            await self._cut_error(error, request.tenant, request.session_id)
+            raise
+
+    async def _run(self, request: ExecRequest, command: str, skill_dir: Path | None) -> ExecResult:
+        """Run `command` as `request` says: its leased secrets set and every value of its
+        tenant cut from its output, and with declared hosts, the egress bridge under a grant
+        for this call."""
         backend, spec = self._spec(
             request.workspace,
             request.backend,
@@ -285,7 +310,6 @@ class Sandboxes:
                 "the `declared` network with declared hosts runs with the bwrap backend only "
                 "for now (the Docker backend has no egress bridge yet): use the bwrap backend"
             )
-        redactor = self._redactor(request)
         if request.secrets:
             if request.backend != "bwrap":
                 raise NotImplementedYet(
@@ -299,7 +323,7 @@ class Sandboxes:
             pairs = await self._leases.lease(
                 request.tenant, request.session_id, request.call_id, request.secrets
             )
-            redactor = self.secrets.remember(request.session_id, pairs)
+            self.secrets.remember(request.tenant, request.session_id, pairs)
             spec = dataclasses.replace(spec, secret_environment=tuple(pairs))
         running = {"bastion.sandbox.backend": request.backend.split(":", 1)[0]}
         async with self._slots.slot(request.tenant):
@@ -312,7 +336,10 @@ class Sandboxes:
                         result = await backend.run(spec, command)
             finally:
                 sandboxes_running.add(-1, running)
-        return redacted(self._noted(result, room), redactor)
+        return redacted(
+            self._noted(result, room),
+            await self.secrets.redactor(request.tenant, request.session_id),
+        )
 
     async def _bounded(self, spec: SandboxSpec) -> tuple[SandboxSpec, int | None]:
         """`spec` with no file allowed to grow past the room its workspace has left under
@@ -349,6 +376,10 @@ class Sandboxes:
             request.call_id,
             request.declared_hosts,
             spec.limits.wall_s,
+            cuts=[
+                *spec.secret_environment,  # the call's own values first, should there be too many
+                *sorted(await self.secrets.pairs(request.tenant, request.session_id)),
+            ],
         )
         bridge = EgressBridge(self._egress_socket, grant.grant_id, grant.secret)
         try:
@@ -376,21 +407,23 @@ class Sandboxes:
         text = await anyio.to_thread.run_sync(write_skill, skills_dir, request)
         return FileResult(text=text)
 
-    def _redactor(self, request: ExecRequest | FileRequest | CodeCheck) -> Redactor | None:
-        return self.secrets.redactor(request.session_id)
-
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
-        """Run one file tool on the workspace, confined to it."""
-        workspace = checked_workspace(request.workspace, self._state_dir)
-        if isinstance(request, WriteFile | EditFile | ApplyPatch):
-            grows = len(request.content.encode()) if isinstance(request, WriteFile) else 0
-            await anyio.to_thread.run_sync(self._bound.check_write, workspace, grows)
-        if isinstance(request, SearchFiles):
-            text = await self._search(workspace, request)
-        else:
-            tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
-            text = await anyio.to_thread.run_sync(tool, workspace, request)
-        redactor = self._redactor(request)
+        """Run one file tool on the workspace, confined to it; its answer and its error
+        (which may quote the file's lines) with the tenant's values cut out."""
+        try:
+            workspace = checked_workspace(request.workspace, self._state_dir)
+            if isinstance(request, WriteFile | EditFile | ApplyPatch):
+                grows = len(request.content.encode()) if isinstance(request, WriteFile) else 0
+                await anyio.to_thread.run_sync(self._bound.check_write, workspace, grows)
+            if isinstance(request, SearchFiles):
+                text = await self._search(workspace, request)
+            else:
+                tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
+                text = await anyio.to_thread.run_sync(tool, workspace, request)
+        except BastionError as error:
+            await self._cut_error(error, request.tenant, request.session_id)
+            raise
+        redactor = await self.secrets.redactor(request.tenant, request.session_id)
         return FileResult(text=redactor.redact(text) if redactor else text)
 
     async def resolve(self, request: ResolvePaths, _context: RequestContext) -> ResolvedPaths:
@@ -442,8 +475,12 @@ class Sandboxes:
             async with self._slots.slot(request.tenant):
                 return self._noted(await backend.run(spec, command), room)
 
-        program, text = await check_code(spec.workspace, request, run)
-        redactor = self._redactor(request)
+        try:
+            program, text = await check_code(spec.workspace, request, run)
+        except BastionError as error:
+            await self._cut_error(error, request.tenant, request.session_id)
+            raise
+        redactor = await self.secrets.redactor(request.tenant, request.session_id)
         return CodeReport(program=program, text=redactor.redact(text) if redactor else text)
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:

@@ -1,9 +1,12 @@
-"""Leases: one call's secrets, sealed to the sandbox service, every read in the audit log.
+"""Leases: one call's secrets, sealed to the sandbox service, every read in the audit log;
+and redaction sets: all of a tenant's values, sealed the same way, only to cut them out.
 
 A lease is refused whole if any name is not the tenant's, if the recipient key is not one
 the operator allowed (`BASTION_VAULT_LEASE_KEYS`, when set), if the NATS server stamped the
 request as coming from a caller that may not lease (`BASTION_VAULT_LEASE_CALLERS`), or
-if its audit records cannot be stored: a read nobody can account for does not happen.
+if its audit records cannot be stored: a read nobody can account for does not happen. A
+redaction set is given on the same terms, to the same callers and keys (who may lease any
+of the tenant's secrets by name anyway), and is audited as one read of every value in it.
 """
 
 from __future__ import annotations
@@ -17,10 +20,18 @@ from nats.js.client import JetStreamContext
 
 from bastion.proto import errors as codes
 from bastion.proto.audit import AuditRecord
-from bastion.proto.vault import MAX_LEASE_NAMES, Lease, LeasedValues, LeaseRequest
+from bastion.proto.vault import (
+    MAX_LEASE_NAMES,
+    Lease,
+    LeasedValues,
+    LeaseRequest,
+    RedactionRequest,
+    RedactionValues,
+)
 from bastion.shared.audit import store_record
 from bastion.shared.codec import encode
-from bastion.shared.errors import BastionError, InvalidInput
+from bastion.shared.errors import BastionError, InvalidInput, NotFound
+from bastion.shared.leasing import lease_context, redaction_context
 from bastion.shared.sealing import seal
 from bastion.vault.keeper import Keeper
 
@@ -31,11 +42,6 @@ class CallerRefused(BastionError):
     """The server says the request came from an account or user that may not lease."""
 
     code = codes.DENIED
-
-
-def lease_context(tenant: str, session_id: str, call_id: str) -> bytes:
-    """What a lease is sealed for: one call of one session of one tenant."""
-    return f"lease {tenant} {session_id} {call_id}".encode()
 
 
 def _request_info(headers: Mapping[str, str]) -> dict[str, object]:
@@ -95,22 +101,8 @@ class Leases:
                 f"{len(request.names)}"
             )
         who = requester(headers, request.public_key)
-        caller = stamped_caller(headers)
         try:
-            # The server stamps (replacing a client's) only requests that cross accounts,
-            # as every lease does when the vault has an account of its own; within one
-            # account the header is whatever the client sent, and what keeps others off
-            # `vault.lease` is their subject permissions.
-            if caller is not None and not self._callers & {caller[0], "/".join(caller)}:
-                raise CallerRefused(
-                    f"{'/'.join(caller)[:80]!r} may not lease secrets: only the callers in "
-                    "BASTION_VAULT_LEASE_CALLERS (the sandbox and mcp services) may"
-                )
-            if self._allowed and request.public_key not in self._allowed:
-                raise InvalidInput(
-                    "this key may not receive leases: the vault seals only to the keys in "
-                    "BASTION_VAULT_LEASE_KEYS (the sandbox service's)"
-                )
+            self._check_recipient(request.public_key, headers)
             values = [
                 (name, await self._keeper.read(request.tenant, name)) for name in request.names
             ]
@@ -126,6 +118,72 @@ class Leases:
         )
         return Lease(names=request.names, sealed=sealed)
 
+    def _check_recipient(self, public_key: bytes, headers: Mapping[str, str]) -> None:
+        """Refuse a caller the server says may not lease, and a key the operator did not list.
+
+        Raises:
+            CallerRefused: the stamped caller is not in `BASTION_VAULT_LEASE_CALLERS`.
+            InvalidInput: the key is not in `BASTION_VAULT_LEASE_KEYS` (when it is set).
+        """
+        caller = stamped_caller(headers)
+        # The server stamps (replacing a client's) only requests that cross accounts, as
+        # every lease does when the vault has an account of its own; within one account the
+        # header is whatever the client sent, and what keeps others off `vault.lease` and
+        # `vault.redaction` is their subject permissions.
+        if caller is not None and not self._callers & {caller[0], "/".join(caller)}:
+            raise CallerRefused(
+                f"{'/'.join(caller)[:80]!r} may not lease secrets: only the callers in "
+                "BASTION_VAULT_LEASE_CALLERS (the sandbox and mcp services) may"
+            )
+        if self._allowed and public_key not in self._allowed:
+            raise InvalidInput(
+                "this key may not receive leases: the vault seals only to the keys in "
+                "BASTION_VAULT_LEASE_KEYS (the sandbox service's)"
+            )
+
+    async def redaction(
+        self, request: RedactionRequest, headers: Mapping[str, str]
+    ) -> RedactionValues:
+        """All of the tenant's values, sealed to the caller, to cut out of its replies."""
+        if len(request.public_key) != 32:
+            raise InvalidInput(
+                "a redaction request needs the service's X25519 public key (32 bytes)"
+            )
+        who = requester(headers, request.public_key)
+        try:
+            self._check_recipient(request.public_key, headers)
+            values = []
+            for info in await self._keeper.list(request.tenant):
+                try:
+                    values.append((info.name, await self._keeper.read(request.tenant, info.name)))
+                except NotFound:
+                    continue  # removed since it was listed: nothing of it to cut
+            names = [name for name, _ in values]
+        except BastionError as refused:
+            await self._record(
+                request.tenant,
+                request.session_id,
+                tool="vault.redaction",
+                who=who,
+                outcome="refused",
+                summary=f"the redaction set refused ({refused.code})",
+            )
+            raise
+        await self._record(
+            request.tenant,
+            request.session_id,
+            tool="vault.redaction",
+            who=who,
+            outcome="redaction",
+            summary=f"secrets {', '.join(names) or '(none)'} read to cut them out of replies",
+        )
+        sealed = seal(
+            request.public_key,
+            encode(LeasedValues(values=tuple(values))),
+            redaction_context(request.tenant, request.session_id),
+        )
+        return RedactionValues(names=tuple(names), sealed=sealed)
+
     async def _audit(
         self, request: LeaseRequest, who: str, outcome: str, names: str, code: str = ""
     ) -> None:
@@ -134,15 +192,36 @@ class Leases:
             if outcome == "leased"
             else (f"secrets {names} refused ({code})")
         )
+        await self._record(
+            request.tenant,
+            request.session_id,
+            tool="vault.lease",
+            who=who,
+            outcome=outcome,
+            summary=summary,
+            call_id=request.call_id,
+        )
+
+    async def _record(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        tool: str,
+        who: str,
+        outcome: str,
+        summary: str,
+        call_id: str = "",
+    ) -> None:
         await store_record(
             self._js,
             AuditRecord(
                 action="secret_read",
-                session_id=request.session_id,
-                tenant=request.tenant,
+                session_id=session_id,
+                tenant=tenant,
                 at=datetime.now(UTC),
-                tool="vault.lease",
-                call_id=request.call_id,
+                tool=tool,
+                call_id=call_id,
                 outcome=outcome,
                 summary=summary[:200],
                 by=who[:128],

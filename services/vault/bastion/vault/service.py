@@ -13,6 +13,8 @@ from bastion.proto.vault import (
     Lease,
     LeaseRequest,
     ListSecrets,
+    RedactionRequest,
+    RedactionValues,
     RemoveSecret,
     RotateKey,
     SecretAdded,
@@ -83,6 +85,11 @@ class Vault:
     async def lease(self, request: LeaseRequest, context: RequestContext) -> Lease:
         return await self._leases.lease(request, context.headers)
 
+    async def redaction(
+        self, request: RedactionRequest, context: RequestContext
+    ) -> RedactionValues:
+        return await self._leases.redaction(request, context.headers)
+
 
 @asynccontextmanager
 async def vault_service(client: Client, settings: VaultSettings) -> AsyncIterator[Service]:
@@ -109,4 +116,5 @@ async def vault_service(client: Client, settings: VaultSettings) -> AsyncIterato
     service.add_endpoint("remove", subjects.VAULT_REMOVE, RemoveSecret, vault.remove)
     service.add_endpoint("rotate", subjects.VAULT_ROTATE, RotateKey, vault.rotate)
     service.add_endpoint("lease", subjects.VAULT_LEASE, LeaseRequest, vault.lease)
+    service.add_endpoint("redaction", subjects.VAULT_REDACTION, RedactionRequest, vault.redaction)
     yield service
