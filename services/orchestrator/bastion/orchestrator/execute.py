@@ -161,8 +161,6 @@ async def run_tool(
     if wire is None:
         raise AssertionError(f"no route for tool {tool}")
     fields = msgspec.structs.asdict(tool_input)
-    if wire is SearchFiles:
-        fields["tenant"] = session.tenant  # each tenant's searches have workers of their own
     answer: FileResult = await request(
         client,
         subjects.SANDBOX_FILES,
