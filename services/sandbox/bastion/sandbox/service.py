@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import anyio.to_process
 import anyio.to_thread
@@ -91,6 +92,9 @@ _FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
     FindFiles: find_files,
 }
 """Each file tool's function: it runs in a worker thread, on the checked workspace."""
+_GUARDED: Final = (WriteFile, EditFile, ApplyPatch)
+"""The file tools that change files: each refuses git's control paths (`gitguard`) unless
+the operator's `git_writable` lets it."""
 
 logger = logging.getLogger(__name__)
 
@@ -326,7 +330,9 @@ class Sandboxes:
         if isinstance(request, SearchFiles):
             text = await self._search(workspace, request)
         else:
-            tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
+            tool: Callable[..., str] = _FILE_TOOLS[type(request)]
+            if isinstance(request, _GUARDED):
+                tool = functools.partial(tool, git_writable=self._git_writable)
             text = await anyio.to_thread.run_sync(tool, workspace, request)
         redactor = self._redactor(request)
         return FileResult(text=redactor.redact(text) if redactor else text)
