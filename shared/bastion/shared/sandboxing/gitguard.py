@@ -171,24 +171,46 @@ class GitGuard:
         self.fds.append(fd)
         self.options += ["--bind-fd" if writable else "--ro-bind-fd", str(fd), dest]
 
+    def _made(self, name: str, parent: int, directory: bool) -> tuple[int, os.stat_result]:
+        """`name` in `parent`, made empty (the owner's of `parent`) if it is missing."""
+        found = self._open(name, parent)
+        if found is not None:
+            return found
+        owner = os.fstat(parent)
+        if directory:
+            os.mkdir(name, 0o755, dir_fd=parent)
+        else:
+            os.close(
+                os.open(
+                    name,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o644,
+                    dir_fd=parent,
+                )
+            )
+        if os.geteuid() == 0:
+            os.chown(name, owner.st_uid, owner.st_gid, dir_fd=parent, follow_symlinks=False)
+        made = self._open(name, parent)
+        if made is None:
+            raise FileNotFoundError(name)
+        return made
+
     def _entries(self, git: int, inside: str) -> None:
-        for name in (*CONTROL_FILES, *CONTROL_DIRS, *WATCHED_FILES):
+        for name in (*CONTROL_FILES, *CONTROL_DIRS):
+            directory = name in CONTROL_DIRS
+            fd, info = self._made(name, git, directory)
+            if not (stat.S_ISDIR if directory else stat.S_ISREG)(info.st_mode):
+                raise _odd(f".git/{name}", info, "a directory" if directory else "a file")
+            self._bind(fd, f"{inside}/{name}")
+        for name in WATCHED_FILES:
             found = self._open(name, git)
-            dest = f"{inside}/{name}"
-            wanted = stat.S_ISDIR if name in CONTROL_DIRS else stat.S_ISREG
             if found is None:
-                if name in CONTROL_DIRS:
-                    self.options += ["--tmpfs", dest, "--remount-ro", dest]
-                elif name in CONTROL_FILES:
-                    self.options += ["--ro-bind", "/dev/null", dest]
-                else:
-                    self.watched.append(_Watched(git, name, f".git/{name}"))
+                self.watched.append(_Watched(git, name, f".git/{name}"))
                 continue
             fd, info = found
-            if not wanted(info.st_mode):
-                kind = "a directory" if name in CONTROL_DIRS else "a file"
-                raise _odd(f".git/{name}", info, kind)
-            self._bind(fd, dest)
+            if not stat.S_ISREG(info.st_mode):
+                raise _odd(f".git/{name}", info, "a file")
+            self._bind(fd, f"{inside}/{name}")
 
     def _home(self, workspace: int, inside: str) -> None:
         for name in HOME_FILES:
@@ -221,18 +243,17 @@ class GitGuard:
         root = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         self._owned.append(root)
         self._home(root, inside)
-        found = self._open(".git", root)
+        fd, info = self._made(".git", root, directory=True)
         dest = f"{inside}/.git"
-        if found is not None and stat.S_ISREG(found[1].st_mode):
-            self._bind(found[0], dest)
-            return
-        if found is not None and not stat.S_ISDIR(found[1].st_mode):
-            raise _odd(".git", found[1], "a directory or a `gitdir:` file")
-        if found is None or self._open("HEAD", found[0]) is None:
-            self.options += ["--tmpfs", dest, "--remount-ro", dest]
-            return
-        self._bind(found[0], dest, writable=True)
-        self._entries(found[0], dest)
+        if stat.S_ISREG(info.st_mode):
+            self._bind(fd, dest)  # a `gitdir:` file
+        elif not stat.S_ISDIR(info.st_mode):
+            raise _odd(".git", info, "a directory or a `gitdir:` file")
+        elif self._open("HEAD", fd) is None:
+            self._bind(fd, dest)  # no repository: none can be made inside
+        else:
+            self._bind(fd, dest, writable=True)
+            self._entries(fd, dest)
 
     def sweep(self) -> list[str]:
         """Move aside each watched entry the command made; a sentence for each."""
