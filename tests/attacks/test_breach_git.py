@@ -28,8 +28,13 @@ from bastion.proto.sandbox import ApplyPatch, EditFile, ExecResult, FileResult, 
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
+from tests.attacks import test_docker_containment
 from tests.attacks.conftest import SESSION, Host, exists, shell
+from tests.attacks.test_docker_containment import Box
 from tests.conftest import ServiceRunner
+
+docker_box = test_docker_containment.box
+"""The Docker containment suite's way into a session's container (it skips without one)."""
 
 OWNER: Final = 1000
 SWAPPER: Final = r"""
@@ -88,10 +93,10 @@ def _git(workspace: Path, *args: str, home: Path | None = None) -> subprocess.Co
 
 def _repo(workspace: Path) -> None:
     """A repository with one commit, as the owner made it."""
-    _own(workspace)
     for args in (("init", "-q"), ("commit", "-q", "--allow-empty", "-m", "first")):
         done = _git(workspace, *args)
         assert done.returncode == 0, done.stderr
+    _own(workspace)
 
 
 def _planted(mark: Path) -> str:
@@ -498,3 +503,54 @@ async def test_a_symlinked_hooks_dir_refuses_the_call_clearly_and_a_fix_restores
     result = await shell(client, host.workspace, "echo hi > .git/hooks/x; echo fine")
     assert result.stdout == "fine\n"
     assert "Read-only file system" in result.stderr
+
+
+# --- the Docker backend: the same table, its mounts proven after the container starts --
+
+
+async def test_docker_dot_git_cannot_be_moved_and_a_commondir_is_moved_aside(
+    docker_box: Box,
+) -> None:
+    box = docker_box
+    workspace = box.host.workspace
+    _repo(workspace)
+    mark = workspace / "PWNED"
+    result = await box.shell(
+        "mv .git away; mkdir -p common && cp -r .git/objects .git/refs .git/HEAD common/ && "
+        f"printf '[core]\\n\\tfsmonitor = {_planted(mark)}\\n' > common/config && "
+        "echo ../common > .git/commondir && echo planted"
+    )
+    assert "Device or resource busy" in result.stderr
+    assert result.stdout == "planted\n", result.stderr
+    assert "the command made .git/commondir" in result.stderr
+    await _host_git_runs_nothing(workspace, mark)
+
+
+async def test_docker_swapping_dot_git_while_containers_start_never_shows_a_host_file(
+    docker_box: Box, swapper: _Swapper
+) -> None:
+    box = docker_box
+    workspace = box.host.workspace
+    seen: list[str] = []
+    refused: list[str] = []
+    for number in range(8):
+        try:
+            result = await box.shell("cat .git/config", session=f"{number:016x}")
+        except RemoteError as error:
+            refused.append(f"{error.code}: {error.message}")
+            continue
+        seen.append(result.stdout + result.stderr)
+    swaps = swapper.stop()
+    assert swaps >= 3000, f"only {swaps} swaps: the race did not run throughout"
+    config = (workspace / ".git/config").read_text()
+    for text in seen:
+        assert "state secret" not in text
+    assert all(text == config for text in seen), seen
+    for reason in refused:
+        assert reason.startswith((codes.INVALID_INPUT, codes.SANDBOX_FAILED)), reason
+        # the look-alike was `.git` as the call started; or a path the engine mounts had
+        # moved (its checked file was elsewhere, or gone) when it mounted it
+        assert any(
+            why in reason
+            for why in ("is a symbolic link", "changed while the container", "does not exist")
+        ), reason

@@ -19,7 +19,7 @@ import os
 import shutil
 import signal
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Final
 
 import anyio
@@ -97,11 +97,6 @@ def _reason(finished: Finished) -> str:
 
 
 _SIGNAL_LIMITS: Final = {int(signal.SIGXCPU): "cpu_time", int(signal.SIGXFSZ): "file_size"}
-
-
-def _git_guard(spec: SandboxSpec) -> AbstractContextManager[GitGuard | None]:
-    """The protection of the workspace's git control files, unless the operator lifted it."""
-    return nullcontext() if spec.git_writable else guard(spec.workspace, WORKSPACE)
 
 
 def _result(finished: Finished, limit_hit: str = "", notes: list[str] | None = None) -> ExecResult:
@@ -184,7 +179,7 @@ class BwrapBackend:
         bwrap, prlimit = self._programs()
         cgroup = self._cgroup(spec)
         try:
-            with _git_guard(spec) as git:
+            with guard(spec.workspace, spec.git_writable) as git:
                 finished = await self._launch_in(spec, command, bwrap, prlimit, cgroup, git=git)
                 notes = git.sweep() if git is not None else []
             return _result(finished, cgroup.limit_hit() if cgroup else "", notes)
@@ -231,7 +226,7 @@ class BwrapBackend:
                         (read, file.path) for (read, _), file in zip(data_pipes, data, strict=True)
                     ],
                     args_fd=args_fd,
-                    git_options=git.options if git is not None else (),
+                    git_options=git.options(WORKSPACE) if git is not None else (),
                 )
             )
             finished = await run_limited(

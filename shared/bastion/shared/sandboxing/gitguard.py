@@ -150,14 +150,43 @@ class _Watched:
     shown: str
 
 
+@dataclass(frozen=True)
+class GitBind:
+    """One checked control entry: its descriptor and its path in the workspace."""
+
+    fd: int
+    path: str
+    writable: bool = False
+
+
 @dataclass
 class GitGuard:
-    """The open descriptors of one run's protection, its bwrap options, and its sweep."""
+    """The open descriptors of one run's protection, what to bind, and its sweep."""
 
-    options: list[str] = field(default_factory=list)
-    fds: list[int] = field(default_factory=list)
+    binds: list[GitBind] = field(default_factory=list)
     watched: list[_Watched] = field(default_factory=list)
     _owned: list[int] = field(default_factory=list)
+
+    def options(self, inside: str) -> list[str]:
+        """bwrap's options binding each entry by its descriptor, under `inside`."""
+        options: list[str] = []
+        for bind in self.binds:
+            flag = "--bind-fd" if bind.writable else "--ro-bind-fd"
+            options += [flag, str(bind.fd), f"{inside}/{bind.path}"]
+        return options
+
+    @property
+    def fds(self) -> list[int]:
+        """The descriptors bwrap must inherit."""
+        return [bind.fd for bind in self.binds]
+
+    def identity(self) -> list[tuple[str, int, int]]:
+        """Each bound entry's path and its device and inode: what a mount must show."""
+        found = []
+        for bind in self.binds:
+            info = os.fstat(bind.fd)
+            found.append((bind.path, info.st_dev, info.st_ino))
+        return found
 
     def _open(self, name: str, parent: int) -> tuple[int, os.stat_result] | None:
         try:
@@ -167,9 +196,8 @@ class GitGuard:
         self._owned.append(fd)
         return fd, os.fstat(fd)
 
-    def _bind(self, fd: int, dest: str, *, writable: bool = False) -> None:
-        self.fds.append(fd)
-        self.options += ["--bind-fd" if writable else "--ro-bind-fd", str(fd), dest]
+    def _bind(self, fd: int, path: str, *, writable: bool = False) -> None:
+        self.binds.append(GitBind(fd, path, writable))
 
     def _made(self, name: str, parent: int, directory: bool) -> tuple[int, os.stat_result]:
         """`name` in `parent`, made empty (the owner's of `parent`) if it is missing."""
@@ -195,13 +223,13 @@ class GitGuard:
             raise FileNotFoundError(name)
         return made
 
-    def _entries(self, git: int, inside: str) -> None:
+    def _entries(self, git: int) -> None:
         for name in (*CONTROL_FILES, *CONTROL_DIRS):
             directory = name in CONTROL_DIRS
             fd, info = self._made(name, git, directory)
             if not (stat.S_ISDIR if directory else stat.S_ISREG)(info.st_mode):
                 raise _odd(f".git/{name}", info, "a directory" if directory else "a file")
-            self._bind(fd, f"{inside}/{name}")
+            self._bind(fd, f".git/{name}")
         for name in WATCHED_FILES:
             found = self._open(name, git)
             if found is None:
@@ -210,9 +238,9 @@ class GitGuard:
             fd, info = found
             if not stat.S_ISREG(info.st_mode):
                 raise _odd(f".git/{name}", info, "a file")
-            self._bind(fd, f"{inside}/{name}")
+            self._bind(fd, f".git/{name}")
 
-    def _home(self, workspace: int, inside: str) -> None:
+    def _home(self, workspace: int) -> None:
         for name in HOME_FILES:
             found = self._open(name, workspace)
             if found is None:
@@ -221,7 +249,7 @@ class GitGuard:
             fd, info = found
             if not stat.S_ISREG(info.st_mode):
                 raise _odd(name, info, "a file")
-            self._bind(fd, f"{inside}/{name}")
+            self._bind(fd, name)
         for parent_name, name in HOME_DIRS:
             parent = self._open(parent_name, workspace)
             shown = f"{parent_name}/{name}"
@@ -236,24 +264,23 @@ class GitGuard:
             fd, info = found
             if not stat.S_ISDIR(info.st_mode):
                 raise _odd(shown, info, "a directory")
-            self._bind(fd, f"{inside}/{shown}")
+            self._bind(fd, shown)
 
-    def plan(self, workspace: Path, inside: str) -> None:
-        """Open and check every control entry of `workspace`, seen at `inside`."""
+    def plan(self, workspace: Path) -> None:
+        """Open and check every control entry of `workspace`."""
         root = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         self._owned.append(root)
-        self._home(root, inside)
+        self._home(root)
         fd, info = self._made(".git", root, directory=True)
-        dest = f"{inside}/.git"
         if stat.S_ISREG(info.st_mode):
-            self._bind(fd, dest)  # a `gitdir:` file
+            self._bind(fd, ".git")  # a `gitdir:` file
         elif not stat.S_ISDIR(info.st_mode):
             raise _odd(".git", info, "a directory or a `gitdir:` file")
         elif self._open("HEAD", fd) is None:
-            self._bind(fd, dest)  # no repository: none can be made inside
+            self._bind(fd, ".git")  # no repository: none can be made inside
         else:
-            self._bind(fd, dest, writable=True)
-            self._entries(fd, dest)
+            self._bind(fd, ".git", writable=True)
+            self._entries(fd)
 
     def sweep(self) -> list[str]:
         """Move aside each watched entry the command made; a sentence for each."""
@@ -306,11 +333,16 @@ def _move_aside(parent: int, name: str, shown: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def guard(workspace: Path, inside: str) -> Iterator[GitGuard]:
-    """The protection of `workspace`'s git for one run; its descriptors closed on exit."""
+def _guard(workspace: Path) -> Iterator[GitGuard]:
     made = GitGuard()
     try:
-        made.plan(workspace, inside)
+        made.plan(workspace)
         yield made
     finally:
         made.close()
+
+
+def guard(workspace: Path, writable: bool) -> contextlib.AbstractContextManager[GitGuard | None]:
+    """The protection of `workspace`'s git for one run, its descriptors closed on exit;
+    none when the operator lets commands write git's control files (`writable`)."""
+    return contextlib.nullcontext() if writable else _guard(workspace)
