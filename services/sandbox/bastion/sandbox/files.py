@@ -4,7 +4,9 @@ A path is walked one component at a time from a descriptor of the workspace, eac
 directory opened with `O_NOFOLLOW`: `..` may not climb above the workspace, and a symbolic
 link is followed only while it stays inside (an absolute target counts as inside when it
 names `/workspace/...`, the sandbox's view). A write never goes through a hard link: a
-file with more than one link is refused, and the new content lands by rename.
+file with more than one link is refused, and the new content lands by rename. A write to
+one of git's control paths (`gitguard.control_path`, matched on the resolved components)
+is refused unless the operator's `BASTION_GIT_WRITABLE` allows it.
 
 Files and directories are created by this service's user. The sandbox maps that same host
 user to its uid 10001, so what `write_file` creates and what the shell creates have one

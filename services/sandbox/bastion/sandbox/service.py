@@ -107,7 +107,8 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     """Where Bastion's state is (never shown to, nor accepted as, a workspace), the programs
     that build a sandbox, and what the operator lifts or caps.
 
-    `git_writable` lets commands write the workspace's `.git/hooks` and `.git/config`;
+    `git_writable` lets commands and the file tools write git's control files in the
+    workspace (`gitguard`: `.git`'s config, hooks, commondir..., `.gitconfig`);
     `cgroups` False skips the per-command cgroup; `max_sandboxes_per_tenant` caps one
     tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most.
     """

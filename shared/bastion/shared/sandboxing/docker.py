@@ -4,9 +4,11 @@ A container runs as the workspace's owner with no capabilities, no new privilege
 read-only root, a private `/tmp` tmpfs, the workspace at `/workspace`, and the limits of
 `ContainerLimits` plus a command's CPU seconds and file size (as `ulimit`s: Docker has no
 per-process address-space limit, the container's memory limit stands in for it). Unless
-the operator lets commands write them (`git_writable`), the workspace's `.git/hooks` and
-`.git/config` are mounted read-only over it, as bubblewrap does: a hook or config written
-by a command would run later, outside any sandbox, when a person uses git. Its init
+the operator lets commands write them (`git_writable`), git's control files in the
+workspace are mounted as bubblewrap binds them (`gitguard`): a hook or config written by a
+command would run later, outside any sandbox, when a person uses git. The engine mounts
+host paths, so once a container runs each such mount is checked to show the file that
+was checked (device and inode), and the container is not used otherwise. Its init
 is a shell loop: as the namespace's pid 1 it outlives `kill -9 -1` and reaps orphans.
 
 A call whose wall clock runs out ends with `kill -9 -1` run in the container as its user:

@@ -3,25 +3,27 @@
 A hook or a config written by a command would run later, outside any sandbox, when a
 person or an operator's hook runs git in the workspace. Every entry git reads for
 configuration or hooks is therefore read-only inside a sandbox (unless the operator sets
-`BASTION_GIT_WRITABLE`), and no host path is resolved twice: each entry is opened once,
+`BASTION_GIT_WRITABLE`), and no host path is trusted twice: each entry is opened once,
 with `O_PATH | O_NOFOLLOW`, relative to a descriptor of the workspace, checked with
-`fstat`, and that descriptor is what bubblewrap binds (`--bind-fd`, `--ro-bind-fd`).
+`fstat`, and that descriptor is what is bound (bubblewrap's `--bind-fd`/`--ro-bind-fd`,
+which check that the mount shows the descriptor's file; the Docker backend proves it
+after the container starts).
 
-- `.git` itself is bound by its descriptor onto `/workspace/.git`: a mount point, so a
-  command can neither rename nor remove it nor replace it with a `gitdir:` file. A `.git`
-  file (a `gitdir:` link) is bound read-only. A workspace with no repository (no `.git`,
-  or one without `HEAD`) gets an empty read-only `.git`: it cannot become one inside.
-- `config`, `config.worktree`: bound read-only; a missing one gets an empty read-only
-  file (an empty config is a valid one). `hooks`, `worktrees`, `modules`: bound
-  read-only; a missing one gets an empty read-only directory. The empty file or
-  directory bubblewrap leaves on the host as the mount point is harmless to git.
+- `.git` is bound onto `/workspace/.git`: a mount point, so a command can neither rename
+  nor remove it nor replace it with a `gitdir:` file. A `.git` file (a `gitdir:` link) is
+  bound read-only. A workspace that is no repository (no `.git`, or one without `HEAD`)
+  gets an empty `.git` directory, the workspace owner's, bound read-only: no repository
+  can be made inside.
+- `config`, `config.worktree`, `hooks`, `worktrees`, `modules`: bound read-only; a
+  missing one is first made empty, the owner of `.git`'s (an empty config is a valid one;
+  empty directories are harmless to git).
 - `commondir`, `gitdir`, and the workspace's `.gitconfig` and `.config/git` (HOME is the
   workspace inside): bound read-only when present. A missing one cannot be stood in for
   (git dies reading an empty `commondir`), so one a command made is moved aside when
   the command ends (`GitGuard.sweep`), and the result says so.
 - A control entry that is a symbolic link or of the wrong type (a `hooks` that is a
   file) cannot be protected where git would follow it: the call is refused, saying
-  which entry to fix (`GitEntryRefused`).
+  which entry to fix (`GitEntryRefused`). No sandbox can make one: only the host can.
 
 `control_path` is the same table for the file tools, which refuse to touch these paths.
 `LOCKED_GIT_ENVIRONMENT` is how git runs on the host for a command hook.
