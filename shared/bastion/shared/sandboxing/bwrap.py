@@ -180,8 +180,10 @@ class BwrapBackend:
         cgroup = self._cgroup(spec)
         try:
             with guard(spec.workspace, spec.git_writable) as git:
-                finished = await self._launch_in(spec, command, bwrap, prlimit, cgroup, git=git)
-                notes = git.sweep() if git is not None else []
+                try:
+                    finished = await self._launch_in(spec, command, bwrap, prlimit, cgroup, git=git)
+                finally:  # a cancelled or failed run is swept too
+                    notes = git.sweep() if git is not None else []
             return _result(finished, cgroup.limit_hit() if cgroup else "", notes)
         finally:
             if cgroup is not None:

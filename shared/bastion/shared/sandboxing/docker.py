@@ -445,17 +445,20 @@ class DockerBackend:
             for _ in range(2):  # once more should the container have gone meanwhile
                 uid, gid = _owner(spec.workspace)
                 with guard(spec.workspace, spec.git_writable) as git:
-                    container_id = await self._sandboxes.container(
-                        self.target, spec, session_id, git
-                    )
                     try:
-                        result = await self._sandboxes.exec(
-                            container_id, f"{uid}:{gid}", command, spec.limits
+                        container_id = await self._sandboxes.container(
+                            self.target, spec, session_id, git
                         )
-                    except _Gone:
-                        self._sandboxes.forget(session_id, container_id)
-                        continue
-                    return _with_notes(result, git.sweep() if git is not None else [])
+                        try:
+                            result = await self._sandboxes.exec(
+                                container_id, f"{uid}:{gid}", command, spec.limits
+                            )
+                        except _Gone:
+                            self._sandboxes.forget(session_id, container_id)
+                            continue
+                    finally:  # a cancelled or failed run is swept too
+                        notes = git.sweep() if git is not None else []
+                    return _with_notes(result, notes)
             raise SandboxFailed(
                 "the session's Docker container stopped as soon as it started: check the "
                 f"engine's log for container events of session {session_id}"

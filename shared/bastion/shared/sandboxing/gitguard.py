@@ -322,6 +322,8 @@ def _move_aside(parent: int, name: str, shown: str) -> list[str]:
         os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
         return []
+    except OSError as error:
+        return [f"bastion: {shown} could not be checked after the command: {error}"]
     aside = f"{name}.refused-{secrets.token_hex(4)}"
     where = shown[: len(shown) - len(name)] + aside
     try:
