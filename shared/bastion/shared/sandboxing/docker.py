@@ -300,6 +300,11 @@ class DockerSandboxes:
         paths = " ".join(f"'{WORKSPACE}/{path}'" for path, _, _ in wanted)
         seen = await self.exec(container_id, user, f"stat -c '%d %i' {paths}", _CHECK_LIMITS)
         expected = "".join(f"{dev} {ino}\n" for _, dev, ino in wanted)
+        if seen.exit_status == 127:
+            raise SandboxFailed(
+                "the container cannot show what its git mounts are (no `stat` in the image): "
+                "use an image with coreutils or busybox, or set BASTION_GIT_WRITABLE=true"
+            )
         if seen.exit_status != 0 or seen.stdout != expected:
             raise SandboxFailed(
                 "the workspace's git control files changed while the container was being "
