@@ -41,32 +41,42 @@ from pathlib import Path
 from typing import Final
 
 from bastion.shared.errors import InvalidInput
+from bastion.shared.sandboxing.errors import SandboxFailed
 
 __all__ = [
     "CONTROL_DIRS",
     "CONTROL_FILES",
+    "HOME_DIRS",
+    "HOME_FILES",
     "LOCKED_GIT_CONFIG",
     "LOCKED_GIT_ENVIRONMENT",
     "WATCHED_FILES",
+    "GitBind",
     "GitEntryRefused",
     "GitGuard",
     "control_path",
     "guard",
     "locked_git_environment",
+    "refusal",
 ]
 
 CONTROL_FILES: Final = ("config", "config.worktree")
-"""Files of a `.git` directory git reads configuration from: an empty one stands in."""
+"""Files of a `.git` directory git reads configuration from: a missing one is made empty."""
 CONTROL_DIRS: Final = ("hooks", "worktrees", "modules")
-"""Directories of a `.git` directory holding hooks or other repositories' configuration."""
+"""Directories of a `.git` directory holding hooks or other repositories' configuration:
+a missing one is made empty."""
 WATCHED_FILES: Final = ("commondir", "gitdir")
 """Files of a `.git` directory that redirect git elsewhere: nothing may stand in for one."""
 HOME_FILES: Final = (".gitconfig",)
 """The workspace's own git configuration, read by git inside (HOME is the workspace)."""
 HOME_DIRS: Final = ((".config", "git"),)
+"""The workspace's `.config/git`, read by git inside for the same reason."""
 
 _OPEN: Final = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
-_SWITCH: Final = "set BASTION_GIT_WRITABLE=true for the sandbox service to let commands change it"
+_SWITCH: Final = (
+    "set BASTION_GIT_WRITABLE=true for the sandbox service to let commands and the file "
+    "tools change it"
+)
 
 LOCKED_GIT_CONFIG: Final = (
     ("core.fsmonitor", "false"),
@@ -207,19 +217,17 @@ class GitGuard:
         if found is not None:
             return found
         owner = os.fstat(parent)
-        if directory:
-            os.mkdir(name, 0o755, dir_fd=parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            if directory:
+                os.mkdir(name, 0o755, dir_fd=parent)
+            else:
+                os.close(os.open(name, flags, 0o644, dir_fd=parent))
+        except FileExistsError:
+            pass  # made meanwhile (another run starting): checked below as found
         else:
-            os.close(
-                os.open(
-                    name,
-                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o644,
-                    dir_fd=parent,
-                )
-            )
-        if os.geteuid() == 0:
-            os.chown(name, owner.st_uid, owner.st_gid, dir_fd=parent, follow_symlinks=False)
+            if os.geteuid() == 0:
+                os.chown(name, owner.st_uid, owner.st_gid, dir_fd=parent, follow_symlinks=False)
         made = self._open(name, parent)
         if made is None:
             raise FileNotFoundError(name)
@@ -340,7 +348,14 @@ def _move_aside(parent: int, name: str, shown: str) -> list[str]:
 def _guard(workspace: Path) -> Iterator[GitGuard]:
     made = GitGuard()
     try:
-        made.plan(workspace)
+        try:
+            made.plan(workspace)
+        except OSError as error:
+            raise SandboxFailed(
+                f"the workspace's git control files could not be checked or made empty "
+                f"({error.strerror}: {error.filename}): let the sandbox service write the "
+                f"workspace's .git, or {_SWITCH}"
+            ) from None
         yield made
     finally:
         made.close()
