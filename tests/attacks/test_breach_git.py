@@ -29,7 +29,7 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import SESSION, Host, exists, shell
+from tests.attacks.conftest import SESSION, Host, exists, shell, wait_for_file
 from tests.attacks.test_docker_containment import Box, release
 from tests.conftest import ServiceRunner
 from tests.docker.conftest import containers_of
@@ -136,11 +136,9 @@ class _Swapper:
         return int(out)
 
 
-@pytest.fixture
-def swapper(host: Host) -> Iterator[_Swapper]:
+def _look_alike(host: Host) -> None:
     """A repository and, beside it, `evil`: a look-alike whose config and hooks are links to
-    the state directory's secret (the vault's key, say); a host process swaps the two
-    without end, as a second session on the workspace would try to."""
+    the state directory's secret (the vault's key, say)."""
     workspace = host.workspace
     _repo(workspace)
     evil = workspace / "evil"
@@ -149,7 +147,14 @@ def swapper(host: Host) -> Iterator[_Swapper]:
     (evil / "config").symlink_to(host.state_dir / "sessions.key")
     (evil / "hooks").symlink_to(host.state_dir)
     _own(workspace)
-    running = _Swapper(workspace)
+
+
+@pytest.fixture
+def swapper(host: Host) -> Iterator[_Swapper]:
+    """The look-alike beside the repository, and a host process swapping the two without
+    end, as a second session on the workspace would try to."""
+    _look_alike(host)
+    running = _Swapper(host.workspace)
     try:
         yield running
     finally:
@@ -201,6 +206,45 @@ async def test_swapping_dot_git_while_sandboxes_start_never_shows_a_host_file(
     for reason in refused:  # `evil` was `.git` as the run started: refused, saying why
         assert reason.startswith(codes.INVALID_INPUT), reason
         assert "is a symbolic link" in reason
+
+
+async def test_a_second_session_swapping_from_its_sandbox_never_wins(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """The same race from where a session really is: its sandbox's `.git` is a mount point,
+    so thousands of exchanges fail while the first session's sandboxes start."""
+    _look_alike(host)
+    workspace = host.workspace
+    loop = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "tries = wins = 0\n"
+        "open('swapping', 'w').close()\n"
+        "while tries < 3000 or not os.path.exists('stop-swapping'):\n"
+        "    tries += 1\n"
+        "    wins += libc.renameat2(-100, b'.git', -100, b'evil', 2) == 0\n"
+        "print(tries, wins)\n"
+    )
+    (workspace / "loop.py").write_text(loop)
+    _own(workspace)
+    attacker: list[ExecResult] = []
+    seen: list[str] = []
+
+    async def second_session() -> None:
+        attacker.append(await shell(client, workspace, "python3 loop.py", session="b" * 16))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(second_session)
+        await anyio.to_thread.run_sync(wait_for_file, workspace / "swapping", 20.0)
+        for number in range(24):
+            result = await shell(client, workspace, "cat .git/config", session=f"{number:016x}")
+            seen.append(result.stdout + result.stderr)
+        (workspace / "stop-swapping").touch()
+    tries, wins = (int(word) for word in attacker[0].stdout.split())
+    assert tries >= 3000
+    assert wins == 0, f"the second session exchanged .git {wins} times"
+    config = (workspace / ".git/config").read_text()
+    assert seen == [config] * 24
 
 
 async def test_a_sandbox_cannot_move_remove_or_exchange_dot_git(
