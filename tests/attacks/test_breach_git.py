@@ -329,6 +329,22 @@ async def test_a_planted_git_setting_never_runs_on_the_host(
     await _host_git_runs_nothing(host.workspace, mark)
 
 
+async def test_git_still_commits_inside_the_protected_repository(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """Objects, refs, the index and the logs stay writable: only control entries are not."""
+    _repo(host.workspace)
+    result = await shell(
+        client,
+        host.workspace,
+        f"{SAFE}echo hello > a.txt && git add a.txt && "
+        "git -c user.name=agent -c user.email=agent@example.org commit -qm 'add a' && "
+        "git log --format=%s -1",
+    )
+    assert result.stdout == "add a\n", result.stderr
+    assert "add a" in _git(host.workspace, "log", "--format=%s", "-1").stdout
+
+
 async def test_a_commondir_a_command_makes_is_moved_aside_and_the_result_says_so(
     client: Client, sandbox: None, host: Host
 ) -> None:
