@@ -213,7 +213,7 @@ async def test_a_hardlink_from_the_shell_to_a_file_outside_fails(
 ) -> None:
     result = await shell(client, host.workspace, "ln /usr/bin/env hl; ln /etc/hostname h2")
     assert result.stderr.count("Invalid cross-device link") == 2
-    assert sorted(os.listdir(host.workspace)) == []
+    assert sorted(os.listdir(host.workspace)) == [".git"]  # the empty, read-only placeholder
 
 
 @pytest.mark.parametrize("tool", ["read_file", "write_file"])
@@ -532,7 +532,8 @@ async def test_one_sessions_tmp_is_invisible_to_another_running_at_once(
 ) -> None:
     other = host.root / "workspace-b"
     other.mkdir()
-    host.before = host.listing() | {"workspace-b/seen"}
+    # `.git`: the empty placeholder that keeps a workspace from becoming a repository
+    host.before = host.listing() | {"workspace-b/seen", "workspace-b/.git"}
     first = (
         "echo mine > /tmp/a-secret && touch ready && "
         "i=0; while [ ! -e go ] && [ $i -lt 2000 ]; do i=$((i+1)); sleep 0.01; done; "

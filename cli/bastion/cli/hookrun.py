@@ -13,6 +13,8 @@ import anyio
 import msgspec
 from anyio.abc import ByteReceiveStream
 
+from bastion.shared.sandboxing.gitguard import LOCKED_GIT_ENVIRONMENT
+
 __all__ = ["MAX_OUTPUT", "Ran", "run_command"]
 
 MAX_OUTPUT: Final = 64 * 1024
@@ -43,9 +45,12 @@ async def _read(stream: ByteReceiveStream | None, into: bytearray) -> None:
 
 
 def _environment(event: str, session_id: str) -> dict[str, str]:
-    # The hook runs as the user who runs Bastion, but gets none of Bastion's own settings
-    # (a NATS password among them).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
+    """The hook's environment: the user's who runs Bastion, without Bastion's own settings
+    (a NATS password among them) and with git locked down: the workspace's git control
+    files are the agent's to try, so no git setting of anyone may run a program, and
+    none of the user's `GIT_*` variables passes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BASTION_", "GIT_"))}
+    env.update(LOCKED_GIT_ENVIRONMENT)
     env["BASTION_HOOK_EVENT"] = event
     env["BASTION_SESSION"] = session_id
     return env

@@ -6,8 +6,9 @@
 `bastion.v1.hooks.<event>.<tenant>.commands`, and re-registers when the file changes. A
 hooks file that others may change registers for every event and blocks every call until
 it is fixed. Hooks run as the user running `bastion up`, outside any sandbox, in the
-session's workspace when it has one. Failures of hooks that do not block go to
-`<state dir>/hooks.log`.
+session's workspace when it has one, with git's configuration locked down
+(`gitguard.LOCKED_GIT_ENVIRONMENT`: no program named by a git setting runs). Failures
+of hooks that do not block go to `<state dir>/hooks.log`.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from bastion.shared.errors import InvalidInput
 __all__ = ["edit_file"]
 
 
-def edit_file(workspace: Path, request: EditFile) -> str:
-    """Replace `old_string` once (it must be there once) or, with `replace_all`, each time."""
+def edit_file(workspace: Path, request: EditFile, *, git_writable: bool = False) -> str:
+    """Replace `old_string` once (it must be there once) or, with `replace_all`, each time;
+    in one of git's control files only with `git_writable`."""
     old = request.old_string.replace("\r\n", "\n")
     new = request.new_string.replace("\r\n", "\n")
     if not old:
@@ -48,6 +49,7 @@ def edit_file(workspace: Path, request: EditFile) -> str:
             path=request.path,
             content=with_newlines(text, current.newline),
         ),
+        git_writable=git_writable,
     )
     times = "1 time" if count == 1 else f"{count} times"
     return f"edited {request.path}: replaced old_string {times}"

@@ -4,7 +4,9 @@ A path is walked one component at a time from a descriptor of the workspace, eac
 directory opened with `O_NOFOLLOW`: `..` may not climb above the workspace, and a symbolic
 link is followed only while it stays inside (an absolute target counts as inside when it
 names `/workspace/...`, the sandbox's view). A write never goes through a hard link: a
-file with more than one link is refused, and the new content lands by rename.
+file with more than one link is refused, and the new content lands by rename. A write to
+one of git's control paths (`gitguard.control_path`, matched on the resolved components)
+is refused unless the operator's `BASTION_GIT_WRITABLE` allows it.
 
 Files and directories are created by this service's user. The sandbox maps that same host
 user to its uid 10001, so what `write_file` creates and what the shell creates have one
@@ -26,6 +28,7 @@ from bastion.proto.sandbox import ReadFile, WriteFile
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput, NotFound
 from bastion.shared.sandboxing import WORKSPACE
+from bastion.shared.sandboxing.gitguard import control_path, refusal
 
 __all__ = ["MAX_LINE_CHARS", "MAX_READ_CHARS", "read_file", "read_text", "write_file"]
 
@@ -58,12 +61,35 @@ def _escape(path: str, how: str) -> InvalidInput:
     )
 
 
-def _resolve(root: int, path: str, *, make_dirs: bool, directory: bool = False) -> tuple[int, str]:
+def _follow(stack: list[int], names: list[str], name: str, path: str) -> list[str]:
+    """The components a link on the way stands for; an absolute one (`/workspace/...`)
+    restarts from the workspace, so `stack` and `names` go back to it."""
+    target = os.readlink(name, dir_fd=stack[-1])
+    if target.startswith("/"):
+        if target != WORKSPACE and not target.startswith(WORKSPACE + "/"):
+            raise _escape(path, "passes through a symbolic link that points")
+        while len(stack) > 1:
+            os.close(stack.pop())
+        names.clear()
+    return _parts(target)
+
+
+def _resolve(
+    root: int, path: str, *, make_dirs: bool, directory: bool = False, guard: bool = False
+) -> tuple[int, str]:
     """The directory (a new descriptor, the caller's to close) holding `path`'s last
     component, and that component's name; every link on the way stays inside `root`.
-    With `directory`, a path that ends at a directory (`.`, `a/..`) gives it and `.`."""
+    With `directory`, a path that ends at a directory (`.`, `a/..`) gives it and `.`.
+    With `guard`, a path that resolves to one of git's control paths is refused before
+    any directory is made for it (`gitguard.control_path`, on the resolved components)."""
     stack = [os.dup(root)]
+    names: list[str] = []
     pending = _parts(path)
+
+    def guarded(*rest: str) -> None:
+        if guard and control_path([*names, *rest]):
+            raise refusal(shown(path))
+
     links = 0
     try:
         while pending:
@@ -72,10 +98,12 @@ def _resolve(root: int, path: str, *, make_dirs: bool, directory: bool = False) 
                 if len(stack) == 1:
                     raise _escape(path, "climbs above the workspace with `..`")
                 os.close(stack.pop())
+                names.pop()
                 continue
             try:
                 info = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
             except FileNotFoundError:
+                guarded(name, *pending)  # what is missing would be made as it is named
                 if not pending:
                     return os.dup(stack[-1]), name
                 if not make_dirs:
@@ -92,15 +120,10 @@ def _resolve(root: int, path: str, *, make_dirs: bool, directory: bool = False) 
                         f"{shown(path)} goes through too many symbolic links: give the "
                         "file's own path"
                     )
-                target = os.readlink(name, dir_fd=stack[-1])
-                if target.startswith("/"):
-                    if target != WORKSPACE and not target.startswith(WORKSPACE + "/"):
-                        raise _escape(path, "passes through a symbolic link that points")
-                    while len(stack) > 1:
-                        os.close(stack.pop())
-                pending = _parts(target) + pending
+                pending = _follow(stack, names, name, path) + pending
                 continue
             if not pending:
+                guarded(name)
                 return os.dup(stack[-1]), name
             if not stat.S_ISDIR(info.st_mode):
                 raise InvalidInput(
@@ -114,7 +137,9 @@ def _resolve(root: int, path: str, *, make_dirs: bool, directory: bool = False) 
                         f"{shown(path)} changed while it was being opened: try again"
                     ) from None
                 raise
+            names.append(name)
         if directory:
+            guarded()
             return os.dup(stack[-1]), "."
         raise InvalidInput(f"{shown(path)} is a directory, not a file: give a file's path")
     finally:
@@ -123,13 +148,13 @@ def _resolve(root: int, path: str, *, make_dirs: bool, directory: bool = False) 
 
 
 def _locate(
-    workspace: Path, path: str, *, make_dirs: bool, directory: bool = False
+    workspace: Path, path: str, *, make_dirs: bool, directory: bool = False, guard: bool = False
 ) -> tuple[int, str]:
     """`_resolve` from the workspace; a system refusal (permissions...) is a sentence."""
     try:
         root = os.open(workspace, _DIR_FLAGS)
         try:
-            return _resolve(root, path, make_dirs=make_dirs, directory=directory)
+            return _resolve(root, path, make_dirs=make_dirs, directory=directory, guard=guard)
         finally:
             os.close(root)
     except OSError as error:
@@ -249,10 +274,11 @@ def _replace(parent: int, name: str, data: bytes, mode: int) -> None:
         raise
 
 
-def write_file(workspace: Path, request: WriteFile) -> str:
-    """Write a whole workspace file atomically, creating its directories."""
+def write_file(workspace: Path, request: WriteFile, *, git_writable: bool = False) -> str:
+    """Write a whole workspace file atomically, creating its directories; one of git's
+    control paths only with `git_writable`."""
     data = request.content.encode()
-    parent, name = _locate(workspace, request.path, make_dirs=True)
+    parent, name = _locate(workspace, request.path, make_dirs=True, guard=not git_writable)
     try:
         try:
             existing = os.stat(name, dir_fd=parent, follow_symlinks=False)

@@ -93,16 +93,26 @@ def _plan(workspace: Path, change: FileChange) -> _Planned:
     return _Planned(change, target, text.encode(), current.mode, f"moved {path} -> {target}")
 
 
-def _stage(workspace: Path, planned: _Planned) -> None:
+def _guard(workspace: Path, plan: list[_Planned]) -> None:
+    """Refuse the patch if it touches one of git's control paths (`gitguard`): every
+    source and target is resolved and checked before anything is made or written."""
+    for planned in plan:
+        for path in (planned.change.path, planned.target):
+            with contextlib.suppress(NotFound):
+                parent, _ = _locate(workspace, path, make_dirs=False, guard=True)
+                os.close(parent)
+
+
+def _stage(workspace: Path, planned: _Planned, guard: bool) -> None:
     """Open the directories a change touches and write its new text beside its file."""
     change = planned.change
     if change.action == "delete" or change.move_to is not None:
         planned.source_parent, planned.source_name = _locate(
-            workspace, change.path, make_dirs=False
+            workspace, change.path, make_dirs=False, guard=guard
         )
     if planned.data is None:
         return
-    planned.parent, planned.name = _locate(workspace, planned.target, make_dirs=True)
+    planned.parent, planned.name = _locate(workspace, planned.target, make_dirs=True, guard=guard)
     planned.temporary = f".{planned.name[:200]}.{secrets.token_hex(4)}.tmp"
     fd = os.open(
         planned.temporary,
@@ -137,8 +147,9 @@ def _release(plan: list[_Planned]) -> None:
                 os.close(fd)
 
 
-def apply_patch(workspace: Path, request: ApplyPatch) -> str:
-    """Apply a whole patch, or change nothing and say which file and hunk did not fit."""
+def apply_patch(workspace: Path, request: ApplyPatch, *, git_writable: bool = False) -> str:
+    """Apply a whole patch, or change nothing and say which file and hunk did not fit; one
+    that touches git's control paths only with `git_writable`."""
     changes = parse_patch(request.patch)
     named: set[str] = set()
     for change in changes:
@@ -152,6 +163,8 @@ def apply_patch(workspace: Path, request: ApplyPatch) -> str:
             named.add(key)
     try:
         plan = [_plan(workspace, change) for change in changes]
+        if not git_writable:
+            _guard(workspace, plan)
     except (InvalidInput, NotFound) as error:
         raise type(error)(
             short(f"the patch was not applied (no file changed): {error.message}")
@@ -159,7 +172,7 @@ def apply_patch(workspace: Path, request: ApplyPatch) -> str:
     try:
         try:
             for planned in plan:
-                _stage(workspace, planned)
+                _stage(workspace, planned, not git_writable)
         except OSError as error:
             raise InvalidInput(
                 f"the patch fits, but its new files could not be written ({error.strerror}); "

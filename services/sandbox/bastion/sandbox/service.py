@@ -10,13 +10,14 @@ can cut them from what it records without holding them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import anyio.to_process
 import anyio.to_thread
@@ -103,6 +104,9 @@ _FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
     FindFiles: find_files,
 }
 """Each file tool's function: it runs in a worker thread, on the checked workspace."""
+_GUARDED: Final = (WriteFile, EditFile, ApplyPatch)
+"""The file tools that change files: each refuses git's control paths (`gitguard`) unless
+the operator's `git_writable` lets it."""
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +119,8 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     """Where Bastion's state is (never shown to, nor accepted as, a workspace), the programs
     that build a sandbox, and what the operator lifts or caps.
 
-    `git_writable` lets commands write the workspace's `.git/hooks` and `.git/config`;
+    `git_writable` lets commands and the file tools write git's control files in the
+    workspace (`gitguard`: `.git`'s config, hooks, commondir..., `.gitconfig`);
     `cgroups` False skips the per-command cgroup; `max_sandboxes_per_tenant` caps one
     tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most;
     `search_workers_per_tenant` does the same for its searches.
@@ -418,7 +423,9 @@ class Sandboxes:
             if isinstance(request, SearchFiles):
                 text = await self._search(workspace, request)
             else:
-                tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
+                tool: Callable[..., str] = _FILE_TOOLS[type(request)]
+                if isinstance(request, _GUARDED):
+                    tool = functools.partial(tool, git_writable=self._git_writable)
                 text = await anyio.to_thread.run_sync(tool, workspace, request)
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)

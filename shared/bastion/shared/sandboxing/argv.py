@@ -100,31 +100,6 @@ def _masks(hidden: Sequence[Path], bound: Sequence[Path]) -> list[str]:
     return args
 
 
-def _git_protection(workspace: Path) -> list[str]:
-    """`.git/hooks` and `.git/config` of a real `.git` directory, read-only.
-
-    A hook or a config written by a command would run later, outside any sandbox, when a
-    person uses git. Only paths that are not symlinks are bound from the host (a symlink
-    would bind whatever it names); a symlinked or missing hooks directory gets an empty
-    read-only one instead, and a symlinked config an empty read-only file.
-    """
-    git = workspace / ".git"
-    if git.is_symlink() or not git.is_dir():
-        return []
-    inside = f"{WORKSPACE}/.git"
-    hooks, config = git / "hooks", git / "config"
-    args: list[str] = []
-    if hooks.is_dir() and not hooks.is_symlink():
-        args += ["--ro-bind", str(hooks), f"{inside}/hooks"]
-    else:
-        args += ["--tmpfs", f"{inside}/hooks", "--remount-ro", f"{inside}/hooks"]
-    if config.is_symlink():
-        args += ["--ro-bind", "/dev/null", f"{inside}/config"]
-    elif config.is_file():
-        args += ["--ro-bind", str(config), f"{inside}/config"]
-    return args
-
-
 def bwrap_argv(
     bwrap: str,
     spec: SandboxSpec,
@@ -133,10 +108,13 @@ def bwrap_argv(
     status_fd: int,
     data_fds: Sequence[tuple[int, str]],
     args_fd: int | None = None,
+    git_options: Sequence[str] = (),
 ) -> list[str]:
     """bwrap's arguments for `spec`, running `command` as uid 10001 in `/workspace`.
 
     `args_fd`, when given, is a pipe of further options (`secret_args`) read last.
+    `git_options` bind the workspace's git control files by descriptor (`gitguard`),
+    right after the workspace itself.
 
     `status_fd` receives bwrap's JSON status (its `child-pid` line proves the sandbox
     started); each `(fd, path)` of `data_fds` is a pipe whose content bwrap writes,
@@ -194,8 +172,7 @@ def bwrap_argv(
         str(spec.workspace),
         WORKSPACE,
     ]
-    if not spec.git_writable:
-        args += _git_protection(spec.workspace)
+    args += git_options
     for directory in spec.read_only:
         args += ["--ro-bind", str(directory), str(directory)]
     if spec.bridge is not None:

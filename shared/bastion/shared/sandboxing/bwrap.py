@@ -36,6 +36,7 @@ from bastion.shared.sandboxing.cgroup import (
 )
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import DataFile, generated_etc
+from bastion.shared.sandboxing.gitguard import GitGuard, guard
 from bastion.shared.sandboxing.process import Finished, run_limited
 from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
 
@@ -103,7 +104,7 @@ def _reason(finished: Finished) -> str:
 _SIGNAL_LIMITS: Final = {int(signal.SIGXCPU): "cpu_time", int(signal.SIGXFSZ): "file_size"}
 
 
-def _result(finished: Finished, limit_hit: str = "") -> ExecResult:
+def _result(finished: Finished, limit_hit: str = "", notes: list[str] | None = None) -> ExecResult:
     status = finished.returncode
     ended: str = "exited"
     signum: int | None = None
@@ -113,12 +114,15 @@ def _result(finished: Finished, limit_hit: str = "") -> ExecResult:
         ended, signum, status = "signal", -status, 128 - status
     elif status in _SIGNAL_STATUSES:
         ended, signum = "signal", status - 128
+    stderr = finished.stderr.text()
+    if notes:
+        stderr += "".join(f"\n{note}" for note in notes)
     return ExecResult(
         exit_status=status,
         ended=ended,  # type: ignore[arg-type]
         signal=signum,
         stdout=finished.stdout.text(),
-        stderr=finished.stderr.text(),
+        stderr=stderr,
         stdout_cut=finished.stdout.cut,
         stderr_cut=finished.stderr.cut,
         duration_s=round(finished.duration_s, 3),
@@ -187,8 +191,12 @@ class BwrapBackend:
         bwrap, prlimit = self._programs()
         cgroup = self._cgroup(spec)
         try:
-            finished = await self._launch_in(spec, command, bwrap, prlimit, cgroup)
-            return _result(finished, cgroup.limit_hit() if cgroup else "")
+            with guard(spec.workspace, spec.git_writable) as git:
+                try:
+                    finished = await self._launch_in(spec, command, bwrap, prlimit, cgroup, git=git)
+                finally:  # a cancelled or failed run is swept too
+                    notes = git.sweep() if git is not None else []
+            return _result(finished, cgroup.limit_hit() if cgroup else "", notes)
         finally:
             if cgroup is not None:
                 with anyio.CancelScope(shield=True):
@@ -201,6 +209,8 @@ class BwrapBackend:
         bwrap: str,
         prlimit: str,
         cgroup: CommandCgroup | None,
+        *,
+        git: GitGuard | None,
     ) -> Finished:
         data = generated_etc(spec.network)
         environment = list(spec.secret_environment)
@@ -230,6 +240,7 @@ class BwrapBackend:
                         (read, file.path) for (read, _), file in zip(data_pipes, data, strict=True)
                     ],
                     args_fd=args_fd,
+                    git_options=git.options(WORKSPACE) if git is not None else (),
                 )
             )
             finished = await run_limited(
@@ -239,7 +250,8 @@ class BwrapBackend:
                 env=_LAUNCHER_ENV,
                 pass_fds=[read for read, _ in data_pipes]
                 + ([args_fd] if args_fd is not None else [])
-                + [status_write],
+                + [status_write]
+                + (git.fds if git is not None else []),
             )
             status = _read_available(status_read)
         if b'"child-pid"' not in status:

@@ -4,9 +4,11 @@ A container runs as the workspace's owner with no capabilities, no new privilege
 read-only root, a private `/tmp` tmpfs, the workspace at `/workspace`, and the limits of
 `ContainerLimits` plus a command's CPU seconds and file size (as `ulimit`s: Docker has no
 per-process address-space limit, the container's memory limit stands in for it). Unless
-the operator lets commands write them (`git_writable`), the workspace's `.git/hooks` and
-`.git/config` are mounted read-only over it, as bubblewrap does: a hook or config written
-by a command would run later, outside any sandbox, when a person uses git. Its init
+the operator lets commands write them (`git_writable`), git's control files in the
+workspace are mounted as bubblewrap binds them (`gitguard`): a hook or config written by a
+command would run later, outside any sandbox, when a person uses git. The engine mounts
+host paths, so once a container runs each such mount is checked to show the file that
+was checked (device and inode), and the container is not used otherwise. Its init
 is a shell loop: as the namespace's pid 1 it outlives `kill -9 -1` and reaps orphans.
 
 A call whose wall clock runs out ends with `kill -9 -1` run in the container as its user:
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import secrets
 import signal
 import time
@@ -33,6 +34,7 @@ from typing import Final, TypeVar
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from bastion.proto._base import MAX_TEXT
 from bastion.proto.sandbox import ExecResult, Limits
@@ -47,6 +49,7 @@ from bastion.shared.sandboxing.docker_engine import (
 )
 from bastion.shared.sandboxing.docker_target import DOCKER_PREFIX, DockerTarget
 from bastion.shared.sandboxing.errors import SandboxFailed
+from bastion.shared.sandboxing.gitguard import GitGuard, guard
 from bastion.shared.sandboxing.output import CappedOutput
 from bastion.shared.sandboxing.process import DRAIN_GRACE_S
 from bastion.shared.sandboxing.spec import WORKSPACE, SandboxSpec
@@ -113,56 +116,34 @@ def _owner(workspace: Path) -> tuple[int, int]:
     return info.st_uid, info.st_gid
 
 
-def _owned_dir(path: Path, uid: int, gid: int) -> None:
-    """Make `path` a directory of the workspace's owner, if it can be made."""
-    try:
-        path.mkdir(mode=0o755)
-        if os.geteuid() == 0:
-            os.chown(path, uid, gid, follow_symlinks=False)
-    except OSError:
-        pass  # an empty tmpfs goes there instead
+def _git_protection(workspace: Path, git: GitGuard | None) -> tuple[ReadOnlyMount, ...]:
+    """Git's control entries as `gitguard` checked them, mounted at their paths.
 
-
-def _git_protection(workspace: Path, uid: int, gid: int) -> tuple[ReadOnlyMount, ...]:
-    """`.git/hooks` and `.git/config` of a real `.git` directory, mounted read-only.
-
-    As bubblewrap's (`argv._git_protection`): only paths that are not symlinks are bound
-    from the host (a symlink would bind whatever it names); a symlinked hooks directory
-    gets an empty read-only tmpfs instead, a symlinked config `/dev/null`. A missing hooks
-    directory is made, the workspace owner's, and bound: Docker would otherwise make the
-    mount point itself, as root, in the owner's repository.
+    Docker mounts a host path, not a descriptor: `_check_git_mounts` proves, once the
+    container runs, that each mount shows the very file checked.
     """
-    git = workspace / ".git"
-    if git.is_symlink() or not git.is_dir():
+    if git is None:
         return ()
-    inside = f"{WORKSPACE}/.git"
-    hooks, config = git / "hooks", git / "config"
-    mounts: list[ReadOnlyMount] = []
-    if not os.path.lexists(hooks):
-        _owned_dir(hooks, uid, gid)
-    if hooks.is_dir() and not hooks.is_symlink():
-        mounts.append(ReadOnlyMount(f"{inside}/hooks", str(hooks)))
-    else:
-        mounts.append(ReadOnlyMount(f"{inside}/hooks"))
-    if config.is_symlink():
-        mounts.append(ReadOnlyMount(f"{inside}/config", "/dev/null"))
-    elif config.is_file():
-        mounts.append(ReadOnlyMount(f"{inside}/config", str(config)))
-    return tuple(mounts)
+    return tuple(
+        ReadOnlyMount(f"{WORKSPACE}/{bind.path}", str(workspace / bind.path), bind.writable)
+        for bind in git.binds
+    )
 
 
-def _identity(mounts: tuple[ReadOnlyMount, ...]) -> str:
+def _identity(git: GitGuard | None) -> str:
     """What the mounts bind, down to the inodes: a `.git` made or replaced since the
     container started gets a new container, protected, on the next call."""
-    parts = []
-    for mount in mounts:
-        try:
-            info = os.stat(mount.source) if mount.source else None
-        except OSError:
-            info = None
-        inode = f"{info.st_dev}:{info.st_ino}" if info else "-"
-        parts.append(f"{mount.target}={mount.source or 'tmpfs'}@{inode}")
-    return ",".join(parts)
+    if git is None:
+        return "-"
+    return ",".join(f"{path}@{dev}:{ino}" for path, dev, ino in git.identity())
+
+
+def _with_notes(result: ExecResult, notes: list[str]) -> ExecResult:
+    """`result` with what the git sweep did added to its error output."""
+    if not notes:
+        return result
+    stderr = result.stderr + "".join(f"\n{note}" for note in notes)
+    return msgspec.structs.replace(result, stderr=stderr)
 
 
 def _result(
@@ -283,12 +264,15 @@ class DockerSandboxes:
                 f"{target.network}`, or one routed through a filtering proxy) or use `none`"
             )
 
-    async def container(self, target: DockerTarget, spec: SandboxSpec, session_id: str) -> str:
-        """The running container of `session_id` for `spec`, started if there is none."""
+    async def container(
+        self, target: DockerTarget, spec: SandboxSpec, session_id: str, git: GitGuard | None
+    ) -> str:
+        """The running container of `session_id` for `spec`, started if there is none,
+        its git control entries those `git` checked."""
         lock = self._locks.setdefault(session_id, anyio.Lock())
         async with lock:
             self._used = True
-            config = self._config(target, await self.image_id(target), spec, session_id)
+            config = self._config(target, await self.image_id(target), spec, session_id, git)
             held = self._containers.get(session_id)
             if held is not None:
                 if held.config == config.labels[LABEL_CONFIG] and await self.call(
@@ -299,8 +283,33 @@ class DockerSandboxes:
                 await self.call(partial(self._engine.remove, held.id))
             await self._check_network(target)
             container_id = await self.call(partial(self._engine.create, config))
+            try:
+                await self._check_git_mounts(container_id, config.user, git)
+            except SandboxFailed:
+                await self.call(partial(self._engine.remove, container_id))
+                raise
             self._containers[session_id] = _Container(container_id, config.labels[LABEL_CONFIG])
             return container_id
+
+    async def _check_git_mounts(self, container_id: str, user: str, git: GitGuard | None) -> None:
+        """Each git mount shows the file `git` checked (same device and inode), or the
+        container is not used: a host path that changed between check and mount."""
+        if git is None or not git.binds:
+            return
+        wanted = git.identity()
+        paths = " ".join(f"'{WORKSPACE}/{path}'" for path, _, _ in wanted)
+        seen = await self.exec(container_id, user, f"stat -c '%d %i' {paths}", _CHECK_LIMITS)
+        expected = "".join(f"{dev} {ino}\n" for _, dev, ino in wanted)
+        if seen.exit_status == 127:
+            raise SandboxFailed(
+                "the container cannot show what its git mounts are (no `stat` in the image): "
+                "use an image with coreutils or busybox, or set BASTION_GIT_WRITABLE=true"
+            )
+        if seen.exit_status != 0 or seen.stdout != expected:
+            raise SandboxFailed(
+                "the workspace's git control files changed while the container was being "
+                "made, so it was not used: try the call again"
+            )
 
     def forget(self, session_id: str, container_id: str) -> None:
         """Drop a container from the map if it is still the session's."""
@@ -309,16 +318,21 @@ class DockerSandboxes:
             del self._containers[session_id]
 
     def _config(
-        self, target: DockerTarget, image_id: str, spec: SandboxSpec, session_id: str
+        self,
+        target: DockerTarget,
+        image_id: str,
+        spec: SandboxSpec,
+        session_id: str,
+        git: GitGuard | None,
     ) -> ContainerConfig:
         uid, gid = _owner(spec.workspace)
-        protected = () if spec.git_writable else _git_protection(spec.workspace, uid, gid)
+        protected = _git_protection(spec.workspace, git)
         # The operator's extra read-only directories, each at its own path, as bubblewrap
         # shows them; checked by the sandbox service before a spec is made.
         shown = tuple(ReadOnlyMount(str(path), str(path)) for path in spec.read_only)
         fingerprint = (
             f"{image_id} {target.network} {spec.workspace} {uid}:{gid} "
-            f"{spec.limits.cpu_s} {spec.limits.file_size_bytes} {_identity(protected)} "
+            f"{spec.limits.cpu_s} {spec.limits.file_size_bytes} {_identity(git)} "
             f"{' '.join(m.target for m in shown)}"
         )
         return ContainerConfig(
@@ -434,14 +448,22 @@ class DockerBackend:
         session_id = spec.session_id or "once-" + secrets.token_hex(8)
         try:
             for _ in range(2):  # once more should the container have gone meanwhile
-                container_id = await self._sandboxes.container(self.target, spec, session_id)
                 uid, gid = _owner(spec.workspace)
-                try:
-                    return await self._sandboxes.exec(
-                        container_id, f"{uid}:{gid}", command, spec.limits
-                    )
-                except _Gone:
-                    self._sandboxes.forget(session_id, container_id)
+                with guard(spec.workspace, spec.git_writable) as git:
+                    try:
+                        container_id = await self._sandboxes.container(
+                            self.target, spec, session_id, git
+                        )
+                        try:
+                            result = await self._sandboxes.exec(
+                                container_id, f"{uid}:{gid}", command, spec.limits
+                            )
+                        except _Gone:
+                            self._sandboxes.forget(session_id, container_id)
+                            continue
+                    finally:  # a cancelled or failed run is swept too
+                        notes = git.sweep() if git is not None else []
+                    return _with_notes(result, notes)
             raise SandboxFailed(
                 "the session's Docker container stopped as soon as it started: check the "
                 f"engine's log for container events of session {session_id}"

@@ -49,10 +49,12 @@ class ImageInfo:
 
 @dataclass(frozen=True)
 class ReadOnlyMount:
-    """A read-only mount at `target` inside: the host path `source`, or an empty tmpfs."""
+    """A read-only mount at `target` inside: the host path `source`, or an empty tmpfs
+    (`writable`: a bind left writable, as the workspace's `.git` is, a mount point)."""
 
     target: str
     source: str | None = None
+    writable: bool = False
 
 
 @dataclass(frozen=True)
@@ -335,7 +337,7 @@ class DockerEngine:
 def _read_only_mount(mount: ReadOnlyMount) -> Any:
     if mount.source is None:
         return docker.types.Mount(mount.target, None, type="tmpfs", read_only=True)
-    return docker.types.Mount(mount.target, mount.source, type="bind", read_only=True)
+    return docker.types.Mount(mount.target, mount.source, type="bind", read_only=not mount.writable)
 
 
 def _explanation(error: Any) -> str:

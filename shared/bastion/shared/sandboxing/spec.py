@@ -45,7 +45,8 @@ class SandboxSpec:
     read_only: tuple[Path, ...] = ()
     """Checked, resolved host directories shown read-only, each at its own path."""
     git_writable: bool = False
-    """Whether the workspace's `.git/hooks` and `.git/config` stay writable (else read-only)."""
+    """Whether git's control files in the workspace stay writable (else read-only, as
+    `gitguard` lists them)."""
     session_id: str = ""
     """The session the run belongs to; a backend that keeps a sandbox per session (Docker)
     keys on it, and gives a run without one a sandbox of its own."""

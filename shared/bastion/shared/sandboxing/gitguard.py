@@ -1,0 +1,367 @@
+"""The one table of git's control files, and the plan that keeps a sandbox off them.
+
+A hook or a config written by a command would run later, outside any sandbox, when a
+person or an operator's hook runs git in the workspace. Every entry git reads for
+configuration or hooks is therefore read-only inside a sandbox (unless the operator sets
+`BASTION_GIT_WRITABLE`), and no host path is trusted twice: each entry is opened once,
+with `O_PATH | O_NOFOLLOW`, relative to a descriptor of the workspace, checked with
+`fstat`, and that descriptor is what is bound (bubblewrap's `--bind-fd`/`--ro-bind-fd`,
+which check that the mount shows the descriptor's file; the Docker backend proves it
+after the container starts).
+
+- `.git` is bound onto `/workspace/.git`: a mount point, so a command can neither rename
+  nor remove it nor replace it with a `gitdir:` file. A `.git` file (a `gitdir:` link) is
+  bound read-only. A workspace that is no repository (no `.git`, or one without `HEAD`)
+  gets an empty `.git` directory, the workspace owner's, bound read-only: no repository
+  can be made inside.
+- `config`, `config.worktree`, `hooks`, `worktrees`, `modules`: bound read-only; a
+  missing one is first made empty, the owner of `.git`'s (an empty config is a valid one;
+  empty directories are harmless to git).
+- `commondir`, `gitdir`, and the workspace's `.gitconfig` and `.config/git` (HOME is the
+  workspace inside): bound read-only when present. A missing one cannot be stood in for
+  (git dies reading an empty `commondir`), so one a command made is moved aside when
+  the command ends (`GitGuard.sweep`), and the result says so.
+- A control entry that is a symbolic link or of the wrong type (a `hooks` that is a
+  file) cannot be protected where git would follow it: the call is refused, saying
+  which entry to fix (`GitEntryRefused`). No sandbox can make one: only the host can.
+
+`control_path` is the same table for the file tools, which refuse to touch these paths.
+`LOCKED_GIT_ENVIRONMENT` is how git runs on the host for a command hook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from bastion.shared.errors import InvalidInput
+from bastion.shared.sandboxing.errors import SandboxFailed
+
+__all__ = [
+    "CONTROL_DIRS",
+    "CONTROL_FILES",
+    "HOME_DIRS",
+    "HOME_FILES",
+    "LOCKED_GIT_CONFIG",
+    "LOCKED_GIT_ENVIRONMENT",
+    "WATCHED_FILES",
+    "GitBind",
+    "GitEntryRefused",
+    "GitGuard",
+    "control_path",
+    "guard",
+    "locked_git_environment",
+    "refusal",
+]
+
+CONTROL_FILES: Final = ("config", "config.worktree")
+"""Files of a `.git` directory git reads configuration from: a missing one is made empty."""
+CONTROL_DIRS: Final = ("hooks", "worktrees", "modules")
+"""Directories of a `.git` directory holding hooks or other repositories' configuration:
+a missing one is made empty."""
+WATCHED_FILES: Final = ("commondir", "gitdir")
+"""Files of a `.git` directory that redirect git elsewhere: nothing may stand in for one."""
+HOME_FILES: Final = (".gitconfig",)
+"""The workspace's own git configuration, read by git inside (HOME is the workspace)."""
+HOME_DIRS: Final = ((".config", "git"),)
+"""The workspace's `.config/git`, read by git inside for the same reason."""
+
+_OPEN: Final = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_SWITCH: Final = (
+    "set BASTION_GIT_WRITABLE=true for the sandbox service to let commands and the file "
+    "tools change it"
+)
+
+LOCKED_GIT_CONFIG: Final = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.pager", "cat"),
+    ("core.editor", "false"),
+    ("core.sshCommand", "false"),
+    ("core.askPass", "false"),
+    ("credential.helper", ""),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("submodule.recurse", "false"),
+    ("status.submoduleSummary", "false"),
+    ("diff.ignoreSubmodules", "all"),
+    ("fetch.recurseSubmodules", "false"),
+    ("protocol.allow", "never"),
+)
+"""Settings forced on git run for a command hook: no program named by configuration runs,
+no submodule is entered (its config is the agent's), no transport is used."""
+
+
+def locked_git_environment() -> dict[str, str]:
+    """Environment variables that make git ignore the system's and the user's config and
+    force `LOCKED_GIT_CONFIG` over the repository's (`GIT_CONFIG_COUNT` ranks above it)."""
+    env = {
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_SYSTEM": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_COUNT": str(len(LOCKED_GIT_CONFIG)),
+    }
+    for number, (key, value) in enumerate(LOCKED_GIT_CONFIG):
+        env[f"GIT_CONFIG_KEY_{number}"] = key
+        env[f"GIT_CONFIG_VALUE_{number}"] = value
+    return env
+
+
+LOCKED_GIT_ENVIRONMENT: Final = locked_git_environment()
+
+
+class GitEntryRefused(InvalidInput):
+    """A control entry of the workspace's git cannot be protected as it is."""
+
+
+def control_path(parts: Sequence[str]) -> bool:
+    """Whether a workspace path, as resolved components, is or lies in a control entry:
+    a `.git` anywhere (nested repositories too), what git reads for configuration or
+    hooks inside one, or the workspace's `.gitconfig` and `.config/git`."""
+    if not parts:
+        return False
+    if parts[0] in HOME_FILES and len(parts) == 1:
+        return True
+    if any(tuple(parts[: len(home)]) == home for home in HOME_DIRS):
+        return True
+    for index, part in enumerate(parts):
+        if part != ".git":
+            continue
+        rest = parts[index + 1 :]
+        if not rest:
+            return True
+        if rest[0] in CONTROL_DIRS:
+            return True
+        if len(rest) == 1 and rest[0] in (*CONTROL_FILES, *WATCHED_FILES):
+            return True
+    return False
+
+
+def refusal(path: str) -> InvalidInput:
+    """The file tools' answer to a change of a control path."""
+    return InvalidInput(
+        f"{path} is one of git's control files (configuration, hooks, or where git looks "
+        "for them), which would run outside any sandbox when git is used on the host: it "
+        f"may not be created or changed by an agent; {_SWITCH}"
+    )
+
+
+@dataclass
+class _Watched:
+    """A control entry that was missing when the run started: moved aside if made."""
+
+    parent: int
+    name: str
+    shown: str
+
+
+@dataclass(frozen=True)
+class GitBind:
+    """One checked control entry: its descriptor and its path in the workspace."""
+
+    fd: int
+    path: str
+    writable: bool = False
+
+
+@dataclass
+class GitGuard:
+    """The open descriptors of one run's protection, what to bind, and its sweep."""
+
+    binds: list[GitBind] = field(default_factory=list)
+    watched: list[_Watched] = field(default_factory=list)
+    _owned: list[int] = field(default_factory=list)
+
+    def options(self, inside: str) -> list[str]:
+        """bwrap's options binding each entry by its descriptor, under `inside`."""
+        options: list[str] = []
+        for bind in self.binds:
+            flag = "--bind-fd" if bind.writable else "--ro-bind-fd"
+            options += [flag, str(bind.fd), f"{inside}/{bind.path}"]
+        return options
+
+    @property
+    def fds(self) -> list[int]:
+        """The descriptors bwrap must inherit."""
+        return [bind.fd for bind in self.binds]
+
+    def identity(self) -> list[tuple[str, int, int]]:
+        """Each bound entry's path and its device and inode: what a mount must show."""
+        found = []
+        for bind in self.binds:
+            info = os.fstat(bind.fd)
+            found.append((bind.path, info.st_dev, info.st_ino))
+        return found
+
+    def _open(self, name: str, parent: int) -> tuple[int, os.stat_result] | None:
+        try:
+            fd = os.open(name, _OPEN, dir_fd=parent)
+        except FileNotFoundError:
+            return None
+        self._owned.append(fd)
+        return fd, os.fstat(fd)
+
+    def _bind(self, fd: int, path: str, *, writable: bool = False) -> None:
+        self.binds.append(GitBind(fd, path, writable))
+
+    def _made(self, name: str, parent: int, directory: bool) -> tuple[int, os.stat_result]:
+        """`name` in `parent`, made empty (the owner's of `parent`) if it is missing."""
+        found = self._open(name, parent)
+        if found is not None:
+            return found
+        owner = os.fstat(parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            if directory:
+                os.mkdir(name, 0o755, dir_fd=parent)
+            else:
+                os.close(os.open(name, flags, 0o644, dir_fd=parent))
+        except FileExistsError:
+            pass  # made meanwhile (another run starting): checked below as found
+        else:
+            if os.geteuid() == 0:
+                os.chown(name, owner.st_uid, owner.st_gid, dir_fd=parent, follow_symlinks=False)
+        made = self._open(name, parent)
+        if made is None:
+            raise FileNotFoundError(name)
+        return made
+
+    def _entries(self, git: int) -> None:
+        for name in (*CONTROL_FILES, *CONTROL_DIRS):
+            directory = name in CONTROL_DIRS
+            fd, info = self._made(name, git, directory)
+            if not (stat.S_ISDIR if directory else stat.S_ISREG)(info.st_mode):
+                raise _odd(f".git/{name}", info, "a directory" if directory else "a file")
+            self._bind(fd, f".git/{name}")
+        for name in WATCHED_FILES:
+            found = self._open(name, git)
+            if found is None:
+                self.watched.append(_Watched(git, name, f".git/{name}"))
+                continue
+            fd, info = found
+            if not stat.S_ISREG(info.st_mode):
+                raise _odd(f".git/{name}", info, "a file")
+            self._bind(fd, f".git/{name}")
+
+    def _home(self, workspace: int) -> None:
+        for name in HOME_FILES:
+            found = self._open(name, workspace)
+            if found is None:
+                self.watched.append(_Watched(workspace, name, name))
+                continue
+            fd, info = found
+            if not stat.S_ISREG(info.st_mode):
+                raise _odd(name, info, "a file")
+            self._bind(fd, name)
+        for parent_name, name in HOME_DIRS:
+            parent = self._open(parent_name, workspace)
+            shown = f"{parent_name}/{name}"
+            if parent is None or not stat.S_ISDIR(parent[1].st_mode):
+                # nothing git reads there now; one a command makes is swept
+                self.watched.append(_Watched(workspace, shown, shown))
+                continue
+            found = self._open(name, parent[0])
+            if found is None:
+                self.watched.append(_Watched(parent[0], name, shown))
+                continue
+            fd, info = found
+            if not stat.S_ISDIR(info.st_mode):
+                raise _odd(shown, info, "a directory")
+            self._bind(fd, shown)
+
+    def plan(self, workspace: Path) -> None:
+        """Open and check every control entry of `workspace`."""
+        root = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self._owned.append(root)
+        self._home(root)
+        fd, info = self._made(".git", root, directory=True)
+        if stat.S_ISREG(info.st_mode):
+            self._bind(fd, ".git")  # a `gitdir:` file
+        elif not stat.S_ISDIR(info.st_mode):
+            raise _odd(".git", info, "a directory or a `gitdir:` file")
+        elif self._open("HEAD", fd) is None:
+            self._bind(fd, ".git")  # no repository: none can be made inside
+        else:
+            self._bind(fd, ".git", writable=True)
+            self._entries(fd)
+
+    def sweep(self) -> list[str]:
+        """Move aside each watched entry the command made; a sentence for each."""
+        said: list[str] = []
+        for entry in self.watched:
+            *dirs, name = entry.name.split("/")
+            if not dirs:
+                said += _move_aside(entry.parent, name, entry.shown)
+                continue
+            try:
+                parent = os.open(dirs[0], _OPEN | os.O_DIRECTORY, dir_fd=entry.parent)
+            except OSError:
+                continue  # not made, or not a directory git would read
+            try:
+                said += _move_aside(parent, name, entry.shown)
+            finally:
+                os.close(parent)
+        return said
+
+    def close(self) -> None:
+        for fd in self._owned:
+            os.close(fd)
+        self._owned.clear()
+
+
+def _odd(shown: str, info: os.stat_result, wanted: str) -> GitEntryRefused:
+    kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not " + wanted
+    return GitEntryRefused(
+        f"the workspace's {shown} is {kind}, so git on the host would follow it where no "
+        f"sandbox can protect it: replace it with {wanted} of the workspace's own (or "
+        f"remove it) on the host, or {_SWITCH}"
+    )
+
+
+def _move_aside(parent: int, name: str, shown: str) -> list[str]:
+    try:
+        os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        return [f"bastion: {shown} could not be checked after the command: {error}"]
+    aside = f"{name}.refused-{secrets.token_hex(4)}"
+    where = shown[: len(shown) - len(name)] + aside
+    try:
+        os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as error:
+        return [f"bastion: the command made {shown}, which could not be moved aside: {error}"]
+    return [
+        f"bastion: the command made {shown}, one of git's control files, which git on the "
+        f"host would follow outside any sandbox: it was moved aside to {where} ({_SWITCH})"
+    ]
+
+
+@contextlib.contextmanager
+def _guard(workspace: Path) -> Iterator[GitGuard]:
+    made = GitGuard()
+    try:
+        try:
+            made.plan(workspace)
+        except OSError as error:
+            raise SandboxFailed(
+                f"the workspace's git control files could not be checked or made empty "
+                f"({error.strerror}: {error.filename}): let the sandbox service write the "
+                f"workspace's .git, or {_SWITCH}"
+            ) from None
+        yield made
+    finally:
+        made.close()
+
+
+def guard(workspace: Path, writable: bool) -> contextlib.AbstractContextManager[GitGuard | None]:
+    """The protection of `workspace`'s git for one run, its descriptors closed on exit;
+    none when the operator lets commands write git's control files (`writable`)."""
+    return contextlib.nullcontext() if writable else _guard(workspace)

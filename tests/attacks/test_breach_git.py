@@ -1,0 +1,657 @@
+"""Breaking out through git: control files a command or a file tool plants in the workspace
+run later on the host, when a person or an operator's hook runs git there.
+
+Each test plants what git would run (a `core.fsmonitor` that touches a file, a hook), then
+runs git on the host as a person would and as a command hook does (the hook runner's code
+path, with its locked-down environment), and checks that nothing ran. The workspace and
+all in it belong to uid 1000; host git runs as root (as the incident's hook did), told the
+repository is safe (`safe.directory`) so that it reads the repository's files at all.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import msgspec
+import pytest
+
+from bastion.cli.hookrun import run_command
+from bastion.proto import errors as codes
+from bastion.proto import subjects
+from bastion.proto.sandbox import ApplyPatch, EditFile, ExecResult, FileResult, WriteFile
+from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.shared.bus import Client, request
+from bastion.shared.errors import RemoteError
+from bastion.shared.settings import BusSettings
+from tests.attacks.conftest import SESSION, Host, exists, shell, wait_for_file
+from tests.attacks.test_docker_containment import Box, release
+from tests.conftest import ServiceRunner
+from tests.docker.conftest import containers_of
+
+OWNER: Final = 1000
+SWAPPER: Final = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+os.chdir(sys.argv[1])
+swaps = 0
+while not os.path.exists("stop-swapping"):
+    for _ in range(200):
+        # renameat2(AT_FDCWD, ".git", AT_FDCWD, "evil", RENAME_EXCHANGE)
+        if libc.renameat2(-100, b".git", -100, b"evil", 2) == 0:
+            swaps += 1
+    if swaps >= 3000 and not os.path.exists("swapped-enough"):
+        open("swapped-enough", "w").close()
+if swaps % 2:
+    libc.renameat2(-100, b".git", -100, b"evil", 2)
+    swaps += 1
+print(swaps)
+"""
+SAFE: Final = "export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'; "
+"""Git inside trusts the workspace whoever owns it (the sandbox's uid may not be its owner)."""
+
+
+def _own(path: Path) -> None:
+    """`path` and all under it the unprivileged owner's, as a workspace is, and writable by
+    all: a command must be able to write it whether the sandbox runs as its owner or not,
+    or a planting that fails would prove nothing."""
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            entry = Path(root) / name
+            os.chown(entry, OWNER, OWNER, follow_symlinks=False)
+            if not entry.is_symlink():
+                entry.chmod(entry.stat().st_mode | 0o666 | (0o111 if entry.is_dir() else 0))
+    os.chown(path, OWNER, OWNER)
+    path.chmod(0o777)
+
+
+def _git(workspace: Path, *args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Git on the host as a person runs it, with no config of their own."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home or "/nonexistent"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "person",
+        "GIT_AUTHOR_EMAIL": "person@example.org",
+        "GIT_COMMITTER_NAME": "person",
+        "GIT_COMMITTER_EMAIL": "person@example.org",
+    }
+    return subprocess.run(
+        ["git", "-c", "safe.directory=*", *args],
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _repo(workspace: Path) -> None:
+    """A repository with one commit, as the owner made it."""
+    for args in (("init", "-q"), ("commit", "-q", "--allow-empty", "-m", "first")):
+        done = _git(workspace, *args)
+        assert done.returncode == 0, done.stderr
+    _own(workspace)
+
+
+def _planted(mark: Path) -> str:
+    """What a planted setting runs: it leaves `mark` (a host path no sandbox has)."""
+    return f"touch {mark}"
+
+
+async def _host_git_runs_nothing(workspace: Path, mark: Path, *, home: Path | None = None) -> None:
+    """`git status` and `git commit` on the host, by a person and by a hook, ran nothing."""
+    _own(workspace)
+    _git(workspace, "status", home=home)
+    _git(workspace, "commit", "-q", "--allow-empty", "-m", "person", home=home)
+    hook = ["git", "-c", "safe.directory=*"]
+    event = {"event": "after-tool", "session": SESSION}
+    for args in (["status"], ["-c", "user.name=h", "-c", "user.email=h@h", "commit", "-qm", "h"]):
+        ran = await run_command([*hook, *args], event, str(workspace), 30)
+        assert ran.failure == ""
+    assert not exists(str(mark)), "something planted in the workspace ran on the host"
+
+
+# --- finding 2: the protection resolves no host path twice -----------------------------
+
+
+class _Swapper:
+    """A host process swapping `.git` and `evil` in the workspace until stopped."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", SWAPPER, str(workspace)], stdout=subprocess.PIPE, text=True
+        )
+
+    @property
+    def enough(self) -> bool:
+        """Whether it has made 3000 swaps yet (sandboxes keep starting until it has)."""
+        return (self.workspace / "swapped-enough").exists()
+
+    def stop(self) -> int:
+        """Stop it (`.git` back in place); how many swaps it made."""
+        stop = self.workspace / "stop-swapping"
+        stop.touch()
+        out, _ = self.process.communicate(timeout=60)
+        stop.unlink()
+        (self.workspace / "swapped-enough").unlink(missing_ok=True)
+        return int(out)
+
+
+def _look_alike(host: Host) -> None:
+    """A repository and, beside it, `evil`: a look-alike whose config and hooks are links to
+    the state directory's secret (the vault's key, say)."""
+    workspace = host.workspace
+    _repo(workspace)
+    evil = workspace / "evil"
+    evil.mkdir()
+    (evil / "HEAD").write_text("ref: refs/heads/main\n")
+    (evil / "config").symlink_to(host.state_dir / "sessions.key")
+    (evil / "hooks").symlink_to(host.state_dir)
+    _own(workspace)
+
+
+@pytest.fixture
+def swapper(host: Host) -> Iterator[_Swapper]:
+    """The look-alike beside the repository, and a host process swapping the two without
+    end, as a second session on the workspace would try to."""
+    _look_alike(host)
+    running = _Swapper(host.workspace)
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.stop()
+
+
+async def test_swapping_dot_git_while_sandboxes_start_never_shows_a_host_file(
+    client: Client, sandbox: None, host: Host, swapper: _Swapper
+) -> None:
+    workspace = host.workspace
+    seen: list[ExecResult] = []
+    refused: list[str] = []
+
+    async def one(number: int) -> None:
+        try:
+            result = await shell(
+                client, workspace, "cat .git/config; ls .git/hooks", session=f"{number:016x}"
+            )
+        except RemoteError as error:
+            refused.append(f"{error.code}: {error.message}")
+            return
+        seen.append(result)
+
+    rounds = 0
+    while (rounds < 6 or not swapper.enough) and rounds < 100:
+        rounds += 1
+        async with anyio.create_task_group() as group:
+            for number in range(8):
+                group.start_soon(one, number)
+    swaps = swapper.stop()
+    assert swaps >= 3000, f"only {swaps} swaps: the race did not run throughout"
+    config = (workspace / ".git/config").read_text()
+    ran = [result.stdout for result in seen if not result.stderr.startswith("bwrap:")]
+    assert len(ran) + len(refused) > 10
+    for result in seen:
+        assert "state secret" not in result.stdout + result.stderr
+        assert "sessions.key" not in result.stdout + result.stderr
+        if result.stderr.startswith("bwrap:"):
+            # bwrap checks that what it mounted is the descriptor's file: a mount point
+            # moved by the swap stops the sandbox before the command runs
+            assert result.stdout == ""
+    assert ran, "no sandbox started at all"
+    assert any(stdout.startswith(config) for stdout in ran)  # the repository's own
+    hooks = {path.name for path in (workspace / ".git/hooks").iterdir()}
+    own = {*config.splitlines(), *hooks, ".git/hooks"}
+    for stdout in ran:
+        # the repository's own lines, or the look-alike's own links, dangling inside (the
+        # swapper, a host process, had moved the dentry a protection was mounted on)
+        assert set(stdout.splitlines()) <= own, stdout
+    for reason in refused:  # `evil` was `.git` as the run started: refused, saying why
+        assert reason.startswith(codes.INVALID_INPUT), reason
+        assert "is a symbolic link" in reason
+
+
+async def test_a_second_session_swapping_from_its_sandbox_never_wins(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """The same race from where a session really is: its sandbox's `.git` is a mount point,
+    so thousands of exchanges fail while the first session's sandboxes start."""
+    _look_alike(host)
+    workspace = host.workspace
+    loop = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "tries = wins = 0\n"
+        "open('swapping', 'w').close()\n"
+        "while tries < 3000 or not os.path.exists('stop-swapping'):\n"
+        "    tries += 1\n"
+        "    wins += libc.renameat2(-100, b'.git', -100, b'evil', 2) == 0\n"
+        "print(tries, wins)\n"
+    )
+    (workspace / "loop.py").write_text(loop)
+    _own(workspace)
+    attacker: list[ExecResult] = []
+    seen: list[str] = []
+
+    async def second_session() -> None:
+        attacker.append(await shell(client, workspace, "python3 loop.py", session="b" * 16))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(second_session)
+        await anyio.to_thread.run_sync(wait_for_file, workspace / "swapping", 20.0)
+        for number in range(24):
+            result = await shell(client, workspace, "cat .git/config", session=f"{number:016x}")
+            seen.append(result.stdout + result.stderr)
+        (workspace / "stop-swapping").touch()
+    tries, wins = (int(word) for word in attacker[0].stdout.split())
+    assert tries >= 3000
+    assert wins == 0, f"the second session exchanged .git {wins} times"
+    config = (workspace / ".git/config").read_text()
+    assert seen == [config] * 24
+
+
+async def test_a_sandbox_cannot_move_remove_or_exchange_dot_git(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """What the swapper did from the host, a session cannot do from its sandbox: `.git` is
+    a mount point there."""
+    _repo(host.workspace)
+    config = (host.workspace / ".git/config").read_text()
+    exchange = (
+        "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); os.mkdir('evil'); "
+        "r = libc.renameat2(-100, b'.git', -100, b'evil', 2); "
+        "print('exchange', r, os.strerror(ctypes.get_errno()))"
+    )
+    result = await shell(
+        client,
+        host.workspace,
+        f"mv .git moved; rm -rf .git; echo 'gitdir: evil' > .git; python3 -c \"{exchange}\"",
+    )
+    assert "Device or resource busy" in result.stderr
+    assert "exchange -1 Device or resource busy" in result.stdout
+    assert (host.workspace / ".git/config").read_text() == config
+    assert not (host.workspace / "moved").exists()
+
+
+# --- finding 3: nothing a command writes makes git on the host run anything -----------
+
+
+def _fsmonitor(mark: Path) -> str:
+    return f"[core]\n\tfsmonitor = {_planted(mark)}\n"
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param("git config core.fsmonitor '{run}'", id="config"),
+        pytest.param("git config --worktree core.fsmonitor '{run}'", id="config-worktree"),
+        pytest.param(
+            "printf '[extensions]\\n\\tworktreeConfig = true\\n' >> .git/config; "
+            "printf '[core]\\n\\tfsmonitor = {run}\\n' > .git/config.worktree",
+            id="config-worktree-file",
+        ),
+        pytest.param(
+            "mv .git/hooks/pre-commit.sample .git/hooks/pre-commit; "
+            "printf '#!/bin/sh\\n{run}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit",
+            id="hook",
+        ),
+        pytest.param(
+            "mkdir -p common && cp -r .git/objects .git/refs .git/HEAD common/ && "
+            "printf '[core]\\n\\tfsmonitor = {run}\\n' > common/config && "
+            "echo ../common > .git/commondir",
+            id="commondir",
+        ),
+        pytest.param(
+            "cp -r .git other && printf '[core]\\n\\tfsmonitor = {run}\\n' >> other/config; "
+            "mv .git away; rm -rf .git; echo 'gitdir: other' > .git",
+            id="gitdir-file",
+        ),
+        pytest.param(
+            "mkdir -p .git/worktrees/w && echo ../.. > .git/worktrees/w/commondir && "
+            "printf '[core]\\n\\tfsmonitor = {run}\\n' > .git/worktrees/w/config.worktree",
+            id="worktrees",
+        ),
+    ],
+)
+async def test_a_planted_git_setting_never_runs_on_the_host(
+    client: Client, sandbox: None, host: Host, plant: str
+) -> None:
+    _repo(host.workspace)
+    mark = host.workspace / "PWNED"
+    await shell(client, host.workspace, SAFE + plant.format(run=_planted(mark)))
+    await _host_git_runs_nothing(host.workspace, mark)
+
+
+async def test_git_still_commits_inside_the_protected_repository(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """Objects, refs, the index and the logs stay writable: only control entries are not."""
+    _repo(host.workspace)
+    result = await shell(
+        client,
+        host.workspace,
+        f"{SAFE}echo hello > a.txt && git add a.txt && "
+        "git -c user.name=agent -c user.email=agent@example.org commit -qm 'add a' && "
+        "git log --format=%s -1",
+    )
+    assert result.stdout == "add a\n", result.stderr
+    assert "add a" in _git(host.workspace, "log", "--format=%s", "-1").stdout
+
+
+async def test_a_commondir_a_command_makes_is_moved_aside_and_the_result_says_so(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    _repo(host.workspace)
+    result = await shell(client, host.workspace, "echo .. > .git/commondir; echo done")
+    assert result.stdout == "done\n"
+    assert "the command made .git/commondir" in result.stderr
+    assert "BASTION_GIT_WRITABLE" in result.stderr
+    assert not (host.workspace / ".git/commondir").exists()
+    aside = [p.name for p in (host.workspace / ".git").iterdir() if p.name.startswith("commondir.")]
+    assert len(aside) == 1
+
+
+async def test_git_init_with_a_hook_and_an_fsmonitor_cannot_make_a_repository(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    _own(host.workspace)
+    mark = host.workspace / "PWNED"
+    result = await shell(
+        client,
+        host.workspace,
+        f"{SAFE}git init -q && git config core.fsmonitor '{_planted(mark)}' && "
+        f"printf '#!/bin/sh\\n{_planted(mark)}\\n' > .git/hooks/pre-commit",
+    )
+    assert result.exit_status != 0
+    assert "Read-only file system" in result.stderr
+    assert list((host.workspace / ".git").iterdir()) == []  # the empty placeholder
+    await _host_git_runs_nothing(host.workspace, mark)
+
+
+async def test_the_workspaces_own_gitconfig_made_by_a_command_is_moved_aside(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """HOME is the workspace inside: its `.gitconfig` and `.config/git` are git's too."""
+    _repo(host.workspace)
+    mark = host.workspace / "PWNED"
+    config = _fsmonitor(mark).replace("\n", "\\n").replace("\t", "\\t")
+    result = await shell(
+        client,
+        host.workspace,
+        f"printf '{config}' > .gitconfig; mkdir -p .config/git; "
+        f"printf '{config}' > .config/git/config",
+    )
+    assert "the command made .gitconfig" in result.stderr
+    assert "the command made .config/git" in result.stderr
+    assert not (host.workspace / ".gitconfig").exists()
+    assert not (host.workspace / ".config/git").exists()
+    await _host_git_runs_nothing(host.workspace, mark, home=host.workspace)
+
+
+async def test_an_existing_gitconfig_of_the_workspace_is_read_only(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    _repo(host.workspace)
+    (host.workspace / ".gitconfig").write_text("[user]\n\tname = owner\n")
+    _own(host.workspace)
+    result = await shell(client, host.workspace, "echo '[core] fsmonitor = x' >> .gitconfig")
+    assert "Read-only file system" in result.stderr
+    assert (host.workspace / ".gitconfig").read_text() == "[user]\n\tname = owner\n"
+
+
+async def test_a_submodule_the_agent_made_is_not_entered_by_a_hooks_git(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """A nested repository with a gitlink in the index: a hook's git does not recurse."""
+    _repo(host.workspace)
+    mark = host.workspace / "PWNED"
+    who = "-c user.name=a -c user.email=a@a"
+    result = await shell(
+        client,
+        host.workspace,
+        f"{SAFE}git init -q sub && git -C sub {who} commit -q --allow-empty -m s && "
+        f"git -C sub config core.fsmonitor '{_planted(mark)}' && echo x > sub/f && "
+        "git add sub && printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ./sub\\n' "
+        "> .gitmodules && git add .gitmodules && echo planted",
+    )
+    assert result.stdout == "planted\n", result.stderr
+    _own(host.workspace)
+    event = {"event": "after-tool", "session": SESSION}
+    for args in (
+        ["status"],
+        ["diff", "HEAD"],
+        ["-c", "user.name=h", "-c", "user.email=h@h", "commit", "-qm", "h"],
+    ):
+        ran = await run_command(
+            ["git", "-c", "safe.directory=*", *args], event, str(host.workspace), 30
+        )
+        assert ran.failure == ""
+    assert not exists(str(mark))
+
+
+async def test_a_hooks_git_runs_under_the_locked_environment(tmp_path: Path) -> None:
+    event = {"event": "after-tool", "session": SESSION}
+    ran = await run_command(
+        ["git", "config", "--show-scope", "--get-regexp", "^(core|submodule|protocol)\\."],
+        event,
+        str(tmp_path),
+        30,
+    )
+    assert "command\tcore.fsmonitor false" in ran.stdout
+    assert "command\tcore.hookspath /dev/null" in ran.stdout
+    assert "command\tsubmodule.recurse false" in ran.stdout
+    assert "command\tprotocol.allow never" in ran.stdout
+    assert "global" not in ran.stdout
+    assert "system" not in ran.stdout
+
+
+# --- finding 3: the file tools refuse git's control paths -----------------------------
+
+
+async def _file(client: Client, message: WriteFile | EditFile | ApplyPatch) -> str:
+    result = await request(client, subjects.SANDBOX_FILES, message, FileResult, timeout_s=10)
+    return str(result.text)
+
+
+def _write(workspace: Path, path: str, content: str) -> WriteFile:
+    return WriteFile(session_id=SESSION, workspace=str(workspace), path=path, content=content)
+
+
+def _patch(workspace: Path, patch: str) -> ApplyPatch:
+    return ApplyPatch(session_id=SESSION, workspace=str(workspace), patch=patch)
+
+
+HOOK_MOVE: Final = (
+    "*** Begin Patch\n*** Update File: .git/hooks/pre-commit.sample\n"
+    "*** Move to: .git/hooks/pre-commit\n@@\n #!/bin/sh\n+touch PWNED\n*** End Patch\n"
+)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(
+            lambda w: _write(w, ".git/config", "[core]\n\tfsmonitor = x\n"), id="write-config"
+        ),
+        pytest.param(lambda w: _write(w, ".git/commondir", "../x\n"), id="write-commondir"),
+        pytest.param(lambda w: _write(w, ".git/hooks/pre-commit", "x"), id="write-hook"),
+        pytest.param(lambda w: _write(w, ".git/modules/s/config", "x"), id="write-module"),
+        pytest.param(lambda w: _write(w, ".git/worktrees/w/config.worktree", "x"), id="worktree"),
+        pytest.param(lambda w: _write(w, "link/config", "x"), id="through-a-link"),
+        pytest.param(lambda w: _write(w, "sub/.git/config", "x"), id="nested-repo"),
+        pytest.param(lambda w: _write(w, "sub/.git", "gitdir: ../x\n"), id="gitdir-file"),
+        pytest.param(lambda w: _write(w, ".gitconfig", "x"), id="home-gitconfig"),
+        pytest.param(lambda w: _write(w, ".config/git/config", "x"), id="home-config-git"),
+        pytest.param(
+            lambda w: EditFile(
+                session_id=SESSION,
+                workspace=str(w),
+                path=".git/config",
+                old_string="[core]",
+                new_string="[core]\n\tfsmonitor = x",
+            ),
+            id="edit-config",
+        ),
+        pytest.param(lambda w: _patch(w, HOOK_MOVE), id="patch-move-hook"),
+        pytest.param(
+            lambda w: _patch(
+                w, "*** Begin Patch\n*** Delete File: .git/hooks/pre-commit.sample\n*** End Patch\n"
+            ),
+            id="patch-delete-hook",
+        ),
+        pytest.param(
+            lambda w: _patch(
+                w, "*** Begin Patch\n*** Add File: .git/commondir\n+..\n*** End Patch\n"
+            ),
+            id="patch-add-commondir",
+        ),
+    ],
+)
+async def test_the_file_tools_refuse_git_control_paths(
+    client: Client, sandbox: None, host: Host, change: object
+) -> None:
+    _repo(host.workspace)
+    (host.workspace / "link").symlink_to(".git")
+    _own(host.workspace)
+    before = sorted(str(p) for p in host.workspace.rglob("*"))
+    config = (host.workspace / ".git/config").read_text()
+    with pytest.raises(RemoteError) as refused:
+        await _file(client, change(host.workspace))  # type: ignore[operator]
+    assert refused.value.code == codes.INVALID_INPUT
+    assert "one of git's control files" in refused.value.message
+    assert "BASTION_GIT_WRITABLE" in refused.value.message
+    assert sorted(str(p) for p in host.workspace.rglob("*")) == before
+    assert (host.workspace / ".git/config").read_text() == config
+
+
+async def test_the_operator_can_let_the_file_tools_write_git_control_files(
+    client: Client, run_service: ServiceRunner, settings: SandboxSettings, host: Host
+) -> None:
+    _repo(host.workspace)
+    lifted = msgspec.structs.replace(settings, git_writable=True)
+    async with run_service(sandbox_service, lifted):
+        said = await _file(client, _patch(host.workspace, HOOK_MOVE))
+    assert said == "moved .git/hooks/pre-commit.sample -> .git/hooks/pre-commit"
+
+
+async def test_the_file_tools_still_write_ordinary_files_beside_dot_git(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    _repo(host.workspace)
+    assert await _file(client, _write(host.workspace, "src/git/config", "ok\n"))
+    assert await _file(client, _write(host.workspace, ".github/workflows/ci.yml", "ok\n"))
+    assert await _file(client, _write(host.workspace, ".git-blame-ignore-revs", "ok\n"))
+
+
+# --- finding 12: an odd control entry refuses the call, never breaks the workspace ----
+
+
+async def test_a_symlinked_hooks_dir_refuses_the_call_clearly_and_a_fix_restores_it(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    _repo(host.workspace)
+    git = host.workspace / ".git"
+    (git / "hooks").rename(host.workspace / "myhooks")
+    (git / "hooks").symlink_to("../myhooks")
+    _own(host.workspace)
+    with pytest.raises(RemoteError) as refused:
+        await shell(client, host.workspace, "echo hi")
+    assert refused.value.code == codes.INVALID_INPUT
+    assert ".git/hooks is a symbolic link" in refused.value.message
+    assert "BASTION_GIT_WRITABLE" in refused.value.message
+    (git / "hooks").unlink()
+    (host.workspace / "myhooks").rename(git / "hooks")
+    result = await shell(client, host.workspace, "echo hi > .git/hooks/x; echo fine")
+    assert result.stdout == "fine\n"
+    assert "Read-only file system" in result.stderr
+
+
+# --- the Docker backend: the same table, its mounts proven after the container starts --
+
+
+@pytest.fixture
+async def docker_box(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    host: Host,
+    backend_name: str,
+    engine: Any,
+    owner: str,
+) -> AsyncIterator[Box]:
+    """A sandbox service whose containers carry this test's own owner label (another
+    service starting on the machine removes those of its owner only), and a way in."""
+    settings = SandboxSettings(
+        nats_url=bus_settings.nats_url, state_dir=str(host.state_dir), docker_owner=owner
+    )
+    async with run_service(sandbox_service, settings):
+        made = Box(client, host, backend_name)
+        yield made
+        for session in sorted(made.sessions):
+            await release(client, session)
+    assert containers_of(engine, owner) == [], "a container outlived its session"
+
+
+async def test_docker_dot_git_cannot_be_moved_and_a_commondir_is_moved_aside(
+    docker_box: Box,
+) -> None:
+    box = docker_box
+    workspace = box.host.workspace
+    _repo(workspace)
+    mark = workspace / "PWNED"
+    result = await box.shell(
+        "mv .git away; mkdir -p common && cp -r .git/objects .git/refs .git/HEAD common/ && "
+        f"printf '[core]\\n\\tfsmonitor = {_planted(mark)}\\n' > common/config && "
+        "echo ../common > .git/commondir && echo planted"
+    )
+    assert "Device or resource busy" in result.stderr
+    assert result.stdout == "planted\n", result.stderr
+    assert "the command made .git/commondir" in result.stderr
+    await _host_git_runs_nothing(workspace, mark)
+
+
+async def test_docker_swapping_dot_git_while_containers_start_never_shows_a_host_file(
+    docker_box: Box, swapper: _Swapper
+) -> None:
+    box = docker_box
+    workspace = box.host.workspace
+    seen: list[str] = []
+    refused: list[str] = []
+    number = 0
+    while (number < 8 or not swapper.enough) and number < 200:
+        number += 1
+        try:
+            result = await box.shell("cat .git/config", session=f"{number:016x}")
+        except RemoteError as error:
+            refused.append(f"{error.code}: {error.message}")
+            continue
+        seen.append(result.stdout + result.stderr)
+    swaps = swapper.stop()
+    assert swaps >= 3000, f"only {swaps} swaps: the race did not run throughout"
+    config = (workspace / ".git/config").read_text()
+    for text in seen:
+        assert "state secret" not in text
+    missing = "cat: .git/config: No such file or directory\n"
+    # the repository's own, or the look-alike's own dangling link (the swapper, a host
+    # process, moved the dentry a mount was on after the mounts were checked)
+    assert all(text in (config, missing) for text in seen), seen
+    # swapped without end, the engine's mounts rarely survive their check: fail closed
+    assert len(seen) + len(refused) == number
+    settled = await box.shell("cat .git/config", session="f" * 16)
+    assert settled.stdout == config  # and once the swapping stops, the repository's own
+    for reason in refused:
+        assert "state secret" not in reason
+        # the look-alike was `.git` as the call started (refused, saying why); or a path
+        # the engine mounts had moved when it mounted it, so the engine (runc checks
+        # mount paths too) or the check of the mounts stopped the container
+        if reason.startswith(codes.INVALID_INPUT):
+            assert "is a symbolic link" in reason, reason
+        else:
+            assert reason.startswith(codes.SANDBOX_FAILED), reason
