@@ -1,0 +1,125 @@
+"""Hand-written parsers misread, and agent-given patterns stalled: each attack is answered
+correctly (refused with its sentence, or read as the standard reads it) and in bounded work."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from bastion.egress.resolver import FixedResolver
+from bastion.egress.service import egress_service
+from bastion.egress.settings import EgressSettings
+from bastion.proto import subjects
+from bastion.proto.egress import EgressGrant, GrantRequest
+from bastion.shared.bus import Client, request
+from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
+from tests.conftest import ServiceRunner
+
+SESSION = "0123456789abcdef"
+RESOLVER = FixedResolver({"public.test": ["127.0.0.1"], "b.com": ["127.0.0.1"]})
+
+
+@dataclass
+class Proxy:
+    """The egress service's proxy, with a grant that may reach `public.test` on `port`."""
+
+    client: Client
+
+    async def auth(self, *hosts: str) -> tuple[str, str]:
+        grant: EgressGrant = await request(
+            self.client,
+            subjects.EGRESS_GRANT,
+            GrantRequest(session_id=SESSION, tenant="acme", hosts=hosts, any_public_host=not hosts),
+            EgressGrant,
+            timeout_s=10,
+        )
+        return grant.proxy, basic(grant.grant_id, grant.secret)
+
+
+@pytest.fixture
+async def proxy(
+    client: Client, run_service: ServiceRunner, nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Proxy]:
+    """The egress service, loopback allowed (the test's web server is there), guarded so a
+    connection off loopback fails the test instead of leaving the machine."""
+    off_loopback = guard_network(monkeypatch)
+    settings = EgressSettings(
+        nats_url=nats_url, egress_allow_ranges="127.0.0.0/8", egress_fetch_timeout_s=10
+    )
+    async with run_service(egress_service(RESOLVER), settings):
+        yield Proxy(client)
+    assert off_loopback == []
+
+
+# Finding 10: IPv6 forms that embed IPv4 (SIIT, IPv4-compatible) and site-local fec0::/10.
+EMBEDDED = [
+    ("::a9fe:a9fe", "link-local (cloud metadata) address 169.254.169.254 (embedded in"),
+    ("::ffff:0:a9fe:a9fe", "link-local (cloud metadata) address 169.254.169.254 (embedded in"),
+    ("::ffff:0:a00:1", "private address 10.0.0.1 (embedded in ::ffff:0:a00:1)"),
+    ("::10.0.0.1", "private address 10.0.0.1 (embedded in ::a00:1)"),
+    ("fec0::1", "site-local (deprecated private) address fec0::1"),
+]
+
+
+@pytest.mark.parametrize(("address", "reason"), EMBEDDED)
+async def test_an_ipv6_form_embedding_a_private_ipv4_is_refused(
+    proxy: Proxy, address: str, reason: str
+) -> None:
+    url, auth = await proxy.auth()
+    answer = await ask_proxy(
+        url, f"CONNECT [{address}]:443 HTTP/1.1\r\nProxy-Authorization: {auth}\r\n\r\n"
+    )
+    assert answer.status == 403, answer.body
+    assert answer.headers["x-bastion-refused"].startswith(reason)
+
+
+# Finding 13: request heads the HTTP/1.1 grammar refuses are refused, not forwarded.
+SMUGGLED = [
+    "X: a\nHost: b.com\r\n",  # a bare LF: the origin may read a second Host header
+    "Bad Name: x\r\n",  # a header name with a space
+    "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",  # both: a smuggling pair
+    "Content-Length: 5\r\nContent-Length: 6\r\n",  # two lengths that disagree
+]
+
+
+@pytest.mark.parametrize("extra", SMUGGLED)
+async def test_a_malformed_plain_request_head_is_refused_with_400(proxy: Proxy, extra: str) -> None:
+    async with web_server() as server:
+        url, auth = await proxy.auth(f"public.test:{server.port}")
+        answer = await ask_proxy(
+            url,
+            f"GET http://public.test:{server.port}/ HTTP/1.1\r\n"
+            f"Host: public.test:{server.port}\r\nProxy-Authorization: {auth}\r\n{extra}\r\n",
+        )
+    assert answer.status == 400, answer.body
+    assert answer.body.decode().strip()
+    assert server.seen == []
+
+
+@pytest.mark.parametrize("extra", ["Bad Name: x\r\n", "X: a\x00b\r\n"])
+async def test_a_malformed_connect_head_is_refused_with_400(proxy: Proxy, extra: str) -> None:
+    async with web_server() as server:
+        url, auth = await proxy.auth(f"public.test:{server.port}")
+        answer = await ask_proxy(
+            url,
+            f"CONNECT public.test:{server.port} HTTP/1.1\r\n"
+            f"Proxy-Authorization: {auth}\r\n{extra}\r\n",
+        )
+    assert answer.status == 400, answer.body
+    assert server.seen == []
+
+
+async def test_a_well_formed_plain_request_is_still_forwarded(proxy: Proxy) -> None:
+    async with web_server() as server:
+        url, auth = await proxy.auth(f"public.test:{server.port}")
+        answer = await ask_proxy(
+            url,
+            f"GET http://public.test:{server.port}/plain HTTP/1.1\r\n"
+            f"Host: public.test:{server.port}\r\nProxy-Authorization: {auth}\r\n"
+            "Accept: text/plain\r\n\r\n",
+        )
+    assert answer.status == 200
+    assert answer.body == b"just text\n"
+    assert server.seen == [("GET /plain HTTP/1.1", f"public.test:{server.port}")]
