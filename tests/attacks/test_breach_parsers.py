@@ -11,14 +11,24 @@ import pytest
 from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
+from bastion.mcp.upstream import host_and_port
 from bastion.proto import subjects
-from bastion.proto.egress import EgressGrant, GrantRequest
+from bastion.proto.egress import EgressGrant, FetchedPage, GrantRequest
+from bastion.proto.stubs import FetchRequest
 from bastion.shared.bus import Client, request
+from bastion.shared.errors import RemoteError
 from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
 from tests.conftest import ServiceRunner
 
 SESSION = "0123456789abcdef"
-RESOLVER = FixedResolver({"public.test": ["127.0.0.1"], "b.com": ["127.0.0.1"]})
+RESOLVER = FixedResolver(
+    {
+        "public.test": ["127.0.0.1"],
+        "b.com": ["127.0.0.1"],
+        "fass.de": ["127.0.0.1"],
+        "xn--fa-hia.de": ["127.0.0.1"],
+    }
+)
 
 
 @dataclass
@@ -36,6 +46,16 @@ class Proxy:
             timeout_s=10,
         )
         return grant.proxy, basic(grant.grant_id, grant.secret)
+
+    async def fetch(self, url: str) -> FetchedPage:
+        page: FetchedPage = await request(
+            self.client,
+            subjects.EGRESS_FETCH,
+            FetchRequest(session_id=SESSION, url=url, format="markdown", tenant="acme"),
+            FetchedPage,
+            timeout_s=30,
+        )
+        return page
 
 
 @pytest.fixture
@@ -123,3 +143,25 @@ async def test_a_well_formed_plain_request_is_still_forwarded(proxy: Proxy) -> N
     assert answer.status == 200
     assert answer.body == b"just text\n"
     assert server.seen == [("GET /plain HTTP/1.1", f"public.test:{server.port}")]
+
+
+# Finding 15: host names are compared in IDNA 2008 (UTS 46), not Python's IDNA 2003 codec.
+async def test_fetch_url_of_an_eszett_name_asks_for_that_name(proxy: Proxy) -> None:
+    async with web_server() as server:
+        page = await proxy.fetch(f"http://faß.de:{server.port}/plain")
+    assert page.text == "just text\n"
+    assert server.seen == [("GET /plain HTTP/1.1", f"xn--fa-hia.de:{server.port}")]
+
+
+async def test_fetch_url_of_a_name_with_a_stray_joiner_is_refused_with_a_sentence(
+    proxy: Proxy,
+) -> None:
+    async with web_server() as server:
+        with pytest.raises(RemoteError) as refused:
+            await proxy.fetch(f"http://fa\u200dss.de:{server.port}/plain")
+    assert "not a valid internationalized name" in refused.value.message
+    assert server.seen == []
+
+
+def test_an_upstream_mcp_url_is_compared_by_its_idna_2008_name() -> None:
+    assert host_and_port("https://faß.de/mcp") == ("xn--fa-hia.de", 443)
