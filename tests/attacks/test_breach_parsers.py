@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +15,12 @@ from bastion.egress.settings import EgressSettings
 from bastion.mcp.upstream import host_and_port
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, FetchedPage, GrantRequest
+from bastion.proto.sandbox import ReadSkill, SkillDocument
 from bastion.proto.stubs import FetchRequest
+from bastion.sandbox.skills import read_skill
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
+from bastion.shared.skillmatter import MAX_FRONT_MATTER, InvalidSkillFile
 from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
 from tests.conftest import ServiceRunner
 
@@ -165,3 +169,57 @@ async def test_fetch_url_of_a_name_with_a_stray_joiner_is_refused_with_a_sentenc
 
 def test_an_upstream_mcp_url_is_compared_by_its_idna_2008_name() -> None:
     assert host_and_port("https://faß.de/mcp") == ("xn--fa-hia.de", 443)
+
+
+# Finding 14: SKILL.md front matter is YAML, read by PyYAML's safe loader, never misread.
+def _skill(tmp_path: Path, front: str) -> SkillDocument:
+    (tmp_path / "skills" / "demo").mkdir(parents=True)
+    (tmp_path / "skills" / "demo" / "SKILL.md").write_text(f"---\n{front}---\nbody\n")
+    return read_skill(
+        tmp_path / "skills",
+        ReadSkill(session_id=SESSION, skills_dir=str(tmp_path / "skills"), name="demo"),
+    )
+
+
+def test_valid_yaml_front_matter_is_read_as_yaml_reads_it(tmp_path: Path) -> None:
+    skill = _skill(
+        tmp_path,
+        "name: demo\ndescription: >-\n  Looks things\n  up.\nallowed-tools: [Read, Grep]\n"
+        "metadata:\n  bastion-network: api.example.com  # the API\n"
+        "  bastion-secrets:\n    - API_TOKEN\n  bastion-timeout: 30\n",
+    )
+    assert skill.description == "Looks things up."
+    assert skill.allowed_tools == ("Read", "Grep")
+    assert skill.network == ("api.example.com",)
+    assert skill.secrets == ("API_TOKEN",)
+    assert skill.timeout_s == 30
+
+
+@pytest.mark.parametrize(
+    ("front", "line", "problem"),
+    [
+        ("name: demo\nallowed-tools: &rules Bash\nx: *rules\n", 3, "anchor or alias"),
+        ("allowed-tools: Read\nallowed-tools: Bash\n", 3, "gives the key 'allowed-tools' twice"),
+        ("allowed-tools:\n  shell: yes\n", 2, "is not a string or a list of strings"),
+        ("metadata:\n  bastion-network: [pypi.org, [a, b]]\n", 3, "not a string or a list"),
+        ("name: [demo]\n", 2, "is a list, not a string"),
+    ],
+)
+def test_a_misshapen_front_matter_is_refused_naming_the_skill_and_line(
+    tmp_path: Path, front: str, line: int, problem: str
+) -> None:
+    with pytest.raises(InvalidSkillFile) as refused:
+        _skill(tmp_path, front)
+    assert "skill 'demo'" in refused.value.message
+    assert f"line {line}" in refused.value.message
+    assert problem in refused.value.message
+
+
+def test_a_front_matter_past_the_size_cap_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidSkillFile, match="longer than"):
+        _skill(tmp_path, "description: " + "x" * MAX_FRONT_MATTER + "\n")
+
+
+def test_a_declared_internationalized_host_is_kept_in_its_idna_2008_form(tmp_path: Path) -> None:
+    skill = _skill(tmp_path, "metadata:\n  bastion-network: faß.de *.bücher.de:8443\n")
+    assert skill.network == ("xn--fa-hia.de", "*.xn--bcher-kva.de:8443")
