@@ -3,6 +3,7 @@ correctly (refused with its sentence, or read as the standard reads it) and in b
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,14 +14,25 @@ from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
 from bastion.mcp.upstream import host_and_port
+from bastion.policy.preapproval import covers, parse_rule
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, FetchedPage, GrantRequest
-from bastion.proto.sandbox import ReadSkill, SkillDocument
+from bastion.proto.sandbox import (
+    EditFile,
+    FileRequest,
+    FileResult,
+    FindFiles,
+    ReadSkill,
+    SearchFiles,
+    SkillDocument,
+)
 from bastion.proto.stubs import FetchRequest
 from bastion.sandbox.skills import read_skill
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
+from bastion.shared.patterns import MAX_GLOBSTARS, pattern_matches
 from bastion.shared.skillmatter import MAX_FRONT_MATTER, InvalidSkillFile
+from tests.attacks.conftest import Host
 from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
 from tests.conftest import ServiceRunner
 
@@ -223,3 +235,87 @@ def test_a_front_matter_past_the_size_cap_is_refused(tmp_path: Path) -> None:
 def test_a_declared_internationalized_host_is_kept_in_its_idna_2008_form(tmp_path: Path) -> None:
     skill = _skill(tmp_path, "metadata:\n  bastion-network: faß.de *.bücher.de:8443\n")
     assert skill.network == ("xn--fa-hia.de", "*.xn--bcher-kva.de:8443")
+
+
+# Finding 16: agent-given globs and edits are answered in bounded work (each test has a
+# pytest timeout: the old code stalled for minutes on the same input, uncancellably).
+def _owned(path: Path) -> None:
+    """The workspace's tree owned by an unprivileged user, as a sandbox's would be."""
+    for entry in [path, *path.rglob("*")]:
+        os.chown(entry, 1000, 1000)
+
+
+async def _file_tool(client: Client, message: FileRequest) -> str:
+    result: FileResult = await request(
+        client, subjects.SANDBOX_FILES, message, FileResult, timeout_s=60
+    )
+    return result.text
+
+
+@pytest.mark.timeout(60)
+async def test_a_glob_of_many_globstars_on_a_deep_tree_is_answered(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    deep = host.workspace.joinpath(*["a"] * 40)
+    deep.mkdir(parents=True)
+    (deep / "c").write_text("x\n")
+    _owned(host.workspace)
+    workspace = str(host.workspace)
+    answer = await _file_tool(
+        client, FindFiles(session_id=SESSION, workspace=workspace, pattern="**/a/" * 8 + "b")
+    )
+    assert answer.startswith("no files match")
+    with pytest.raises(RemoteError) as refused:
+        await _file_tool(
+            client, FindFiles(session_id=SESSION, workspace=workspace, pattern="**/" * 12 + "b")
+        )
+    assert refused.value.code == "invalid_input"
+    assert f"more than {MAX_GLOBSTARS}" in refused.value.message
+
+
+@pytest.mark.timeout(60)
+async def test_a_glob_of_many_stars_is_answered(client: Client, sandbox: None, host: Host) -> None:
+    (host.workspace / ("a" * 200)).write_text("needle\n")
+    _owned(host.workspace)
+    answer = await _file_tool(
+        client,
+        SearchFiles(
+            session_id=SESSION,
+            workspace=str(host.workspace),
+            pattern="needle",
+            glob="*a" * 30 + "*b",
+        ),
+    )
+    assert answer == "no lines match needle"
+
+
+@pytest.mark.timeout(60)
+def test_a_hook_or_pre_approval_pattern_of_many_stars_is_answered() -> None:
+    stars = "*a" * 30 + "*b"
+    assert not pattern_matches([stars], "a" * 5000)
+    rule = parse_rule(f"Write({stars})")
+    assert not covers(rule, "write_file", "a" * 200)
+    assert covers(rule, "write_file", "a" * 60 + "b")
+
+
+@pytest.mark.timeout(60)
+async def test_an_edit_file_miss_on_a_long_file_is_answered_with_the_nearest_lines(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    lines = [f"value_{i} = compute(alpha, {i})" for i in range(200_000)]
+    (host.workspace / "big.py").write_text("\n".join(lines) + "\n")
+    _owned(host.workspace)
+    wanted = "\n".join(line.replace("compute", "computed") for line in lines[150_000:150_012])
+    with pytest.raises(RemoteError) as refused:
+        await _file_tool(
+            client,
+            EditFile(
+                session_id=SESSION,
+                workspace=str(host.workspace),
+                path="big.py",
+                old_string=wanted,
+                new_string="x = 1",
+            ),
+        )
+    assert "the nearest lines of the file are" in refused.value.message
+    assert "150001\tvalue_150000 = compute(alpha, 150000)" in refused.value.message
