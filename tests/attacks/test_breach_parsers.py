@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import pytest
+from anyio.abc import SocketStream
 
 from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
@@ -35,6 +38,7 @@ from bastion.shared.skillmatter import MAX_FRONT_MATTER, InvalidSkillFile
 from tests.attacks.conftest import Host
 from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
 from tests.conftest import ServiceRunner
+from tests.loopback import serving_on_loopback
 
 SESSION = "0123456789abcdef"
 RESOLVER = FixedResolver(
@@ -319,3 +323,63 @@ async def test_an_edit_file_miss_on_a_long_file_is_answered_with_the_nearest_lin
         )
     assert "the nearest lines of the file are" in refused.value.message
     assert "150001\tvalue_150000 = compute(alpha, 150000)" in refused.value.message
+
+
+ROW = b"<div><p>Some <b>text</b> and <a href='/x'>a link</a>.</p><ul><li>one</li></ul></div>"
+BIG_PAGE = b"<html><body><h1>Big</h1>" + ROW * (5 * 1024 * 1024 // len(ROW) - 1) + b"</body></html>"
+SHAPED_PAGE = (
+    b"<html><head><script>evil()</script></head><body><h2>Code</h2>"
+    b"<pre>def f():\n    return 1\n</pre><table><tr><th>a</th><th>b</th></tr>"
+    b"<tr><td>1</td><td>2</td></tr></table></body></html>"
+)
+
+
+@asynccontextmanager
+async def _page_server(body: bytes) -> AsyncIterator[tuple[int, anyio.Event]]:
+    """A loopback server answering every request with the HTML `body`; the event is set
+    once the client has read a whole answer and closed (the page is then converted)."""
+    sent = anyio.Event()
+
+    async def handle(stream: SocketStream) -> None:
+        async with stream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive()
+            head = f"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {len(body)}"
+            await stream.send(f"{head}\r\nConnection: close\r\n\r\n".encode() + body)
+            try:
+                while True:
+                    await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                sent.set()
+
+    async with serving_on_loopback(handle) as port:
+        yield port, sent
+
+
+@pytest.mark.timeout(60)
+async def test_converting_a_large_page_leaves_the_egress_service_answering(
+    proxy: Proxy,
+) -> None:
+    answered: list[str] = []
+    async with _page_server(BIG_PAGE) as (port, sent), anyio.create_task_group() as group:
+
+        async def fetch() -> None:
+            page = await proxy.fetch(f"http://public.test:{port}/")
+            assert page.text.startswith("# Big")
+            answered.append("fetch")
+
+        group.start_soon(fetch)
+        await sent.wait()
+        await proxy.auth("example.org")
+        answered.append("grant")
+    assert answered == ["grant", "fetch"]
+
+
+async def test_a_page_keeps_its_pre_blocks_and_tables(proxy: Proxy) -> None:
+    async with _page_server(SHAPED_PAGE) as (port, _):
+        page = await proxy.fetch(f"http://public.test:{port}/")
+    assert "evil()" not in page.text
+    assert "## Code" in page.text
+    assert "```\ndef f():\n    return 1\n```" in page.text
+    assert "| a | b |\n| --- | --- |\n| 1 | 2 |" in page.text

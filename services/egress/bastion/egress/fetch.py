@@ -65,7 +65,7 @@ class Fetcher:
                         url = urljoin(url, location)
                         redirects.append(url)
                         continue
-                    return self._page(url, status, headers, body, fmt, redirects, truncated)
+                    return await self._page(url, status, headers, body, fmt, redirects, truncated)
         except TimeoutError:
             raise Unreachable(
                 f"{url} did not finish within {self._timeout_s:g} s: try a smaller page"
@@ -126,7 +126,7 @@ class Fetcher:
         except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol):
             raise Unreachable(f"{target} did not answer with a page") from None
 
-    def _page(  # noqa: PLR0917 - one private call site
+    async def _page(  # noqa: PLR0917 - one private call site
         self,
         url: str,
         status: int,
@@ -147,7 +147,7 @@ class Fetcher:
         except LookupError:
             text = body.decode("utf-8", errors="replace")
         if fmt != "html" and "html" in content_type.lower():
-            text = html_to_text(text, markdown=fmt == "markdown")
+            text = await html_to_text(text, markdown=fmt == "markdown")
         cut = max(0, len(text) - self._max_chars)
         full_text = text[: self._keep_chars] if cut else ""
         if cut:
