@@ -94,7 +94,10 @@ def _checked(pattern: str) -> None:
             f"the pattern is {len(pattern)} characters long, more than {MAX_PATTERN_CHARS}: "
             "give a shorter one"
         )
-    globstars = sum(1 for part in pattern.split("/") if part == "**")
+
+
+def _checked_globstars(parts: list[str]) -> None:
+    globstars = parts.count("**")
     if globstars > MAX_GLOBSTARS:
         raise InvalidPattern(
             f"the pattern has {globstars} `**` segments, more than {MAX_GLOBSTARS}: one `**` "
@@ -130,6 +133,7 @@ def path_glob(pattern: str, syntax: Syntax = "full", anywhere: bool = False) -> 
         parts = alternative.lstrip("/").split("/")
         if anywhere and "/" not in alternative.strip("/"):
             parts.insert(0, "**")
+        _checked_globstars(parts)
         segments: list[re.Pattern[str] | None] = []
         for part in parts:
             if part == "**":
