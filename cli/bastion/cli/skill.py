@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bastion.cli.common import fail
-from bastion.shared.skillmatter import FrontMatter, front_matter
+from bastion.shared.skillmatter import FrontMatter, InvalidSkillFile, front_matter
 
 __all__ = ["GRANTED_FILE", "add_parser", "granted", "permission_lines"]
 
@@ -61,7 +61,10 @@ def _read(source: Path) -> tuple[str, FrontMatter] | str:
     manifest = source / "SKILL.md"
     if not manifest.is_file():
         return f"{source} has no SKILL.md: give a skill's directory"
-    found = front_matter(manifest.read_text(encoding="utf-8"))
+    try:
+        found = front_matter(manifest.read_text(encoding="utf-8"), source.resolve().name)
+    except InvalidSkillFile as error:
+        return error.message
     name = found.name or source.resolve().name
     if not name or "/" in name or name.startswith("."):
         return f"the skill's name {name!r} cannot be a directory name: fix `name:` in its SKILL.md"
@@ -122,7 +125,11 @@ def list_skills(args: argparse.Namespace) -> int:
         manifest = entry / "SKILL.md"
         if entry.name.startswith(".") or not manifest.is_file():
             continue
-        found = front_matter(manifest.read_text(encoding="utf-8"))
+        try:
+            found = front_matter(manifest.read_text(encoding="utf-8"), entry.name)
+        except InvalidSkillFile as error:
+            sys.stdout.write(f"{entry.name}\t\t{error.message}\t(not usable)\n")
+            continue
         record = (
             "granted.json" if (entry / GRANTED_FILE).is_file() else "not installed with bastion"
         )

@@ -51,20 +51,29 @@ _V6_RANGES: Final = tuple(
         ("::1/128", "loopback"),
         ("fc00::/7", "private"),
         ("fe80::/10", "link-local"),
+        ("fec0::/10", "site-local (deprecated private)"),
         ("ff00::/8", "multicast"),
         ("2001:db8::/32", "documentation"),
     )
 )
 
 _NAT64: Final = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+_SIIT: Final = ipaddress.IPv6Network("::ffff:0:0:0/96")
+_COMPATIBLE: Final = ipaddress.IPv6Network("::/96")
+_LOW32: Final = 0xFFFFFFFF
 
 
 def _embedded(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address carries (mapped, NAT64, 6to4, Teredo client)."""
+    """The IPv4 address an IPv6 address carries: IPv4-mapped (::ffff:0:0/96), SIIT
+    (::ffff:0:0:0/96), IPv4-compatible (::/96, but for :: and ::1 themselves), NAT64
+    (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002::/16) or the Teredo client (2001::/32)."""
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
-    if any(address in net for net in _NAT64):
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    low = ipaddress.IPv4Address(int(address) & _LOW32)
+    if address in _SIIT or any(address in net for net in _NAT64):
+        return low
+    if address in _COMPATIBLE and int(address) > 1:
+        return low
     if address.sixtofour is not None:
         return address.sixtofour
     if address.teredo is not None:

@@ -16,9 +16,9 @@ import httpcore
 
 from bastion.egress.dial import Dialer
 from bastion.egress.errors import Refused, Unreachable
-from bastion.egress.hosts import normalize_host
+from bastion.egress.hosts import host_header, normalize_host
 from bastion.egress.htmltext import html_to_text
-from bastion.egress.pinned import Hop, PinnedBackend
+from bastion.egress.pinned import Hop, PinnedBackend, ascii_url
 from bastion.proto.egress import FetchedPage
 from bastion.shared.errors import InvalidInput
 from bastion.shared.metrics import egress_io
@@ -65,7 +65,7 @@ class Fetcher:
                         url = urljoin(url, location)
                         redirects.append(url)
                         continue
-                    return self._page(url, status, headers, body, fmt, redirects, truncated)
+                    return await self._page(url, status, headers, body, fmt, redirects, truncated)
         except TimeoutError:
             raise Unreachable(
                 f"{url} did not finish within {self._timeout_s:g} s: try a smaller page"
@@ -93,7 +93,7 @@ class Fetcher:
         hops.append(Hop(target, None))
         backend = PinnedBackend(address, self._dialer.upstream)
         request_headers = [
-            (b"Host", parts.netloc.rsplit("@", 1)[-1].encode("idna")),
+            (b"Host", host_header(host, parts.port)),
             (b"User-Agent", b"bastion-fetch/1"),
             (b"Accept", b"text/html, text/plain, text/markdown, application/json;q=0.9, */*;q=0.1"),
             (b"Accept-Encoding", b"identity"),
@@ -104,7 +104,9 @@ class Fetcher:
                 httpcore.AsyncConnectionPool(
                     ssl_context=self._ssl, network_backend=backend, max_connections=1
                 ) as pool,
-                pool.stream("GET", url, headers=request_headers) as response,
+                pool.stream(
+                    "GET", ascii_url(parts, host, port), headers=request_headers
+                ) as response,
             ):
                 headers = {
                     k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers
@@ -124,7 +126,7 @@ class Fetcher:
         except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol):
             raise Unreachable(f"{target} did not answer with a page") from None
 
-    def _page(  # noqa: PLR0917 - one private call site
+    async def _page(  # noqa: PLR0917 - one private call site
         self,
         url: str,
         status: int,
@@ -145,7 +147,7 @@ class Fetcher:
         except LookupError:
             text = body.decode("utf-8", errors="replace")
         if fmt != "html" and "html" in content_type.lower():
-            text = html_to_text(text, markdown=fmt == "markdown")
+            text = await html_to_text(text, markdown=fmt == "markdown")
         cut = max(0, len(text) - self._max_chars)
         full_text = text[: self._keep_chars] if cut else ""
         if cut:

@@ -86,9 +86,10 @@ class GrantStore:
         for host in request.hosts:
             try:
                 Declared.parse(host)
-            except Refused:
+            except Refused as error:
                 raise InvalidInput(
-                    f"{host!r} is not a declared host: write it as name, *.name or name:port"
+                    f"{host!r} is not a declared host ({error.reason}): write it as name, "
+                    "*.name or name:port"
                 ) from None
         grant_id, secret = secrets.token_hex(16), secrets.token_urlsafe(32)
         ttl = min(request.ttl_s, self._max_ttl_s)

@@ -6,21 +6,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bastion.egress.errors import Refused
+from bastion.shared.hostnames import InvalidHostName, ascii_host
 
-__all__ = ["DEFAULT_PORTS", "Declared", "is_declared", "normalize_host", "split_target"]
+__all__ = [
+    "DEFAULT_PORTS",
+    "Declared",
+    "host_header",
+    "is_declared",
+    "normalize_host",
+    "split_target",
+]
 
 DEFAULT_PORTS = frozenset({443, 80})
 
 
 def normalize_host(host: str) -> str:
-    """Lower case, one trailing dot dropped, IDNA (punycode): how names are compared."""
-    host = host.strip().rstrip(".").lower()
-    if host.startswith("[") and host.endswith("]"):
-        return host[1:-1]
+    """Lower case, trailing dots dropped, IDNA 2008 (`xn--` form): how names are compared.
+
+    Raises:
+        Refused: a name IDNA 2008 refuses; the reason says why.
+    """
     try:
-        return host.encode("idna").decode("ascii")
-    except UnicodeError:
-        return host
+        return ascii_host(host)
+    except InvalidHostName as error:
+        raise Refused(host[:200], error.message) from None
+
+
+def host_header(host: str, port: int | None) -> bytes:
+    """The `Host` header naming normalized `host` (and `port`, when the URL names one)."""
+    named = f"[{host}]" if ":" in host else host
+    return (named if port is None else f"{named}:{port}").encode("ascii")
 
 
 def split_target(target: str, default_port: int | None = None) -> tuple[str, int]:

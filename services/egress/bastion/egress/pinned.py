@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 import ssl
+import string
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, quote, urlsplit
 
 import httpcore
 
 from bastion.egress.dial import Dialer, connect_head, upstream_accepted
 from bastion.egress.errors import Refused, Unreachable
-from bastion.egress.hosts import normalize_host, split_target
+from bastion.egress.hosts import host_header, normalize_host, split_target
 from bastion.shared.errors import InvalidInput
 from bastion.shared.netclass import IPAddress
 
-__all__ = ["Hop", "PinnedBackend", "Reply", "pinned_request"]
+__all__ = ["Hop", "PinnedBackend", "Reply", "ascii_url", "pinned_request"]
+
+
+def ascii_url(parts: SplitResult, host: str, port: int) -> httpcore.URL:
+    """The URL httpcore is asked for: the normalized (`xn--`) host, so that TLS checks and
+    sends as SNI the name that was checked, not one Python's IDNA 2003 codec made of it;
+    a character outside printable ASCII in the path is percent-encoded."""
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return httpcore.URL(
+        scheme=parts.scheme.encode("ascii"),
+        host=host.encode("ascii"),
+        port=port,
+        target=quote(path, safe=string.punctuation).encode("ascii"),
+    )
 
 
 @dataclass(frozen=True)
@@ -108,7 +124,7 @@ async def pinned_request(
         hops.append(Hop(target, "does not resolve"))
         raise
     hops.append(Hop(target, None))
-    request_headers = [(b"Host", parts.netloc.rsplit("@", 1)[-1].encode("idna")), *headers]
+    request_headers = [(b"Host", host_header(host, parts.port)), *headers]
     request_headers.append((b"Connection", b"close"))
     try:
         async with (
@@ -117,7 +133,9 @@ async def pinned_request(
                 network_backend=PinnedBackend(address, dialer.upstream),
                 max_connections=1,
             ) as pool,
-            pool.stream(method, url, headers=request_headers, content=body or None) as response,
+            pool.stream(
+                method, ascii_url(parts, host, port), headers=request_headers, content=body or None
+            ) as response,
         ):
             data = bytearray()
             async for chunk in response.aiter_stream():

@@ -25,6 +25,7 @@ from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import ApplyPatchInput, FetchUrlInput, ShellInput, SkillRunInput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError, Unavailable
+from bastion.shared.hostnames import InvalidHostName, ascii_host
 
 __all__ = [
     "PolicyUnavailable",
@@ -60,7 +61,11 @@ def target_of(tool_input: msgspec.Struct) -> str:
     if isinstance(tool_input, ShellInput):
         return tool_input.command
     if isinstance(tool_input, FetchUrlInput):
-        return (urlsplit(tool_input.url).hostname or "").rstrip(".").lower()
+        host = urlsplit(tool_input.url).hostname or ""
+        try:
+            return ascii_host(host)
+        except InvalidHostName:
+            return host  # never a domain rule's name: the call is asked about
     for name in _PATH_FIELDS:
         value = getattr(tool_input, name, None)
         if isinstance(value, str):

@@ -25,6 +25,7 @@ from typing import Final, Literal
 from bastion.policy.commandtable import refusal, words
 from bastion.policy.tools import target_kind
 from bastion.shared.errors import InvalidInput
+from bastion.shared.patterns import InvalidPattern, PathGlob, path_glob
 
 __all__ = [
     "InvalidPreApproval",
@@ -72,7 +73,7 @@ class Rule:
     tools: frozenset[str]
     kind: Kind
     argument: str = ""
-    pattern: re.Pattern[str] | None = None
+    pattern: PathGlob | None = None
     words: tuple[str, ...] = ()
     """A command rule's words, split as the shell splits them."""
 
@@ -158,7 +159,11 @@ def _path_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
             f"the pre-approval {text!r} reaches outside the workspace: write a path relative "
             "to the workspace, without `..`, such as Write(notes/*)"
         )
-    return Rule(text, tools, "glob", argument, re.compile(_glob_to_regex(glob)))
+    try:
+        pattern = path_glob(glob, "plain")
+    except InvalidPattern as error:
+        raise InvalidPreApproval(f"the pre-approval {text!r} is refused: {error.message}") from None
+    return Rule(text, tools, "glob", argument, pattern)
 
 
 def _host_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
@@ -169,29 +174,6 @@ def _host_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
             "as in WebFetch(domain:docs.rs), which also covers its subdomains"
         )
     return Rule(text, tools, "domain", domain)
-
-
-def _glob_to_regex(glob: str) -> str:
-    """`*` and `?` stay within one directory; `**` crosses directories (`**/` may be none)."""
-    out: list[str] = []
-    index = 0
-    while index < len(glob):
-        if glob.startswith("**/", index):
-            out.append("(?:.*/)?")
-            index += 3
-        elif glob.startswith("**", index):
-            out.append(".*")
-            index += 2
-        elif glob[index] == "*":
-            out.append("[^/]*")
-            index += 1
-        elif glob[index] == "?":
-            out.append("[^/]")
-            index += 1
-        else:
-            out.append(re.escape(glob[index]))
-            index += 1
-    return "".join(out)
 
 
 def _workspace_path(target: str) -> str | None:
@@ -255,9 +237,7 @@ def covers(rule: Rule, tool: str, target: str) -> bool:
             return False
         return host == rule.argument or host.endswith("." + rule.argument)
     path = _workspace_path(target)
-    return (
-        path is not None and rule.pattern is not None and rule.pattern.fullmatch(path) is not None
-    )
+    return path is not None and rule.pattern is not None and rule.pattern.match(path)
 
 
 @functools.lru_cache(maxsize=4096)

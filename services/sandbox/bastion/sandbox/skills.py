@@ -98,7 +98,7 @@ def read_skill(skills_dir: Path, request: ReadSkill) -> SkillDocument:
             f"there is no skill {request.name!r}: its directory in the skills dir has no "
             "SKILL.md; check the name"
         ) from None
-    found = front_matter(text)
+    found = front_matter(text, request.name)
     timeout_s = checked_declarations(request.name, found)
     return SkillDocument(
         name=found.name or request.name,

@@ -55,7 +55,7 @@ def _declared(found: FrontMatter) -> list[str]:
 def _previous(skills_dir: Path, name: str) -> FrontMatter | None:
     """The front matter of the skill's SKILL.md before this write, if it has one."""
     try:
-        return front_matter(read_text(skills_dir, f"{name}/SKILL.md", MAX_SKILL_BYTES))
+        return front_matter(read_text(skills_dir, f"{name}/SKILL.md", MAX_SKILL_BYTES), name)
     except NotFound:
         return None
     except InvalidInput:

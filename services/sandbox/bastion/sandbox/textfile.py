@@ -9,13 +9,14 @@ is binary or not UTF-8. Matching works on text with `\\n` newlines; the file's o
 
 from __future__ import annotations
 
-import difflib
 import errno
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from rapidfuzz import fuzz, process
 
 from bastion.sandbox.files import _escape, _locate, _looks_binary
 from bastion.sandbox.workspace import shown
@@ -34,6 +35,12 @@ __all__ = [
 MAX_EDIT_BYTES: Final = 8 * 1024 * 1024
 """A larger file is changed with a command, not by these tools."""
 _SHOWN_LINES: Final = 30
+_VOTING_LINES: Final = 12
+_SCORED_CHARS: Final = 200
+_COMPARISONS: Final = 1_000_000
+_CANDIDATES: Final = 64
+_SIMILAR: Final = 60.0
+"""The least similarity (of 100) for a file line to count as like a wanted one."""
 _SHOWN_LINE_CHARS: Final = 160
 _MESSAGE_CHARS: Final = 3800
 """An error's sentence travels in an `ErrorReply`, which holds at most 4096 characters."""
@@ -116,23 +123,23 @@ def read_text(workspace: Path, path: str) -> TextFile:
 def _best_window(lines: list[str], wanted: list[str]) -> tuple[int, float] | None:
     """Where a window of `len(wanted)` lines looks most like `wanted`, and how much.
 
-    Each of the first wanted lines votes, by similarity, for the window start that would
-    put a similar file line in its place; `SequenceMatcher` caches the wanted line, and
-    its quick bounds skip most file lines cheaply.
+    Each of the first wanted lines votes, by similarity (rapidfuzz's normalized Indel
+    ratio, the measure difflib's `ratio` approximates, computed in C), for the window start
+    that would put one of its `_CANDIDATES` most similar file lines in its place. Bounded
+    work: lines are compared by their first `_SCORED_CHARS` characters, and at most
+    `_COMPARISONS` line pairs in all (a long file gets fewer voting lines, at least one).
     """
     votes: dict[int, float] = {}
-    used = [(j, w.strip()) for j, w in enumerate(wanted) if w.strip()][:12]
+    voting = max(1, min(_VOTING_LINES, _COMPARISONS // max(1, len(lines))))
+    used = [(j, w.strip()[:_SCORED_CHARS]) for j, w in enumerate(wanted) if w.strip()]
+    used = used[:voting]
+    candidates = [line.strip()[:_SCORED_CHARS] for line in lines]
     for j, line in used:
-        matcher = difflib.SequenceMatcher(None, b=line, autojunk=False)
-        for i, candidate in enumerate(lines):
-            matcher.set_seq1(candidate.strip())
-            if (
-                matcher.real_quick_ratio() >= 0.6
-                and matcher.quick_ratio() >= 0.6
-                and (ratio := matcher.ratio()) >= 0.6
-            ):
-                start = max(0, i - j)
-                votes[start] = votes.get(start, 0.0) + ratio
+        for _, score, i in process.extract(
+            line, candidates, scorer=fuzz.ratio, score_cutoff=_SIMILAR, limit=_CANDIDATES
+        ):
+            start = max(0, i - j)
+            votes[start] = votes.get(start, 0.0) + score / 100
     if not votes:
         return None
     start = max(votes, key=lambda s: (votes[s], -s))

@@ -29,6 +29,7 @@ from bastion.mcp.upstream.errors import UpstreamUnreachable
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, GrantRequest
 from bastion.shared.bus import Client, request
+from bastion.shared.hostnames import InvalidHostName, ascii_host
 from bastion.shared.netclass import is_loopback_host
 
 __all__ = ["EgressRoute", "grant_for", "host_and_port", "is_loopback_url"]
@@ -98,9 +99,13 @@ class _SocketBackend(httpcore2.AsyncNetworkBackend):
 
 
 def host_and_port(url: str) -> tuple[str, int]:
-    """The host (lowercase, IPv6 without brackets) and port an http(s) URL names."""
+    """The host (compared form: lower case, `xn--`, IPv6 without brackets) and port an
+    http(s) URL names."""
     parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
+    try:
+        host = ascii_host(parts.hostname or "")
+    except InvalidHostName as error:
+        raise UpstreamUnreachable(f"the MCP server's URL names no usable host: {error}") from None
     try:
         port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 443)
     except ValueError:
