@@ -132,6 +132,15 @@ def test_a_domain_covers_the_host_and_its_subdomains_only(host: str, expected: b
     assert covered("fetch_url(domain:docs.rs)", "fetch_url", host) is expected
 
 
+def test_a_domain_rule_of_an_internationalized_name_covers_it_in_idna_2008_form() -> None:
+    """`faß.de` is its own domain (xn--fa-hia.de), never `fass.de` as IDNA 2003 had it."""
+    assert covered("WebFetch(domain:faß.de)", "fetch_url", "xn--fa-hia.de")
+    assert covered("WebFetch(domain:faß.de)", "fetch_url", "api.xn--fa-hia.de")
+    assert not covered("WebFetch(domain:faß.de)", "fetch_url", "fass.de")
+    with pytest.raises(InvalidPreApproval, match="not a valid internationalized name"):
+        parse_rule("WebFetch(domain:a\u200db.de)")
+
+
 def test_a_skill_script_rule_covers_that_script() -> None:
     assert covered("skill_run(scripts/check.sh)", "skill_run", "scripts/check.sh")
     assert not covered("skill_run(scripts/check.sh)", "skill_run", "scripts/deploy.sh")

@@ -25,6 +25,7 @@ from typing import Final, Literal
 from bastion.policy.commandtable import refusal, words
 from bastion.policy.tools import target_kind
 from bastion.shared.errors import InvalidInput
+from bastion.shared.hostnames import InvalidHostName, ascii_host
 from bastion.shared.patterns import InvalidPattern, PathGlob, path_glob
 
 __all__ = [
@@ -167,8 +168,17 @@ def _path_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
 
 
 def _host_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
-    domain = argument.removeprefix("domain:").strip().lower().rstrip(".")
-    if domain == argument.strip().lower().rstrip(".") or not _DOMAIN.match(domain):
+    given = argument.strip()
+    if not given.startswith("domain:"):
+        domain = ""
+    else:
+        try:
+            domain = ascii_host(given[len("domain:") :])
+        except InvalidHostName as error:
+            raise InvalidPreApproval(
+                f"the pre-approval {text!r} is refused: {error.message}"
+            ) from None
+    if not _DOMAIN.match(domain):
         raise InvalidPreApproval(
             f"the pre-approval {text!r} names no domain: write domain: and a host name, "
             "as in WebFetch(domain:docs.rs), which also covers its subdomains"
