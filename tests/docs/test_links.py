@@ -1,11 +1,13 @@
 """The documents stand on their own: every relative link in README.md, CONTRIBUTING.md and
-docs/*.md resolves to a file inside the repository, and no file points at a design kept
-outside it (a path into a sibling `shared` folder, or the old design document's name)."""
+docs/*.md resolves to a file inside the repository, no file points at a design kept
+outside it (a path into a sibling `shared` folder, or the old design document's name), and
+none names a work item (the design is cited as `docs/architecture.md §N` instead)."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 # Built from parts so that this file does not name what it looks for.
 OUTSIDE_DESIGN = "DESIGN" + ".md"
 OUTSIDE_FOLDER = "../" + "shared/"
+WORK_ITEM = re.compile(r"\b[Ii]ssues? [0-9]+\b")
 
 
 def links(text: str) -> list[str]:
@@ -85,7 +88,8 @@ def _tracked_files() -> list[Path]:
     return [ROOT / name for name in listed.split("\0") if name and (ROOT / name).is_file()]
 
 
-def test_no_file_points_outside_the_repository_for_its_design() -> None:
+def _lines_where(found: Callable[[str], bool]) -> list[str]:
+    """`file:line: text` of every line of a repository file for which `found` holds."""
     files = _tracked_files()
     assert any(p.name == "README.md" for p in files)
     offenders: list[str] = []
@@ -95,9 +99,28 @@ def test_no_file_points_outside_the_repository_for_its_design() -> None:
         except UnicodeDecodeError:
             continue
         for number, line in enumerate(text.splitlines(), start=1):
-            if OUTSIDE_DESIGN in line or OUTSIDE_FOLDER in line:
+            if found(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    return offenders
+
+
+def test_no_file_points_outside_the_repository_for_its_design() -> None:
+    offenders = _lines_where(lambda line: OUTSIDE_DESIGN in line or OUTSIDE_FOLDER in line)
     assert not offenders, (
         "cite docs/architecture.md (its numbered sections) instead of a design outside the "
         "repository:\n" + "\n".join(offenders)
+    )
+
+
+def test_the_work_item_finder_finds_one() -> None:
+    # Built from parts so that this file does not name a work item itself.
+    assert WORK_ITEM.search("Docker in issue" + " 3")
+    assert not WORK_ITEM.search("no issues here; 3 tissues")
+
+
+def test_no_file_names_a_work_item() -> None:
+    offenders = _lines_where(lambda line: WORK_ITEM.search(line) is not None)
+    assert not offenders, (
+        "say what the code does, or cite docs/architecture.md §N, rather than the work item "
+        "it came from:\n" + "\n".join(offenders)
     )
