@@ -2,8 +2,9 @@
 
 It walks each process's settings struct (the `BASTION_<FIELD>` variables `load_settings`
 reads) and `bastion up`'s flags, and renders one table of each: name, default, what it
-changes (the field's docstring, else a note kept here), and who reads it. A test renders
-the page again and fails when docs/configuration.md differs.
+changes (the field's docstring, else a note kept here), and who reads it; with them, the
+few variables read outside a struct and those given to command hooks. A test renders the
+page again and fails when docs/configuration.md differs.
 """
 
 from __future__ import annotations
@@ -113,12 +114,6 @@ FACTORY_DEFAULTS: dict[str, str] = {
 """The default of a field made by a factory, in words (it depends on the machine)."""
 
 
-class UndocumentedSetting(BastionError):
-    """A settings field has neither a docstring nor a note, or its default has no words."""
-
-    code = "undocumented_setting"
-
-
 @dataclass(frozen=True)
 class Variable:
     """One `BASTION_*` variable, as the page shows it."""
@@ -128,6 +123,32 @@ class Variable:
     type: str
     changes: str
     readers: tuple[str, ...]
+
+
+OUTSIDE_SETTINGS: tuple[Variable, ...] = (
+    Variable(
+        name="BASTION_SKILLS_DIR",
+        default="`skills`",
+        type="str",
+        changes="The skills directory `bastion skill install` and `bastion skill list` use "
+        "when not given `--skills-dir`.",
+        readers=("the `bastion` CLI",),
+    ),
+)
+"""Variables read outside a settings struct (`os.environ` in a command's flag default)."""
+
+GIVEN_TO_HOOKS: tuple[tuple[str, str], ...] = (
+    ("BASTION_HOOK_EVENT", "The event the command hook runs for (`before-tool`, …)."),
+    ("BASTION_SESSION", "The id of the session the event is about."),
+)
+"""Variables the hook runner sets for a command hook, which gets no other `BASTION_*`
+variable (`bastion.cli.hookrun`)."""
+
+
+class UndocumentedSetting(BastionError):
+    """A settings field has neither a docstring nor a note, or its default has no words."""
+
+    code = "undocumented_setting"
 
 
 def _field_docstrings(struct: type[msgspec.Struct]) -> dict[str, str]:
@@ -294,9 +315,16 @@ def render() -> str:
     lines = [HEADER, "## Variables", ""]
     lines.append("| Variable | Default | Type | What it changes | Read by |")
     lines.append("|---|---|---|---|---|")
-    for v in variables():
+    for v in sorted([*variables(), *OUTSIDE_SETTINGS], key=lambda v: v.name):
         cells = (f"`{v.name}`", v.default, v.type, v.changes, ", ".join(v.readers))
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines += ["", "## Given to command hooks", ""]
+    lines.append("The hook runner sets these for a command hook, and no other `BASTION_*`:")
+    lines.append("")
+    lines.append("| Variable | What it holds |")
+    lines.append("|---|---|")
+    for name, holds in GIVEN_TO_HOOKS:
+        lines.append(f"| `{name}` | {_cell(holds)} |")
     lines += ["", "## `bastion up` flags", ""]
     lines.append("| Flag | Default | What it changes |")
     lines.append("|---|---|---|")
