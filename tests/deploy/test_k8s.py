@@ -1,6 +1,6 @@
 """The Kubernetes manifests: both overlays render, every object is valid for the API, the
 pods meet Pod Security `restricted` but for the sandbox's two documented needs, and the
-NetworkPolicies allow exactly the paths of DESIGN.md §1's boundaries table."""
+NetworkPolicies allow exactly the paths of docs/architecture.md §1's boundaries table."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ KUBERNETES = "1.33.0"  # the first release with user namespaces in pods (hostUse
 SERVICES = ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault")
 Doc = dict[str, Any]
 
-# DESIGN.md §1, "may reach", as the network sees it (every pod may also ask DNS).
+# docs/architecture.md §1, "may reach", as the network sees it (every pod may also ask DNS).
 EGRESS = {
     "orchestrator": {("nats", 4222)},
     "policy": {("nats", 4222)},

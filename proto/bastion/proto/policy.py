@@ -68,7 +68,7 @@ class PreApproval(Message, frozen=True, kw_only=True, tag="policy.preapproval"):
 class PolicyRequest(Message, frozen=True, kw_only=True, tag="policy.request"):
     """A call about to run, described for the policy: who, which tool, what it may do.
 
-    The fields after `input_summary` came with issue 4 (pre-approvals, operator policies):
+    The fields after `input_summary` serve pre-approvals and operator policies:
     - `target`: what pre-approvals and operator policies match against, filled by the
       caller per tool: the whole shell command for `shell` (never cut: a cut command could
       hide a `;` after the cut); the path relative to the workspace, normalised, for the

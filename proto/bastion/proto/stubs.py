@@ -12,7 +12,7 @@ from typing import Annotated
 import msgspec
 
 from bastion.proto._base import Message, SessionId
-from bastion.proto.vault import LeaseRequest  # built in issue 5; kept importable from here
+from bastion.proto.vault import LeaseRequest  # kept importable from here
 
 __all__ = ["FetchRequest", "LeaseRequest"]
 
@@ -25,4 +25,4 @@ class FetchRequest(Message, frozen=True, kw_only=True, tag="egress.fetch"):
     format: str = "markdown"
     """`markdown`, `text` or `html`."""
     tenant: Annotated[str, msgspec.Meta(max_length=64)] = ""
-    """Whose session: the connection is recorded in its audit log (issue 5)."""
+    """Whose session: the connection is recorded in its audit log."""

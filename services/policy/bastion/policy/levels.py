@@ -17,7 +17,7 @@ LEVEL_TABLE: Final[dict[Autonomy, dict[Effect, Outcome]]] = {
     "L5": {"read": "allow", "write": "allow", "external": "allow", "spend": "ask"},
     "L6": {"read": "allow", "write": "allow", "external": "allow", "spend": "allow"},
 }
-"""DESIGN.md §4: rows are levels, columns effects; `allow` is the table's "run"."""
+"""docs/architecture.md §4: rows are levels, columns effects; `allow` is the table's "run"."""
 
 _EFFECT_PHRASE: Final[dict[Effect, str]] = {
     "read": "reads",

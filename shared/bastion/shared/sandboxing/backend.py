@@ -1,4 +1,4 @@
-"""The seam every sandbox backend (bubblewrap today, Docker in issue 3) sits behind."""
+"""The seam every sandbox backend (bubblewrap and Docker) sits behind."""
 
 from __future__ import annotations
 
