@@ -9,12 +9,14 @@ from bastion.sandbox.files import write_file
 from bastion.sandbox.textfile import not_found_sentence, read_text, with_newlines
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput
+from bastion.shared.sandboxing import HostIds
 
 __all__ = ["edit_file"]
 
 
-def edit_file(workspace: Path, request: EditFile) -> str:
-    """Replace `old_string` once (it must be there once) or, with `replace_all`, each time."""
+def edit_file(workspace: Path, request: EditFile, owner: HostIds | None) -> str:
+    """Replace `old_string` once (it must be there once) or, with `replace_all`, each time;
+    the file written is `owner`'s (`files.write_file`)."""
     old = request.old_string.replace("\r\n", "\n")
     new = request.new_string.replace("\r\n", "\n")
     if not old:
@@ -48,6 +50,7 @@ def edit_file(workspace: Path, request: EditFile) -> str:
             path=request.path,
             content=with_newlines(text, current.newline),
         ),
+        owner,
     )
     times = "1 time" if count == 1 else f"{count} times"
     return f"edited {request.path}: replaced old_string {times}"

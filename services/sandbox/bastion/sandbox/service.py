@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -66,14 +67,18 @@ from bastion.shared.sandboxing import (
     BwrapBackend,
     ContainerLimits,
     DockerSandboxes,
+    HostIds,
     Network,
     SandboxBackend,
     SandboxFailed,
     SandboxSpec,
+    configured_ids,
     parse_backend,
     parse_docker_backend,
+    sandbox_ids,
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
+from bastion.shared.sandboxing.hostids import path_owner
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import default_state_dir
@@ -84,13 +89,16 @@ __all__ = ["SandboxSettings", "Sandboxes", "output_cap", "redacted", "sandbox_se
 
 _FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
     ReadFile: read_file,
-    WriteFile: write_file,
-    EditFile: edit_file,
-    ApplyPatch: apply_patch,
     ListFiles: list_files,
     FindFiles: find_files,
 }
-"""Each file tool's function: it runs in a worker thread, on the checked workspace."""
+"""Each reading file tool's function: it runs in a worker thread, on the checked workspace."""
+_WRITING_TOOLS: dict[type, Callable[[Path, Any, HostIds | None], str]] = {
+    WriteFile: write_file,
+    EditFile: edit_file,
+    ApplyPatch: apply_patch,
+}
+"""Each writing file tool's function, given the host user what it writes is for."""
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +119,13 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
     bwrap: str = "bwrap"
     prlimit: str = "prlimit"
+    setpriv: str = "setpriv"
+    sandbox_host_uid: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """The host user a root service runs every bwrap sandbox as (`BASTION_SANDBOX_HOST_UID`),
+    and the owner of what the file tools write; unset, each session's is its workspace's
+    owner. Root (0) is refused, as a root-owned workspace is."""
+    sandbox_host_gid: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """That user's group (`BASTION_SANDBOX_HOST_GID`); unset, the uid's number."""
     search_timeout_s: float = 20.0
     """How long `search_files` may take; an agent's regex can backtrack without end."""
     git_writable: bool = False
@@ -168,8 +183,9 @@ class Sandboxes:
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
-            settings.bwrap, settings.prlimit, cgroups=settings.cgroups
+            settings.bwrap, settings.prlimit, cgroups=settings.cgroups, setpriv=settings.setpriv
         )
+        self._host_ids = configured_ids(settings.sandbox_host_uid, settings.sandbox_host_gid)
         self.docker = DockerSandboxes(
             settings.docker_owner,
             ContainerLimits(
@@ -205,20 +221,32 @@ class Sandboxes:
             limits = msgspec.structs.replace(limits, output_bytes=self._output_cap)
         chosen: SandboxBackend = self._backend
         mode: Network = "none"  # the Docker backend's network is in its target
+        resolved = checked_workspace(workspace, self._state_dir)
+        host_ids = None  # the Docker backend runs as the workspace's owner itself
         if backend.startswith("docker:"):
             chosen = self.docker.backend(parse_docker_backend(backend, network))
         else:
             mode = parse_backend(backend, network)
+            host_ids = self._owner(resolved)
         spec = SandboxSpec(
-            workspace=checked_workspace(workspace, self._state_dir),
+            workspace=resolved,
             network=mode,
             limits=limits,
             hidden=(self._state_dir,),
             read_only=checked_read_only_dirs(read_only_dirs, self._state_dir),
             git_writable=self._git_writable,
             session_id=session_id,
+            host_ids=host_ids,
         )
         return chosen, spec
+
+    def _owner(self, workspace: Path) -> HostIds | None:
+        """The host user a sandbox in `workspace` runs as and what is written there is for.
+
+        Raises:
+            SandboxFailed: the service is root and that user would be root.
+        """
+        return sandbox_ids(workspace, self._host_ids, f"the workspace {workspace}")
 
     async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
         """Run one shell command in the session's sandbox; a failing command is a result too."""
@@ -314,7 +342,8 @@ class Sandboxes:
     async def skill_write(self, request: WriteSkill, _context: RequestContext) -> FileResult:
         """Write a skill's SKILL.md with only its name, description and instructions."""
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
-        text = await anyio.to_thread.run_sync(write_skill, skills_dir, request)
+        owner = path_owner(skills_dir) if os.geteuid() == 0 else None
+        text = await anyio.to_thread.run_sync(write_skill, skills_dir, request, owner)
         return FileResult(text=text)
 
     def _redactor(self, request: ExecRequest | FileRequest | CodeCheck) -> Redactor | None:
@@ -325,6 +354,10 @@ class Sandboxes:
         workspace = checked_workspace(request.workspace, self._state_dir)
         if isinstance(request, SearchFiles):
             text = await self._search(workspace, request)
+        elif type(request) in _WRITING_TOOLS:
+            owner = self._owner(workspace)
+            write = _WRITING_TOOLS[type(request)]
+            text = await anyio.to_thread.run_sync(write, workspace, request, owner)
         else:
             tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
             text = await anyio.to_thread.run_sync(tool, workspace, request)
