@@ -37,7 +37,7 @@ from bastion.shared.sandboxing.bridge import BRIDGE_PROGRAM, BRIDGE_SCRIPT
 from bastion.shared.sandboxing.cgroup import CgroupRoot, CommandCgroup, find_cgroup_root
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import DataFile, generated_etc
-from bastion.shared.sandboxing.hostids import drop_argv
+from bastion.shared.sandboxing.hostids import HostIds, drop_argv, sandbox_ids
 from bastion.shared.sandboxing.process import Finished, run_limited
 from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
 
@@ -131,10 +131,18 @@ def _result(finished: Finished, limit_hit: str = "") -> ExecResult:
     )
 
 
+def _ids(spec: SandboxSpec) -> HostIds | None:
+    """The host user to run as: the spec's, else (a root service) the workspace's owner."""
+    if spec.host_ids is not None:
+        return spec.host_ids
+    return sandbox_ids(spec.workspace, None, f"the workspace {spec.workspace}")
+
+
 def _host_user(spec: SandboxSpec) -> str:
-    if spec.host_ids is None:
+    ids = _ids(spec)
+    if ids is None:
         return f"the service's own uid {os.geteuid()}"
-    return f"host uid {spec.host_ids.uid}, gid {spec.host_ids.gid}"
+    return f"host uid {ids.uid}, gid {ids.gid}"
 
 
 def _who(spec: SandboxSpec) -> str:
@@ -225,7 +233,7 @@ class BwrapBackend:
         cgroup: CommandCgroup | None,
     ) -> Finished:
         bwrap, prlimit, setpriv = programs
-        drop = drop_argv(setpriv, spec.host_ids)
+        drop = drop_argv(setpriv, _ids(spec))
         data = generated_etc(spec.network)
         environment = list(spec.secret_environment)
         shell = shell_argv(command)

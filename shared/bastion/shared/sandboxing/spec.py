@@ -61,8 +61,9 @@ class SandboxSpec:
     its own (`none`). Its grant is set in the environment like a secret, never on a
     command line."""
     host_ids: HostIds | None = None
-    """The unprivileged host user bwrap runs as (`hostids.sandbox_ids`); None runs it as
-    the service's own user, which a root service refuses."""
+    """The unprivileged host user bwrap runs as (`hostids.sandbox_ids`); None: a root
+    service's bwrap backend runs it as the workspace's owner (refusing root), one that is
+    not root as itself."""
 
 
 def parse_backend(backend: str, network: str) -> Network:
