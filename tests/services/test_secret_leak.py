@@ -19,6 +19,7 @@ from bastion.shared.redaction import forms
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.vaulthelp import SESSION, add, key_file, vault_settings
 from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
@@ -44,9 +45,7 @@ def value() -> str:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
+    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture
