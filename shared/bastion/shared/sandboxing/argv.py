@@ -44,7 +44,8 @@ MASKED_PROC: Final = ("/proc/keys", "/proc/key-users")
 """Kernel keyring listings, which show other sandboxes' keys of the same host user."""
 
 ALWAYS_HIDDEN: Final = (Path("/etc/ssl/private"),)
-"""Host paths masked whoever runs the service: readable to the sandbox when that is root."""
+"""Host paths masked whoever runs the sandbox (a second wall: its unprivileged host user
+cannot read them anyway)."""
 
 ENVIRONMENT: Final = (
     ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),

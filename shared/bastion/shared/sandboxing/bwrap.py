@@ -52,7 +52,7 @@ _CHECK_COMMAND: Final = f"test -w {WORKSPACE} && test -x {WORKSPACE} || exit 3"
 _NOT_WRITABLE: Final = 3
 _SIGNAL_STATUSES: Final = range(129, 129 + 64)
 _USERNS_HINT: Final = (
-    "check that bubblewrap runs for the service's user and that unprivileged user "
+    "check that bubblewrap runs for the sandbox's host user and that unprivileged user "
     "namespaces are enabled (sysctl user.max_user_namespaces above 0, "
     "kernel.unprivileged_userns_clone=1 where it exists, or an AppArmor profile that lets "
     "bwrap create them)"
