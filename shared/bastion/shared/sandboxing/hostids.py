@@ -52,10 +52,13 @@ def path_owner(path: Path) -> HostIds:
     return HostIds(info.st_uid, info.st_gid)
 
 
-def sandbox_ids(directory: Path, configured: HostIds | None, what: str) -> HostIds | None:
+def sandbox_ids(
+    directory: Path, configured: HostIds | None, what: str, *, settable: bool = True
+) -> HostIds | None:
     """The host user a sandbox working in `directory` runs as; None for the service's own.
 
-    `what` names the directory in the sentence ("the workspace /srv/ws").
+    `what` names the directory in the sentence ("the workspace /srv/ws"); `settable` says
+    whether the operator's variables can choose another user (the sandbox service's can).
 
     Raises:
         SandboxFailed: the service is root and that user would be root.
@@ -69,10 +72,15 @@ def sandbox_ids(directory: Path, configured: HostIds | None, what: str) -> HostI
             if configured is not None
             else f"{what} belongs to root (uid {ids.uid}, gid {ids.gid})"
         )
+        setting = (
+            ", or set BASTION_SANDBOX_HOST_UID and BASTION_SANDBOX_HOST_GID to one"
+            if settable
+            else ""
+        )
         raise SandboxFailed(
             f"{source}, and Bastion never runs a sandbox as host root (uid or gid 0): give "
-            f"the directory to an unprivileged user (`chown -R 1000:1000 {directory}`), or "
-            "set BASTION_SANDBOX_HOST_UID and BASTION_SANDBOX_HOST_GID to one"
+            f"the directory to an unprivileged user (`chown -R 1000:1000 {directory}`)"
+            f"{setting}"
         )
     return ids
 

@@ -142,7 +142,9 @@ def _host_ids(directory: Path | None, empty: Path) -> HostIds | None:
         os.chown(empty, NOBODY.uid, NOBODY.gid)
         return NOBODY
     try:
-        return sandbox_ids(directory, None, f"the MCP server's directory {directory}")
+        return sandbox_ids(
+            directory, None, f"the MCP server's directory {directory}", settable=False
+        )
     except SandboxFailed as refused:
         raise UpstreamUnreachable(refused.message) from None
 
