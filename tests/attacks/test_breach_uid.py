@@ -36,6 +36,7 @@ from bastion.proto.sandbox import (
     FileResult,
     SandboxCheck,
     SandboxReady,
+    WriteSkill,
 )
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
@@ -214,6 +215,23 @@ async def test_the_file_tools_write_as_the_workspace_owner_never_setuid(
     replaced = (workspace / "sh-copy").stat().st_mode
     assert not replaced & (stat.S_ISUID | stat.S_ISGID)
     assert stat.S_IMODE(replaced) == 0o755
+
+
+async def test_a_skill_written_belongs_to_its_skills_dirs_owner_never_setuid(
+    client: Client, sandbox: None, tmp_path: Path
+) -> None:
+    skills = owned(tmp_path / "skills")
+    message = WriteSkill(
+        session_id=SESSION,
+        skills_dir=str(skills),
+        name="notes",
+        description="Keeps notes.",
+        instructions="Write them down.",
+    )
+    await request(client, subjects.SANDBOX_SKILL_WRITE, message, FileResult, timeout_s=10)
+    for path in (skills / "notes", skills / "notes" / "SKILL.md"):
+        assert owner_of(path) == (OWNER_UID, OWNER_GID)
+    assert not (skills / "notes" / "SKILL.md").stat().st_mode & (stat.S_ISUID | stat.S_ISGID)
 
 
 _UNPRIVILEGED_RUN = """
