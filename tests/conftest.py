@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -18,6 +21,20 @@ from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 
 ServiceRunner = Callable[..., AbstractAsyncContextManager[Service]]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """As root, a base temporary directory of this run's own (not pytest's shared
+    `/tmp/pytest-of-root`, which each run resets to 0700): a root sandbox service runs a
+    command as its workspace's owner (`tests.owners`), who must be able to reach it."""
+    if os.geteuid() == 0 and config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="bastion-tests-", dir="/tmp")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    basetemp = config.option.basetemp
+    if os.geteuid() == 0 and basetemp and Path(basetemp).name.startswith("bastion-tests-"):
+        shutil.rmtree(basetemp, ignore_errors=True)
 
 
 async def raw_request(client: Client, subject: str, payload: bytes, timeout_s: float = 10) -> Msg:

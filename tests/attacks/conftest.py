@@ -21,6 +21,7 @@ from bastion.shared.sandboxing.cgroup import cgroup_prefix
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.docker.conftest import backend_name, engine, image_id, owner  # noqa: F401
+from tests.owners import owned
 
 SESSION = "0123456789abcdef"
 CANARY = "the host's own words\n"
@@ -72,8 +73,7 @@ class Host:
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[Host]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "workspace")
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     (state_dir / "sessions.key").write_text("state secret\n")

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from bastion.mcp.upstream import open_upstream
+from tests.owners import owned
 from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
 
 
@@ -16,8 +17,7 @@ async def test_a_hostile_server_in_bwrap_gets_nowhere(tmp_path: Path) -> None:
     secret = tmp_path / "state" / "master.key"
     secret.parent.mkdir()
     secret.write_text("not-a-real-key")
-    spec = stdio_spec(SERVERS / "misbehaving.py", tmp_path / "work", sandbox="bwrap")
-    (tmp_path / "work").mkdir()
+    spec = stdio_spec(SERVERS / "misbehaving.py", owned(tmp_path / "work"), sandbox="bwrap")
     async with open_upstream(spec, server="hostile", values={}) as hostile:
         result = await hostile.call_tool("escape", {"host_file": str(secret)}, timeout_s=30)
     [block] = result.content

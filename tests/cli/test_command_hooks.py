@@ -24,6 +24,7 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.test_orchestrator import call, open_session, orchestrator
 
 BASTION = [sys.executable, "-m", "bastion.cli"]
@@ -91,8 +92,7 @@ async def test_exit_0_lets_a_call_run_and_the_hook_reads_the_event_and_its_envir
         "guard.sh",
         f'cat > {seen}.json; echo "$BASTION_HOOK_EVENT $BASTION_SESSION $PWD" > {seen}.env\n',
     )
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     save_hooks(hooks_path(tmp_path), [CommandHook(event="before-tool", command=[guard])])
     event = before(command="ls")
     answer = await answer_event(
@@ -226,8 +226,7 @@ async def test_the_hook_runner_blocks_a_call_through_the_orchestrator_with_the_h
             CommandHook(event="after-tool", command=[after], tools=["shell"]),
         ],
     )
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     (workspace / "keep").write_text("k")
     runner = await HookRunner.open(client, state)
     await runner.register()  # registered before the orchestrator starts: it reads it at start

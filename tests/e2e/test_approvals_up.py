@@ -9,6 +9,7 @@ import pytest
 
 from tests.e2e import test_bastion_up
 from tests.e2e.test_bastion_up import REPO, Up, bastion
+from tests.owners import owned
 
 up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
 
@@ -35,8 +36,7 @@ def notes_run(up: Up, workspace: Path, *flags: str) -> list[str]:
 def test_a_skill_pre_approves_the_notes_the_readme_waits_and_a_decline_finishes_the_run(
     up: Up, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     lines = notes_run(up, workspace)
     at = lines.index("← [ran without asking: pre-approved by skill release-notes: Write(notes/*)]")
     assert lines[at + 1] == "wrote 71 bytes to notes/2.4.0.md"
@@ -71,8 +71,7 @@ def test_a_skill_pre_approves_the_notes_the_readme_waits_and_a_decline_finishes_
 
 
 def test_without_skill_approvals_the_notes_write_waits_too(up: Up, tmp_path: Path) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     lines = notes_run(up, workspace, "--no-skill-approvals")
     assert lines[-2] == "← waiting for a person's approval"
     waiting = WAITING.match(lines[-1])
@@ -91,8 +90,7 @@ def test_without_skill_approvals_the_notes_write_waits_too(up: Up, tmp_path: Pat
 def test_a_tainted_session_asks_again_where_a_persons_rule_would_have_let_it_run(
     up: Up, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     run = bastion(
         "agent", "run", "--script", str(REPO / "examples" / "taint.json"),
         "--workspace", str(workspace), "--shell", "--network", "host", "--autonomy", "L4",

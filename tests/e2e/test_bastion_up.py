@@ -23,6 +23,7 @@ from bastion.shared.bus import connect, request
 from bastion.shared.errors import BastionError
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
+from tests.owners import owned
 
 pytestmark = pytest.mark.e2e
 
@@ -115,8 +116,7 @@ def test_up_brings_six_services_that_status_lists_and_a_second_up_is_refused(up:
 
 
 def test_the_primes_example_prints_seventeen_primes(up: Up, tmp_path: Path) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     run = bastion(
         "agent", "run", "--script", str(REPO / "examples" / "primes.json"),
         "--workspace", str(workspace), "--shell", "--autonomy", "L3",
@@ -137,8 +137,7 @@ def test_the_primes_example_prints_seventeen_primes(up: Up, tmp_path: Path) -> N
 def test_the_sandbox_example_shows_uid_10001_no_root_a_read_only_system_and_no_network(
     up: Up, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     script = (REPO / "examples" / "sandbox.json").read_text()
     run = bastion(
         "agent", "run", "--script", "-", "--workspace", str(workspace), "--shell",
@@ -155,8 +154,7 @@ def test_the_sandbox_example_shows_uid_10001_no_root_a_read_only_system_and_no_n
 
 
 def test_killing_the_orchestrator_keeps_an_open_session_usable(up: Up, tmp_path: Path) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
 
     async def scenario() -> tuple[SessionInfo, CallResult]:
         async with connect(find_bus_settings(None, up.state_dir), "e2e") as client:

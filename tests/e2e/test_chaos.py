@@ -35,6 +35,7 @@ from bastion.shared.errors import BastionError
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings, read_run_record
 from tests.e2e.test_bastion_up import BASTION, bastion
+from tests.owners import owned
 
 pytestmark = pytest.mark.e2e
 
@@ -243,6 +244,7 @@ def test_two_hundred_calls_survive_every_service_killed_in_turn(
     for name in [f"s{n}" for n in range(SESSIONS)] + [f"p{n}" for n in range(PARKED)]:
         (tmp_path / name).mkdir()
         (tmp_path / name / "log.txt").write_text("END\n")
+        owned(tmp_path / name)
     status = bastion("status", "--wait", "30", "-o", "json", state_dir=up_replicas)
     record = read_run_record(up_replicas)
     assert status.returncode == 0 and record is not None, status.stdout + status.stderr

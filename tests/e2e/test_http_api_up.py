@@ -11,6 +11,7 @@ import pytest
 from tests.e2e import test_bastion_up
 from tests.e2e.test_approvals_up import WAITING, notes_run
 from tests.e2e.test_bastion_up import Up, bastion
+from tests.owners import owned
 
 up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
 
@@ -20,8 +21,7 @@ pytestmark = pytest.mark.e2e
 def test_a_parked_call_approved_over_http_runs_and_nothing_waits_any_more(
     up: Up, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     waiting = WAITING.match(notes_run(up, workspace)[-1])
     assert waiting and not (workspace / "README.md").exists()
     [line] = [o for o in up.output if o.startswith("front door: ")]

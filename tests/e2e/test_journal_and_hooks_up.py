@@ -25,6 +25,7 @@ from bastion.shared.errors import BastionError
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
 from tests.e2e.test_bastion_up import BASTION, Up, bastion
+from tests.owners import owned
 
 pytestmark = pytest.mark.e2e
 
@@ -92,8 +93,7 @@ def test_killing_the_sandbox_service_mid_call_makes_the_call_uncertain_and_never
     """The sandbox child is frozen (SIGSTOP) so that the call is delivered to it and cannot
     finish; once the journal says the call was sent, the child is SIGKILLed: it died in the
     middle of the call, without an answer. Nothing was written, so a repeat would show."""
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     write = ToolCall(tool="write_file", input={"path": "once.txt", "content": "x\n"})
 
     async def scenario() -> tuple[CallResult, CallResult, CallResult]:
@@ -164,8 +164,7 @@ def test_command_hooks_under_up_block_with_their_reason_and_the_audit_shows_the_
         assert "(and the hook runner)" in running.output[-1]
         status = json.loads(bastion("status", "-o", "json", state_dir=state).stdout)
         assert len(status["instances"]) == 6 and status["missing"] == []
-        workspace = tmp_path / "work"
-        workspace.mkdir()
+        workspace = owned(tmp_path / "work")
         (workspace / "keep").write_text("k")
         script = json.dumps(
             [

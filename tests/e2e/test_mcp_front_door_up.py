@@ -14,6 +14,7 @@ from mcp_types import TextContent
 
 from tests.e2e import test_bastion_up
 from tests.e2e.test_bastion_up import Up, bastion
+from tests.owners import owned
 
 up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
 
@@ -38,8 +39,7 @@ async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str]:
 def test_an_mcp_client_with_a_cli_token_runs_a_shell_command_and_a_revoked_token_is_refused(
     up: Up, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     [line] = [o for o in up.output if o.startswith("front door: ")]
     found = re.match(r"front door: (\S+) \(token in .+\)$", line)
     assert found is not None

@@ -5,13 +5,14 @@ until `bastion mcp review notes --accept`."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.e2e import test_bastion_up
 from tests.e2e.test_bastion_up import BASTION, REPO, Up, bastion
+from tests.owners import owned
+from tests.services.mcp_upstream_helpers import PYTHON_DIRS, sandboxed_python
 
 up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
 
@@ -22,9 +23,10 @@ NOTES = REPO / "examples" / "mcp-notes"
 
 def add_notes(up: Up, directory: Path) -> list[str]:
     added = subprocess.run(
-        [*BASTION, "mcp", "add", "notes", "--dir", str(directory), "--sandbox-read", sys.prefix,
-         "--sandbox-read", sys.base_prefix, "--sandbox-read", str(NOTES),
-         "--state-dir", str(up.state_dir), "--", sys.executable, str(NOTES / "notes_server.py")],
+        [*BASTION, "mcp", "add", "notes", "--dir", str(directory),
+         *(flag for path in PYTHON_DIRS for flag in ("--sandbox-read", path)),
+         "--sandbox-read", str(NOTES), "--state-dir", str(up.state_dir),
+         "--", *sandboxed_python(NOTES / "notes_server.py")],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert added.returncode == 0, added.stdout + added.stderr
@@ -43,8 +45,7 @@ def notes_run(up: Up) -> list[str]:
 def test_a_server_is_added_reviewed_and_its_tools_called_then_changes_wait_for_review(
     up: Up, tmp_path: Path
 ) -> None:
-    notes = tmp_path / "notes"
-    notes.mkdir()
+    notes = owned(tmp_path / "notes")
     added = add_notes(up, notes)
     assert added[0].startswith("MCP server notes (") and added[0].endswith(": reviewed tools")
     assert "list_notes (read): List the notes kept, by name." in added

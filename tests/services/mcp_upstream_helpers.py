@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import sysconfig
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,8 +19,31 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "examples" / "mcp-notes" / "notes_server.py"
 SERVERS = ROOT / "tests" / "mcp_servers"
 PYTHON = sys.executable
-PYTHON_DIRS = tuple(sorted({str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())}))
-"""What a sandboxed server's Python needs to see: the virtual environment and its base."""
+_AS_ROOT = os.geteuid() == 0
+_WITH_THIS_VENV = (
+    "import runpy, site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[2:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+PYTHON_DIRS = (
+    (str(Path(sys.prefix).resolve()),)
+    if _AS_ROOT
+    else tuple(sorted({str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())}))
+)
+"""What a sandboxed server's Python needs to see: the virtual environment (and its base,
+but for the system's Python `sandboxed_python` runs as root)."""
+
+
+def sandboxed_python(script: Path, *args: str) -> tuple[str, ...]:
+    """The command running `script` with this venv's packages in a bwrap sandbox.
+
+    As root, the sandbox runs as its directory's unprivileged owner, who cannot reach this
+    Python (it may lie under root's home): the system's Python runs it instead, with this
+    venv's site-packages (the same minor version, so the same compiled packages).
+    """
+    if not _AS_ROOT:
+        return (PYTHON, str(script), *args)
+    packages = sysconfig.get_paths()["purelib"]
+    return ("/usr/bin/python3", "-I", "-c", _WITH_THIS_VENV, packages, str(script), *args)
 
 
 def stdio_spec(
@@ -27,7 +52,9 @@ def stdio_spec(
     """A spec running `script` with this Python, in `directory`."""
     return McpServerSpec(
         transport="stdio",
-        command=(PYTHON, str(script), *args),
+        command=sandboxed_python(script, *args)
+        if sandbox == "bwrap"
+        else (PYTHON, str(script), *args),
         directory=str(directory),
         sandbox=sandbox,
         env=env,

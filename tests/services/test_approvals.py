@@ -30,6 +30,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.test_audit import records_of
 from tests.services.test_orchestrator import call, open_session
 
@@ -45,9 +46,7 @@ Write the notes of each release to notes/<version>.md with write_file.
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
+    return owned(tmp_path / "work")
 
 
 @pytest.fixture

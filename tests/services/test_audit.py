@@ -17,6 +17,7 @@ from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.test_orchestrator import call, open_session, orchestrator
 
 
@@ -52,8 +53,7 @@ async def records_of(
 async def test_every_decision_call_and_result_is_recorded_in_order_without_content(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     marker = "MARKER-4f1c0a-do-not-store"
     async with orchestrator(run_service, bus_settings):
         session = await open_session(client, workspace=str(workspace), autonomy="L3")
@@ -92,8 +92,7 @@ async def test_every_decision_call_and_result_is_recorded_in_order_without_conte
 async def test_the_audit_stream_refuses_deleting_and_purging(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     async with orchestrator(run_service, bus_settings):
         session = await open_session(client, workspace=str(workspace), autonomy="L3")
         await call(client, session.session_id, "list_files")

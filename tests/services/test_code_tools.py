@@ -26,15 +26,14 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner, raw_request
+from tests.owners import owned
 
 SESSION = "0123456789abcdef"
 
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
+    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

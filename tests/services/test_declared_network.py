@@ -29,6 +29,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from tests.attacks.egress_helpers import basic, guard_network, web_server
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
 SESSION = "0123456789abcdef"
@@ -86,7 +87,7 @@ class Declared:
 def short_dir() -> Iterator[Path]:
     """A directory with a short path: a Unix socket's path is at most 107 bytes."""
     made = Path(tempfile.mkdtemp(prefix="bx", dir="/tmp"))
-    made.chmod(0o700)
+    made.chmod(0o711)  # searchable by the sandbox's host user, which connects to the socket
     try:
         yield made
     finally:
@@ -105,8 +106,7 @@ async def declared(
     """Egress on a Unix socket (loopback allowed for this test), and a sandbox bound to it."""
     off_loopback = guard_network(monkeypatch)
     sock = short_dir / "egress.sock"
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "workspace")
     (workspace / "fetch.py").write_text(FETCH)
     (workspace / "connect.py").write_text(CONNECT)
     state_dir = tmp_path / "state"
@@ -230,7 +230,7 @@ async def test_without_an_egress_socket_declared_hosts_are_refused_saying_why(
     client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path
 ) -> None:
     settings = SandboxSettings(nats_url=nats_url, state_dir=str(tmp_path / "state"))
-    (tmp_path / "workspace").mkdir()
+    owned(tmp_path / "workspace")
     async with run_service(sandbox_service, settings):
         with pytest.raises(RemoteError) as raised:
             await request(

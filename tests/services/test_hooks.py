@@ -22,6 +22,7 @@ from bastion.shared.codec import decode, encode
 from bastion.shared.patterns import pattern_matches
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.test_orchestrator import call, open_session, orchestrator
 
 Answer = Callable[[HookEvent], HookAnswer | None]
@@ -38,9 +39,7 @@ async def plane(
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
+    return owned(tmp_path / "work")
 
 
 async def hook(client: Client, registration: HookRegistration, answer: Answer) -> list[HookEvent]:

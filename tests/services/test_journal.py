@@ -26,14 +26,13 @@ from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.test_orchestrator import call, open_session, orchestrator
 
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
+    return owned(tmp_path / "work")
 
 
 @pytest.fixture

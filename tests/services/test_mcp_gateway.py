@@ -8,7 +8,6 @@ bubblewrap (its virtual environment shown read-only) — the peer is the real SD
 from __future__ import annotations
 
 import base64
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -33,10 +32,12 @@ from bastion.shared.sealing import public_bytes
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.mcp_upstream_helpers import (
     NOTES,
     PYTHON_DIRS,
     SERVERS,
+    sandboxed_python,
     serving_http,
     stdio_spec,
 )
@@ -52,7 +53,7 @@ def notes_spec(directory: Path, **fields: object) -> McpServerSpec:
     """The notes server over stdio in bwrap, its program and virtual environment shown."""
     values: dict[str, object] = {
         "transport": "stdio",
-        "command": (sys.executable, str(NOTES_SERVER)),
+        "command": sandboxed_python(NOTES_SERVER),
         "directory": str(directory),
         "read_only_dirs": (*PYTHON_DIRS, str(NOTES_SERVER.parent)),
     }
@@ -102,8 +103,7 @@ def text_of(result: object) -> str:
 async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_are_withheld(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
-    notes = tmp_path / "notes"
-    notes.mkdir()
+    notes = owned(tmp_path / "notes")
     async with plane(run_service, bus_settings, tmp_path / "state"):
         added = await add(client, "notes", notes_spec(notes))
         session = await open_session(client, autonomy="L3", mcp=["notes"])
@@ -183,8 +183,7 @@ async def test_an_upstream_call_is_a_client_span_under_the_mcp_services_span(
     tmp_path: Path,
     spans: Spans,  # noqa: F811
 ) -> None:
-    notes = tmp_path / "notes"
-    notes.mkdir()
+    notes = owned(tmp_path / "notes")
     async with plane(run_service, bus_settings, tmp_path / "state"):
         await add(client, "notes", notes_spec(notes))
         session = await open_session(client, autonomy="L3", mcp=["notes"])
@@ -204,8 +203,7 @@ async def test_an_upstream_call_is_a_client_span_under_the_mcp_services_span(
 async def test_a_notes_server_over_streamable_http_is_pinned_called_and_its_changes_withheld(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
-    notes = tmp_path / "notes"
-    notes.mkdir()
+    notes = owned(tmp_path / "notes")
     async with plane(run_service, bus_settings, tmp_path / "state"):
         async with serving_http(NOTES, notes, "--http") as port:
             url = f"http://127.0.0.1:{port}/mcp"

@@ -10,6 +10,7 @@ from mcp import types
 
 from bastion.mcp.upstream import UpstreamRefused, UpstreamUnreachable, open_upstream
 from bastion.proto.mcp import McpServerSpec
+from tests.owners import owned
 from tests.services.mcp_upstream_helpers import NOTES, stdio_spec
 
 
@@ -21,7 +22,7 @@ def _text(result: types.CallToolResult) -> str:
 async def test_the_notes_server_is_listed_called_and_browsed_over_stdio(
     tmp_path: Path, sandbox: str
 ) -> None:
-    spec = stdio_spec(NOTES, tmp_path, sandbox=sandbox)
+    spec = stdio_spec(NOTES, owned(tmp_path), sandbox=sandbox)
     with anyio.fail_after(30):
         async with open_upstream(spec, server="notes", values={}) as notes:
             tools = {tool.name: tool for tool in await notes.list_tools()}

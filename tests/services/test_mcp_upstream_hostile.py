@@ -23,6 +23,7 @@ from bastion.mcp.upstream import (
     open_upstream,
 )
 from bastion.proto.mcp import ElicitAnswer, ElicitQuestion, McpServerSpec
+from tests.owners import owned
 from tests.services.mcp_upstream_helpers import PYTHON, SERVERS, stdio_spec
 
 MISBEHAVING = SERVERS / "misbehaving.py"
@@ -124,7 +125,7 @@ async def test_a_sandboxed_server_past_its_timeout_is_killed_with_its_sandbox(
     tmp_path: Path,
 ) -> None:
     tag = f"--tag={uuid.uuid4().hex}"
-    spec = stdio_spec(MISBEHAVING, tmp_path, tag, sandbox="bwrap")
+    spec = stdio_spec(MISBEHAVING, owned(tmp_path), tag, sandbox="bwrap")
     with anyio.fail_after(30):
         async with open_upstream(spec, server="bad", values={}) as bad:
             assert len(_processes_naming(tag)) >= 2  # bwrap and the server in it
@@ -154,7 +155,7 @@ async def test_a_server_that_exits_at_once_is_unreachable_with_what_to_check(
     spec = McpServerSpec(
         transport="stdio",
         command=(PYTHON, "-c", "raise SystemExit(2)"),
-        directory=str(tmp_path),
+        directory=str(owned(tmp_path)),
         sandbox=sandbox,
     )
     with pytest.raises(UpstreamUnreachable) as unreachable:
@@ -182,7 +183,7 @@ async def test_only_the_variables_named_reach_the_server(
     tmp_path: Path, sandbox: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("BASTION_TEST_LEAK", "not for the server")
-    spec = stdio_spec(MISBEHAVING, tmp_path, sandbox=sandbox, env=("GIVEN", "UNSET"))
+    spec = stdio_spec(MISBEHAVING, owned(tmp_path), sandbox=sandbox, env=("GIVEN", "UNSET"))
     values = {"GIVEN": "yes", "OTHER": "not named"}
     async with open_upstream(spec, server="bad", values=values) as bad:
         environ = json.loads(_text(await bad.call_tool("environ", {}, timeout_s=10)))

@@ -25,13 +25,12 @@ from bastion.shared.errors import RemoteError, Unavailable
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner, raw_request
+from tests.owners import owned
 
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
+    return owned(tmp_path / "work")
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ L4    run   run   ask      ask
 L5    run   run   run      ask
 L6    run   run   run      run
 """
-"""docs/architecture.md §4, copied as written there, so the test does not read the code's own table."""
+"""docs/architecture.md §4, copied as written there, so the test does not read the code's own
+table."""
 
 
 def level_outcome(level: str, effect: Effect) -> str:

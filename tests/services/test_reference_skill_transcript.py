@@ -31,6 +31,7 @@ from bastion.shared.bus import Client
 from bastion.vault.service import vault_service
 from tests.attacks.egress_helpers import guard_network
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.test_orchestrator import call, open_session
 from tests.services.vaulthelp import add, key_file, vault_settings
 
@@ -74,7 +75,7 @@ async def pypi_server() -> AsyncIterator[tuple[int, list[str]]]:
 def short_dir() -> Iterator[Path]:
     """A directory with a short path: a Unix socket's path is at most 107 bytes."""
     made = Path(tempfile.mkdtemp(prefix="bx", dir="/tmp"))
-    made.chmod(0o700)
+    made.chmod(0o711)  # searchable by the sandbox's host user, which connects to the socket
     try:
         yield made
     finally:
@@ -115,8 +116,7 @@ async def test_the_reference_pypi_version_transcript_replays_through_the_plane(
 ) -> None:
     off_loopback = guard_network(monkeypatch)
     sock = short_dir / "egress.sock"
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     egress = EgressSettings(
         nats_url=nats_url, egress_allow_ranges="127.0.0.0/8", egress_listen=f"unix:{sock}"
     )

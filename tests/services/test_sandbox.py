@@ -29,6 +29,7 @@ from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner, raw_request
+from tests.owners import owned
 from tests.sleepers import sleeping, unique_duration
 
 SESSION = "0123456789abcdef"
@@ -44,9 +45,7 @@ def state_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
+    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

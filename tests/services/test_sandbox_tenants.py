@@ -17,6 +17,7 @@ from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.attacks.conftest import wait_for_file
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 
 SESSION = "0123456789abcdef"
 
@@ -32,9 +33,7 @@ def settings(bus_settings: BusSettings, tmp_path: Path) -> SandboxSettings:
 
 
 def workspace(tmp_path: Path, name: str) -> Path:
-    path = tmp_path / name
-    path.mkdir()
-    return path
+    return owned(tmp_path / name)
 
 
 # Runs until the test touches `go` in its workspace (or 20 s pass), after saying `started`.

@@ -4,7 +4,6 @@ audit, replies or errors, nor a later session of its tenant that finds it in the
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from bastion.shared.redaction import forms
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.vaulthelp import SESSION, add, key_file, vault_settings
 from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
@@ -48,11 +48,7 @@ def value() -> str:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    os.chown(path, 1000, 1000)  # an unprivileged owner, as a service run as root requires
-    path.chmod(0o777)
-    return path
+    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 
 
 @pytest.fixture
@@ -36,6 +37,7 @@ def dirs(tmp_path: Path) -> dict[str, Path]:
     for path in made.values():
         path.mkdir(parents=True)
     (made["docs"] / "guide.txt").write_text("read me\n")
+    owned(made["work"])
     return made
 
 

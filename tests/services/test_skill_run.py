@@ -24,6 +24,7 @@ from bastion.shared.errors import InvalidInput, NotFound
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.test_approvals import session_of
 from tests.services.test_orchestrator import call, open_session
 from tests.services.vaulthelp import add, key_file, vault_settings
@@ -53,9 +54,7 @@ def _skill(root: Path, name: str, front: str, files: dict[str, str]) -> None:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
+    return owned(tmp_path / "work")
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from bastion.sandbox.skillwrite import write_skill
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
 from bastion.shared.skillmatter import front_matter
+from tests.owners import owned
 from tests.services.test_orchestrator import call
 from tests.services.test_skill_run import Plane, _session, plane  # noqa: F401  (fixture)
 
@@ -36,6 +37,7 @@ def _write(skills: Path, name: str, description: str, instructions: str) -> str:
             description=description,
             instructions=instructions,
         ),
+        None,
     )
 
 
@@ -86,8 +88,7 @@ async def test_skill_write_through_the_plane_writes_then_skill_read_reads_it(
     plane: Plane,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    workspace, skills = tmp_path / "work", tmp_path / "skills"
-    workspace.mkdir()
+    workspace, skills = owned(tmp_path / "work"), tmp_path / "skills"
     skills.mkdir()
     async with plane():
         sid = await _session(client, workspace, skills)

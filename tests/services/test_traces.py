@@ -32,6 +32,7 @@ from bastion.shared.errors import RemoteError
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
 from tests.otlp import MetricPoint, ReceivedSpan, Receiver, otlp_receiver
+from tests.owners import owned
 
 pytestmark = pytest.mark.e2e
 
@@ -124,8 +125,7 @@ async def _shell_call_under(traced: TracedUp, workspace: Path, agent_span: SpanC
 def test_a_shell_call_is_one_trace_with_a_span_in_each_service_it_crosses(
     traced_up: TracedUp, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     agent_span = _agent_span()
     trace_id = format(agent_span.trace_id, "032x")
     session_id = anyio.run(_shell_call_under, traced_up, workspace, agent_span)
@@ -212,8 +212,7 @@ def _points(r: Receiver, name: str, **attributes: str) -> list[MetricPoint]:
 def test_calls_decisions_latency_sandboxes_and_approvals_arrive_as_metrics(
     traced_up: TracedUp, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     anyio.run(_shell_call_under, traced_up, workspace, trace.INVALID_SPAN_CONTEXT)
     anyio.run(_park_a_shell_call, traced_up, workspace)
 
@@ -278,8 +277,7 @@ def _agent_span() -> SpanContext:
 def test_a_call_through_the_mcp_front_door_is_one_trace_from_the_door_to_the_sandbox(
     traced_up: TracedUp, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     token = _token(traced_up, workspace)
     # write_file: the one tool this module calls through the door without a trace of its own
     anyio.run(
@@ -318,8 +316,7 @@ def test_a_call_through_the_mcp_front_door_is_one_trace_from_the_door_to_the_san
 def test_the_front_door_continues_the_trace_an_mcp_client_sends_in_meta(
     traced_up: TracedUp, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     agent_span = _agent_span()
     trace_id = format(agent_span.trace_id, "032x")
     token = _token(traced_up, workspace)
@@ -345,8 +342,7 @@ def test_the_front_door_continues_the_trace_an_mcp_client_sends_in_meta(
 def test_an_approved_call_runs_in_the_answers_trace_linked_to_the_call_that_was_parked(
     traced_up: TracedUp, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "work"
-    workspace.mkdir()
+    workspace = owned(tmp_path / "work")
     asked = _agent_span()
     request_id = anyio.run(_park_a_shell_call, traced_up, workspace, asked)
     answered = anyio.run(_approve, traced_up, request_id)

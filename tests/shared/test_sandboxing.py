@@ -14,9 +14,10 @@ import pytest
 from bastion.proto.sandbox import Limits
 from bastion.shared.errors import InvalidInput
 from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec, parse_backend
-from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv
+from bastion.shared.sandboxing.argv import PID_ONE, bwrap_argv, prlimit_argv
 from bastion.shared.sandboxing.cgroup import CommandCgroup, find_cgroup_root, tenant_group_name
 from bastion.shared.sandboxing.output import CappedOutput
+from tests.owners import owned
 from tests.sleepers import sleeping, unique_duration
 
 MiB = 1024 * 1024
@@ -24,9 +25,7 @@ MiB = 1024 * 1024
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
+    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture
@@ -57,11 +56,12 @@ def test_the_sandbox_runs_as_uid_10001_in_new_namespaces_without_capabilities(
     argv = argv_for(SandboxSpec(workspace=workspace))
     joined = " ".join(argv)
     assert "--unshare-all --unshare-user --disable-userns --uid 10001 --gid 10001" in joined
-    for flag in ("--die-with-parent", "--new-session", "--clearenv", "--cap-drop ALL"):
+    for flag in ("--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"):
         assert flag in joined
+    assert "--cap-drop ALL" in joined
     assert "--share-net" not in argv
     assert f"--bind {workspace} /workspace" in joined
-    assert argv[-4:] == ["--", "/bin/sh", "-c", "true"]
+    assert argv[-8:] == ["--", *PID_ONE, "/bin/sh", "-c", "true"]
 
 
 def test_the_host_network_mode_shares_the_network(workspace: Path) -> None:

@@ -231,10 +231,13 @@ def key_files(state_dir: Path, env: dict[str, str]) -> dict[str, str]:
 
 
 def run_dir_of(state_dir: Path) -> Path:
-    """`<state dir>/run` (0700): the egress proxies' Unix sockets live there, and the
-    sandbox service binds one into `declared` sandboxes for their bridge."""
+    """`<state dir>/run`: the egress proxies' Unix sockets live there, and the sandbox
+    service binds one into `declared` sandboxes for their bridge. 0700; 0711 when run as
+    root, since a sandbox then runs as an unprivileged host user who must reach the socket
+    (not list the directory)."""
     run_dir = state_dir / "run"
-    run_dir.mkdir(mode=0o700, exist_ok=True)
+    run_dir.mkdir(exist_ok=True)
+    run_dir.chmod(0o711 if os.geteuid() == 0 else 0o700)
     return run_dir
 
 

@@ -10,6 +10,7 @@ forms of the tenant's secret values the grant has digests of cut out of the line
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
@@ -53,6 +54,9 @@ class EgressProxy:
         """Listen on `host:port` (or `unix:/path`) until the block exits."""
         if listen.startswith("unix:"):
             listener = await anyio.create_unix_listener(listen[5:])
+            # A sandbox connects as its own unprivileged host user, not the service's: the
+            # socket's directory decides who may reach it, and every connection needs a grant.
+            os.chmod(listen[5:], 0o666)
             address = listen
         else:
             host, _, port = listen.rpartition(":")

@@ -63,8 +63,9 @@ class Runner:
         call_id: str,
         decision: PolicyDecision,
     ) -> str:
-        """The call's text, in the order of docs/architecture.md §2: before-tool hooks (which may block),
-        the audit record, the call itself through the journal, then after-tool hooks."""
+        """The call's text, in the order of docs/architecture.md §2: before-tool hooks (which
+        may block), the audit record, the call itself through the journal, then after-tool
+        hooks."""
         with span("orchestrator.hooks.before_tool"):
             await self._hooks.before_tool(session, tool.name, call_input, decision.outcome)
         with span("orchestrator.audit"):

@@ -9,13 +9,17 @@ from bastion.sandbox.files import write_file
 from bastion.sandbox.textfile import not_found_sentence, read_text, with_newlines
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput
+from bastion.shared.sandboxing import HostIds
 
 __all__ = ["edit_file"]
 
 
-def edit_file(workspace: Path, request: EditFile, *, git_writable: bool = False) -> str:
+def edit_file(
+    workspace: Path, request: EditFile, owner: HostIds | None, *, git_writable: bool = False
+) -> str:
     """Replace `old_string` once (it must be there once) or, with `replace_all`, each time;
-    in one of git's control files only with `git_writable`."""
+    the file written is `owner`'s (`files.write_file`); in one of git's control files only
+    with `git_writable`."""
     old = request.old_string.replace("\r\n", "\n")
     new = request.new_string.replace("\r\n", "\n")
     if not old:
@@ -49,6 +53,7 @@ def edit_file(workspace: Path, request: EditFile, *, git_writable: bool = False)
             path=request.path,
             content=with_newlines(text, current.newline),
         ),
+        owner,
         git_writable=git_writable,
     )
     times = "1 time" if count == 1 else f"{count} times"

@@ -8,9 +8,13 @@ file with more than one link is refused, and the new content lands by rename. A 
 one of git's control paths (`gitguard.control_path`, matched on the resolved components)
 is refused unless the operator's `BASTION_GIT_WRITABLE` allows it.
 
-Files and directories are created by this service's user. The sandbox maps that same host
-user to its uid 10001, so what `write_file` creates and what the shell creates have one
-owner on the host (as root, root; as the service's own user, that user).
+What a write creates (the new file, the directories on its way) is given, by its open
+descriptor, to the session's host user (`owner`: the same unprivileged user the shell's
+sandbox runs as, `bastion.shared.sandboxing.hostids`), so what `write_file` creates and what
+the shell creates have one owner on the host, and a root service never leaves a root-owned
+file in a workspace. A file replaced keeps its permission bits but never a setuid or setgid
+bit. A service that is not root has no `owner`: what it creates is its own user's, as the
+shell's is.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import BinaryIO, Final
 from bastion.proto.sandbox import ReadFile, WriteFile
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput, NotFound
-from bastion.shared.sandboxing import WORKSPACE
+from bastion.shared.sandboxing import WORKSPACE, HostIds
 from bastion.shared.sandboxing.gitguard import control_path, refusal
 
 __all__ = ["MAX_LINE_CHARS", "MAX_READ_CHARS", "read_file", "read_text", "write_file"]
@@ -39,6 +43,18 @@ MAX_READ_CHARS: Final = 256 * 1024
 _MAX_LINKS: Final = 40
 _PROBE_BYTES: Final = 8192
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NO_SET_IDS: Final = ~(stat.S_ISUID | stat.S_ISGID) & 0o7777
+
+
+def written_mode(mode: int) -> int:
+    """The permission bits a written file gets from `mode`: never setuid nor setgid."""
+    return stat.S_IMODE(mode) & _NO_SET_IDS
+
+
+def give(fd: int, owner: HostIds | None) -> None:
+    """Give what `fd` opens to `owner` (nothing to do without one)."""
+    if owner is not None:
+        os.fchown(fd, owner.uid, owner.gid)
 
 
 def _parts(path: str) -> list[str]:
@@ -74,14 +90,33 @@ def _follow(stack: list[int], names: list[str], name: str, path: str) -> list[st
     return _parts(target)
 
 
+def _enter(parent: int, name: str, path: str) -> int:
+    """A descriptor of the directory `name` in `parent`, which may not have become a link."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise InvalidInput(
+                f"{shown(path)} changed while it was being opened: try again"
+            ) from None
+        raise
+
+
 def _resolve(
-    root: int, path: str, *, make_dirs: bool, directory: bool = False, guard: bool = False
+    root: int,
+    path: str,
+    *,
+    make_dirs: bool,
+    directory: bool = False,
+    guard: bool = False,
+    owner: HostIds | None = None,
 ) -> tuple[int, str]:
     """The directory (a new descriptor, the caller's to close) holding `path`'s last
     component, and that component's name; every link on the way stays inside `root`.
     With `directory`, a path that ends at a directory (`.`, `a/..`) gives it and `.`.
     With `guard`, a path that resolves to one of git's control paths is refused before
-    any directory is made for it (`gitguard.control_path`, on the resolved components)."""
+    any directory is made for it (`gitguard.control_path`, on the resolved components).
+    A directory made on the way is given to `owner`."""
     stack = [os.dup(root)]
     names: list[str] = []
     pending = _parts(path)
@@ -93,6 +128,7 @@ def _resolve(
     links = 0
     try:
         while pending:
+            made = False
             name = pending.pop(0)
             if name == "..":
                 if len(stack) == 1:
@@ -112,6 +148,7 @@ def _resolve(
                         f"{shown(name)} does not exist; check the path"
                     ) from None
                 os.mkdir(name, 0o755, dir_fd=stack[-1])
+                made = True
                 info = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
             if stat.S_ISLNK(info.st_mode):
                 links += 1
@@ -129,15 +166,10 @@ def _resolve(
                 raise InvalidInput(
                     f"{shown(path)} cannot be reached: {shown(name)} on the way is not a directory"
                 )
-            try:
-                stack.append(os.open(name, _DIR_FLAGS, dir_fd=stack[-1]))
-            except OSError as error:
-                if error.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise InvalidInput(
-                        f"{shown(path)} changed while it was being opened: try again"
-                    ) from None
-                raise
+            stack.append(_enter(stack[-1], name, path))
             names.append(name)
+            if made:
+                give(stack[-1], owner)
         if directory:
             guarded()
             return os.dup(stack[-1]), "."
@@ -148,13 +180,21 @@ def _resolve(
 
 
 def _locate(
-    workspace: Path, path: str, *, make_dirs: bool, directory: bool = False, guard: bool = False
+    workspace: Path,
+    path: str,
+    *,
+    make_dirs: bool,
+    directory: bool = False,
+    guard: bool = False,
+    owner: HostIds | None = None,
 ) -> tuple[int, str]:
     """`_resolve` from the workspace; a system refusal (permissions...) is a sentence."""
     try:
         root = os.open(workspace, _DIR_FLAGS)
         try:
-            return _resolve(root, path, make_dirs=make_dirs, directory=directory, guard=guard)
+            return _resolve(
+                root, path, make_dirs=make_dirs, directory=directory, guard=guard, owner=owner
+            )
         finally:
             os.close(root)
     except OSError as error:
@@ -252,8 +292,9 @@ def read_file(workspace: Path, request: ReadFile) -> str:
         return _numbered(stream, request.path, request.offset, request.limit)
 
 
-def _replace(parent: int, name: str, data: bytes, mode: int) -> None:
-    """`data` written beside `name` and renamed over it, so a reader sees old or new."""
+def _replace(parent: int, name: str, data: bytes, mode: int, owner: HostIds | None) -> None:
+    """`data` written beside `name`, given to `owner`, and renamed over it, so a reader
+    sees old or new."""
     temporary = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
     fd = os.open(
         temporary,
@@ -265,7 +306,8 @@ def _replace(parent: int, name: str, data: bytes, mode: int) -> None:
         with os.fdopen(fd, "wb") as stream:
             stream.write(data)
             stream.flush()
-            os.fchmod(fd, mode)
+            give(fd, owner)
+            os.fchmod(fd, written_mode(mode))
             os.fsync(fd)
         os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
@@ -274,11 +316,15 @@ def _replace(parent: int, name: str, data: bytes, mode: int) -> None:
         raise
 
 
-def write_file(workspace: Path, request: WriteFile, *, git_writable: bool = False) -> str:
-    """Write a whole workspace file atomically, creating its directories; one of git's
-    control paths only with `git_writable`."""
+def write_file(
+    workspace: Path, request: WriteFile, owner: HostIds | None, *, git_writable: bool = False
+) -> str:
+    """Write a whole workspace file atomically, creating its directories, all `owner`'s;
+    one of git's control paths only with `git_writable`."""
     data = request.content.encode()
-    parent, name = _locate(workspace, request.path, make_dirs=True, guard=not git_writable)
+    parent, name = _locate(
+        workspace, request.path, make_dirs=True, guard=not git_writable, owner=owner
+    )
     try:
         try:
             existing = os.stat(name, dir_fd=parent, follow_symlinks=False)
@@ -300,7 +346,7 @@ def write_file(workspace: Path, request: WriteFile, *, git_writable: bool = Fals
                     "another path"
                 )
             mode = stat.S_IMODE(existing.st_mode)
-        _replace(parent, name, data, mode)
+        _replace(parent, name, data, mode, owner)
     except OSError as error:
         raise InvalidInput(f"{shown(request.path)} cannot be written: {error.strerror}") from None
     finally:

@@ -5,7 +5,8 @@ confined to the workspace, each hunk fitted) without touching anything; a patch 
 not fit stops here, naming the file and the hunk. Then each new text is written to a
 temporary file beside the file it replaces. Only then are the temporary files renamed
 over their files and the deleted files unlinked; if writing a temporary file fails, the
-temporary files are removed and no file has changed.
+temporary files are removed and no file has changed. What it writes is the session's host
+user's, never setuid or setgid (as `files.write_file`).
 """
 
 from __future__ import annotations
@@ -13,17 +14,17 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from bastion.proto.sandbox import ApplyPatch
-from bastion.sandbox.files import _locate, _parts
+from bastion.sandbox.files import _locate, _parts, give, written_mode
 from bastion.sandbox.patchfit import added_text, fit_hunks
 from bastion.sandbox.patchparse import FileChange, parse_patch
 from bastion.sandbox.textfile import read_text, short, with_newlines
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.sandboxing import HostIds
 
 __all__ = ["apply_patch"]
 
@@ -103,8 +104,9 @@ def _guard(workspace: Path, plan: list[_Planned]) -> None:
                 os.close(parent)
 
 
-def _stage(workspace: Path, planned: _Planned, guard: bool) -> None:
-    """Open the directories a change touches and write its new text beside its file."""
+def _stage(workspace: Path, planned: _Planned, guard: bool, owner: HostIds | None) -> None:
+    """Open the directories a change touches and write its new text beside its file, the
+    directories it makes and the text `owner`'s."""
     change = planned.change
     if change.action == "delete" or change.move_to is not None:
         planned.source_parent, planned.source_name = _locate(
@@ -112,7 +114,9 @@ def _stage(workspace: Path, planned: _Planned, guard: bool) -> None:
         )
     if planned.data is None:
         return
-    planned.parent, planned.name = _locate(workspace, planned.target, make_dirs=True, guard=guard)
+    planned.parent, planned.name = _locate(
+        workspace, planned.target, make_dirs=True, guard=guard, owner=owner
+    )
     planned.temporary = f".{planned.name[:200]}.{secrets.token_hex(4)}.tmp"
     fd = os.open(
         planned.temporary,
@@ -123,7 +127,8 @@ def _stage(workspace: Path, planned: _Planned, guard: bool) -> None:
     with os.fdopen(fd, "wb") as stream:
         stream.write(planned.data)
         stream.flush()
-        os.fchmod(fd, stat.S_IMODE(planned.mode))
+        give(fd, owner)
+        os.fchmod(fd, written_mode(planned.mode))
         os.fsync(fd)
 
 
@@ -147,9 +152,12 @@ def _release(plan: list[_Planned]) -> None:
                 os.close(fd)
 
 
-def apply_patch(workspace: Path, request: ApplyPatch, *, git_writable: bool = False) -> str:
-    """Apply a whole patch, or change nothing and say which file and hunk did not fit; one
-    that touches git's control paths only with `git_writable`."""
+def apply_patch(
+    workspace: Path, request: ApplyPatch, owner: HostIds | None, *, git_writable: bool = False
+) -> str:
+    """Apply a whole patch, or change nothing and say which file and hunk did not fit;
+    what it writes is `owner`'s; one that touches git's control paths only with
+    `git_writable`."""
     changes = parse_patch(request.patch)
     named: set[str] = set()
     for change in changes:
@@ -172,7 +180,7 @@ def apply_patch(workspace: Path, request: ApplyPatch, *, git_writable: bool = Fa
     try:
         try:
             for planned in plan:
-                _stage(workspace, planned, not git_writable)
+                _stage(workspace, planned, not git_writable, owner)
         except OSError as error:
             raise InvalidInput(
                 f"the patch fits, but its new files could not be written ({error.strerror}); "

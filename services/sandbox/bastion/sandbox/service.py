@@ -13,11 +13,12 @@ import dataclasses
 import functools
 import logging
 import math
+import os
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any
 
 import anyio.to_process
 import anyio.to_thread
@@ -77,15 +78,19 @@ from bastion.shared.sandboxing import (
     BwrapBackend,
     ContainerLimits,
     DockerSandboxes,
+    HostIds,
     Network,
     SandboxBackend,
     SandboxFailed,
     SandboxSpec,
+    configured_ids,
     parse_backend,
     parse_docker_backend,
+    sandbox_ids,
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.sandboxing.cgroup import DEFAULT_CPU_WEIGHT
+from bastion.shared.sandboxing.hostids import path_owner
 from bastion.shared.secretcuts import REFRESH_S, SecretCuts
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
@@ -97,16 +102,17 @@ __all__ = ["SandboxSettings", "Sandboxes", "output_cap", "redacted", "sandbox_se
 
 _FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
     ReadFile: read_file,
-    WriteFile: write_file,
-    EditFile: edit_file,
-    ApplyPatch: apply_patch,
     ListFiles: list_files,
     FindFiles: find_files,
 }
-"""Each file tool's function: it runs in a worker thread, on the checked workspace."""
-_GUARDED: Final = (WriteFile, EditFile, ApplyPatch)
-"""The file tools that change files: each refuses git's control paths (`gitguard`) unless
-the operator's `git_writable` lets it."""
+"""Each reading file tool's function: it runs in a worker thread, on the checked workspace."""
+_WRITING_TOOLS: dict[type, Callable[..., str]] = {
+    WriteFile: write_file,
+    EditFile: edit_file,
+    ApplyPatch: apply_patch,
+}
+"""Each writing file tool's function, given the host user what it writes is for; each
+refuses git's control paths (`gitguard`) unless the operator's `git_writable` lets it."""
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +135,13 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
     bwrap: str = "bwrap"
     prlimit: str = "prlimit"
+    setpriv: str = "setpriv"
+    sandbox_host_uid: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """The host user a root service runs every bwrap sandbox as (`BASTION_SANDBOX_HOST_UID`),
+    and the owner of what the file tools write; unset, each session's is its workspace's
+    owner. Root (0) is refused, as a root-owned workspace is."""
+    sandbox_host_gid: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """That user's group (`BASTION_SANDBOX_HOST_GID`); unset, the uid's number."""
     search_timeout_s: float = 20.0
     """How long `search_files` may take; an agent's regex can backtrack without end."""
     search_workers_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 2
@@ -209,7 +222,9 @@ class Sandboxes:
             settings.prlimit,
             cgroups=settings.cgroups,
             cpu_weight=settings.cpu_weight,
+            setpriv=settings.setpriv,
         )
+        self._host_ids = configured_ids(settings.sandbox_host_uid, settings.sandbox_host_gid)
         self.docker = DockerSandboxes(
             settings.docker_owner,
             ContainerLimits(
@@ -258,12 +273,15 @@ class Sandboxes:
             limits = msgspec.structs.replace(limits, output_bytes=self._output_cap)
         chosen: SandboxBackend = self._backend
         mode: Network = "none"  # the Docker backend's network is in its target
+        resolved = checked_workspace(workspace, self._state_dir)
+        host_ids = None  # the Docker backend runs as the workspace's owner itself
         if backend.startswith("docker:"):
             chosen = self.docker.backend(parse_docker_backend(backend, network))
         else:
             mode = parse_backend(backend, network)
+            host_ids = self._owner(resolved)
         spec = SandboxSpec(
-            workspace=checked_workspace(workspace, self._state_dir),
+            workspace=resolved,
             network=mode,
             limits=limits,
             hidden=(self._state_dir,),
@@ -271,8 +289,17 @@ class Sandboxes:
             git_writable=self._git_writable,
             session_id=session_id,
             tenant=tenant,
+            host_ids=host_ids,
         )
         return chosen, spec
+
+    def _owner(self, workspace: Path) -> HostIds | None:
+        """The host user a sandbox in `workspace` runs as and what is written there is for.
+
+        Raises:
+            SandboxFailed: the service is root and that user would be root.
+        """
+        return sandbox_ids(workspace, self._host_ids, f"the workspace {workspace}")
 
     async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
         """Run one shell command in the session's sandbox; a failing command is a result too."""
@@ -409,7 +436,8 @@ class Sandboxes:
     async def skill_write(self, request: WriteSkill, _context: RequestContext) -> FileResult:
         """Write a skill's SKILL.md with only its name, description and instructions."""
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
-        text = await anyio.to_thread.run_sync(write_skill, skills_dir, request)
+        owner = path_owner(skills_dir) if os.geteuid() == 0 else None
+        text = await anyio.to_thread.run_sync(write_skill, skills_dir, request, owner)
         return FileResult(text=text)
 
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
@@ -422,10 +450,14 @@ class Sandboxes:
                 await anyio.to_thread.run_sync(self._bound.check_write, workspace, grows)
             if isinstance(request, SearchFiles):
                 text = await self._search(workspace, request)
+            elif type(request) in _WRITING_TOOLS:
+                write = functools.partial(
+                    _WRITING_TOOLS[type(request)], git_writable=self._git_writable
+                )
+                owner = self._owner(workspace)
+                text = await anyio.to_thread.run_sync(write, workspace, request, owner)
             else:
-                tool: Callable[..., str] = _FILE_TOOLS[type(request)]
-                if isinstance(request, _GUARDED):
-                    tool = functools.partial(tool, git_writable=self._git_writable)
+                tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
                 text = await anyio.to_thread.run_sync(tool, workspace, request)
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)

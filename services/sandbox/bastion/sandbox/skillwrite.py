@@ -11,6 +11,7 @@ from bastion.proto.sandbox import WriteFile, WriteSkill
 from bastion.sandbox.files import read_text, write_file
 from bastion.sandbox.skills import MAX_SKILL_BYTES
 from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.sandboxing import HostIds
 from bastion.shared.skillmatter import FrontMatter, front_matter
 
 __all__ = ["GRANTED_FILE", "skill_text", "write_skill"]
@@ -62,8 +63,11 @@ def _previous(skills_dir: Path, name: str) -> FrontMatter | None:
         return FrontMatter()
 
 
-def write_skill(skills_dir: Path, request: WriteSkill) -> str:
+def write_skill(skills_dir: Path, request: WriteSkill, owner: HostIds | None) -> str:
     """Write the SKILL.md atomically, confined to the skills dir; say what a rewrite dropped.
+
+    What it writes is `owner`'s (the skills dir's owner when the service is root), never
+    setuid or setgid (`files.write_file`).
 
     A rewritten skill loses what it declared, and the record of what was granted with it.
     """
@@ -77,6 +81,7 @@ def write_skill(skills_dir: Path, request: WriteSkill) -> str:
             path=f"{request.name}/SKILL.md",
             content=text,
         ),
+        owner,
     )
     skill_dir = (skills_dir / request.name).resolve()
     if skill_dir.is_relative_to(skills_dir):

@@ -11,6 +11,7 @@ Modules:
 - `argv`: the `prlimit` + `bwrap` command line.
 - `cgroup`: a cgroup per command bounding processes and memory, and which bound it hit.
 - `etc`: the sandbox's minimal `/etc`.
+- `hostids`: the unprivileged host user a sandbox runs as (never root), and dropping to it.
 - `process`: a process in its own session, under a wall clock, its output capped.
 - `output`: one stream kept within a byte budget, head and tail.
 - `errors`: `SandboxFailed`, for a sandbox that did not start.
@@ -23,6 +24,7 @@ from bastion.shared.sandboxing.bwrap import BwrapBackend
 from bastion.shared.sandboxing.docker import ContainerLimits, DockerBackend, DockerSandboxes
 from bastion.shared.sandboxing.docker_target import DockerTarget, parse_docker_backend
 from bastion.shared.sandboxing.errors import SandboxFailed
+from bastion.shared.sandboxing.hostids import HostIds, configured_ids, sandbox_ids
 from bastion.shared.sandboxing.spec import (
     SANDBOX_UID,
     WORKSPACE,
@@ -39,10 +41,13 @@ __all__ = [
     "DockerBackend",
     "DockerSandboxes",
     "DockerTarget",
+    "HostIds",
     "Network",
     "SandboxBackend",
     "SandboxFailed",
     "SandboxSpec",
+    "configured_ids",
     "parse_backend",
     "parse_docker_backend",
+    "sandbox_ids",
 ]

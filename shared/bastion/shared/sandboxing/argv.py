@@ -22,6 +22,8 @@ from bastion.shared.sandboxing.spec import (
 __all__ = [
     "ALWAYS_HIDDEN",
     "ENVIRONMENT",
+    "MASKED_PROC",
+    "PID_ONE",
     "PROGRAM_DIRS",
     "bwrap_argv",
     "prlimit_argv",
@@ -32,8 +34,18 @@ __all__ = [
 PROGRAM_DIRS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 """Top-level program directories: symlinks into `/usr` on a merged-usr system, else bound."""
 
+PID_ONE: Final = ("/bin/sh", "-c", 'exec 9>&2 2>/dev/null; "$@" 2>&9 9>&-; exit $?', "bastion-init")
+"""Pid 1 of the sandbox (`--as-pid-1`, so no bwrap process is inside for a command to
+trace or read): a shell that runs the command as its child, then exits with its status
+(128+N for signal N). The command is not pid 1 itself, so `kill $$` works as anywhere;
+this shell's own complaints ("Terminated") go nowhere."""
+
+MASKED_PROC: Final = ("/proc/keys", "/proc/key-users")
+"""Kernel keyring listings, which show other sandboxes' keys of the same host user."""
+
 ALWAYS_HIDDEN: Final = (Path("/etc/ssl/private"),)
-"""Host paths masked whoever runs the service: readable to the sandbox when that is root."""
+"""Host paths masked whoever runs the sandbox (a second wall: its unprivileged host user
+cannot read them anyway)."""
 
 ENVIRONMENT: Final = (
     ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
@@ -112,6 +124,9 @@ def bwrap_argv(
 ) -> list[str]:
     """bwrap's arguments for `spec`, running `command` as uid 10001 in `/workspace`.
 
+    bwrap runs as whoever starts it (`hostids.drop_argv` before it): uid 10001 is that
+    host user, never host root.
+
     `args_fd`, when given, is a pipe of further options (`secret_args`) read last.
     `git_options` bind the workspace's git control files by descriptor (`gitguard`),
     right after the workspace itself.
@@ -137,6 +152,7 @@ def bwrap_argv(
         "sandbox",
         "--die-with-parent",
         "--new-session",
+        "--as-pid-1",
         "--cap-drop",
         "ALL",
         "--json-status-fd",
@@ -155,11 +171,15 @@ def bwrap_argv(
     args += [
         "--proc",
         "/proc",
-        # The sandbox's uid is the service's on the host: were that root, a writable
-        # /proc/sys would let a command set the host's sysctls (core_pattern among them).
+        # Read-only /proc/sys as a second wall: the sandbox's uid is an unprivileged host
+        # user, and were it ever root a writable /proc/sys would set the host's sysctls.
         "--ro-bind",
         "/proc/sys",
         "/proc/sys",
+    ]
+    for path in MASKED_PROC:
+        args += ["--ro-bind", "/dev/null", path]
+    args += [
         "--dev",
         "/dev",
         "--tmpfs",
@@ -188,7 +208,7 @@ def bwrap_argv(
     if args_fd is not None:
         # More options (the secrets' --setenv) read from a pipe: never on the command line.
         args += ["--args", str(args_fd)]
-    return [*args, "--", *command]
+    return [*args, "--", *PID_ONE, *command]
 
 
 def secret_args(environment: Sequence[tuple[str, str]]) -> bytes:

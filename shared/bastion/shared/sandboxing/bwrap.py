@@ -1,15 +1,21 @@
 """The bubblewrap backend: a fresh sandbox per command, and what its exit status means.
 
-The host user running the service is mapped to uid 10001 inside, so what a command writes
-in the workspace belongs, on the host, to the service's user. bubblewrap reports a command
-killed by a signal as status 128+N, as a shell does; a status from 129 to 192 is therefore
-read as signal N (a command that itself exits with such a status reads the same). A run
-whose wall clock ran out ends `timeout` with SIGKILL's status: 137, signal 9.
+A command runs as uid 10001 inside, which is an unprivileged host user outside, never
+host root (`hostids`): when the service is root it drops to the session's host user
+(the operator's `BASTION_SANDBOX_HOST_UID`/`_GID`, else the workspace's owner) with
+`setpriv` right before bwrap, after joining the cgroup and setting the limits; a service
+that is not root runs bwrap as itself. So what a command writes in the workspace belongs,
+on the host, to that user, a setuid bit it sets gives at most that user's ids, and a
+root-only host file a bind shows stays unreadable. bubblewrap reports a command killed by
+a signal as status 128+N, as a shell does; a status from 129 to 192 is therefore read as
+signal N (a command that itself exits with such a status reads the same). A run whose
+wall clock ran out ends `timeout` with SIGKILL's status: 137, signal 9.
 
 Each command runs in a cgroup of its own when the service may make one (`cgroup`), which
 bounds its processes and memory and says which bound it hit; otherwise `RLIMIT_NPROC` is
-the fallback, which does not hold for root. Nested user namespaces are refused
-(`--disable-userns`): a command cannot map itself root in a namespace of its own.
+the fallback (it counts every process of the host user). Nested user namespaces are
+refused (`--disable-userns`): a command cannot map itself root in a namespace of its own.
+No bwrap process is inside the sandbox (`--as-pid-1`, `argv.PID_ONE`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from bastion.shared.sandboxing.cgroup import (
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import DataFile, generated_etc
 from bastion.shared.sandboxing.gitguard import GitGuard, guard
+from bastion.shared.sandboxing.hostids import HostIds, drop_argv, sandbox_ids
 from bastion.shared.sandboxing.process import Finished, run_limited
 from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
 
@@ -46,9 +53,12 @@ _LAUNCHER_ENV: Final = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 """bwrap's own environment: the service's (NATS credentials, settings) never reaches it."""
 
 _CHECK_LIMITS: Final = Limits(wall_s=30.0, cpu_s=10)
+_CHECK_COMMAND: Final = f"test -w {WORKSPACE} && test -x {WORKSPACE} || exit 3"
+"""What a check runs: it succeeds once the sandbox's user may write the workspace."""
+_NOT_WRITABLE: Final = 3
 _SIGNAL_STATUSES: Final = range(129, 129 + 64)
 _USERNS_HINT: Final = (
-    "check that bubblewrap runs for the service's user and that unprivileged user "
+    "check that bubblewrap runs for the sandbox's host user and that unprivileged user "
     "namespaces are enabled (sysctl user.max_user_namespaces above 0, "
     "kernel.unprivileged_userns_clone=1 where it exists, or an AppArmor profile that lets "
     "bwrap create them)"
@@ -130,6 +140,28 @@ def _result(finished: Finished, limit_hit: str = "", notes: list[str] | None = N
     )
 
 
+def _ids(spec: SandboxSpec) -> HostIds | None:
+    """The host user to run as: the spec's, else (a root service) the workspace's owner."""
+    if spec.host_ids is not None:
+        return spec.host_ids
+    return sandbox_ids(spec.workspace, None, f"the workspace {spec.workspace}")
+
+
+def _host_user(spec: SandboxSpec) -> str:
+    ids = _ids(spec)
+    if ids is None:
+        return f"the service's own uid {os.geteuid()}"
+    return f"host uid {ids.uid}, gid {ids.gid}"
+
+
+def _who(spec: SandboxSpec) -> str:
+    """What the sandbox's user must reach, for a sandbox that did not start."""
+    return (
+        f"; bwrap ran as {_host_user(spec)}, which must be able to reach the workspace and "
+        "every directory bound into the sandbox (their parents searchable by it)"
+    )
+
+
 class BwrapBackend:
     """Runs each command in a new bubblewrap sandbox, with `prlimit` setting its limits.
 
@@ -145,9 +177,11 @@ class BwrapBackend:
         prlimit: str = "prlimit",
         cgroups: bool = True,
         cpu_weight: int = DEFAULT_CPU_WEIGHT,
+        setpriv: str = "setpriv",
     ) -> None:
         self._bwrap = bwrap
         self._prlimit = prlimit
+        self._setpriv = setpriv
         self._version: str | None = None
         self._cgroup_root: CgroupRoot | None = (
             find_cgroup_root(cpu_weight=cpu_weight) if cgroups else None
@@ -172,7 +206,7 @@ class BwrapBackend:
                 "cgroup, or set BASTION_CGROUPS=false to fall back to RLIMIT_NPROC"
             ) from None
 
-    def _programs(self) -> tuple[str, str]:
+    def _programs(self) -> tuple[str, str, str]:
         bwrap = shutil.which(self._bwrap)
         if bwrap is None:
             raise SandboxFailed(
@@ -185,15 +219,21 @@ class BwrapBackend:
                 f"`{self._prlimit}`, which sets a sandbox's limits, is not installed here: "
                 "install util-linux"
             )
-        return bwrap, prlimit
+        setpriv = shutil.which(self._setpriv)
+        if setpriv is None:
+            raise SandboxFailed(
+                f"`{self._setpriv}`, which drops a sandbox to an unprivileged host user, is "
+                "not installed here: install util-linux"
+            )
+        return bwrap, prlimit, setpriv
 
     async def _launch(self, spec: SandboxSpec, command: str) -> ExecResult:
-        bwrap, prlimit = self._programs()
+        programs = self._programs()
         cgroup = self._cgroup(spec)
         try:
             with guard(spec.workspace, spec.git_writable) as git:
                 try:
-                    finished = await self._launch_in(spec, command, bwrap, prlimit, cgroup, git=git)
+                    finished = await self._launch_in(spec, command, programs, cgroup, git=git)
                 finally:  # a cancelled or failed run is swept too
                     notes = git.sweep() if git is not None else []
             return _result(finished, cgroup.limit_hit() if cgroup else "", notes)
@@ -206,12 +246,13 @@ class BwrapBackend:
         self,
         spec: SandboxSpec,
         command: str,
-        bwrap: str,
-        prlimit: str,
+        programs: tuple[str, str, str],
         cgroup: CommandCgroup | None,
         *,
         git: GitGuard | None,
     ) -> Finished:
+        bwrap, prlimit, setpriv = programs
+        drop = drop_argv(setpriv, _ids(spec))
         data = generated_etc(spec.network)
         environment = list(spec.secret_environment)
         shell = shell_argv(command)
@@ -231,6 +272,7 @@ class BwrapBackend:
             argv = (
                 join
                 + limits
+                + drop
                 + bwrap_argv(
                     bwrap,
                     spec,
@@ -257,6 +299,7 @@ class BwrapBackend:
         if b'"child-pid"' not in status:
             raise SandboxFailed(
                 f"the bubblewrap sandbox did not start ({_reason(finished)}): {_USERNS_HINT}"
+                + _who(spec)
             )
         return finished
 
@@ -267,20 +310,27 @@ class BwrapBackend:
     async def check(self, spec: SandboxSpec) -> str:
         """Run `true` in a sandbox like `spec`'s; say what ran, or raise `SandboxFailed`."""
         quick = dataclasses.replace(spec, limits=_CHECK_LIMITS)
-        result = await self._launch(quick, "true")
+        result = await self._launch(quick, _CHECK_COMMAND)
+        if result.ended == "exited" and result.exit_status == _NOT_WRITABLE:
+            raise SandboxFailed(
+                f"the sandbox's user ({_host_user(spec)}) cannot write the workspace "
+                f"{spec.workspace}: give it that user (`chown -R` it), or run the sandbox as "
+                "the workspace's owner (unset BASTION_SANDBOX_HOST_UID/_GID)"
+            )
         if result.ended != "exited" or result.exit_status != 0:
             raise SandboxFailed(
-                f"the bubblewrap sandbox started but `true` did not succeed in it "
+                f"the bubblewrap sandbox started but its check did not succeed in it "
                 f"(ended {result.ended}, status {result.exit_status}): {_USERNS_HINT}"
             )
         return (
-            f"{await self._describe()}: `true` ran as uid {SANDBOX_UID} in {WORKSPACE}, "
-            f"network {spec.network}, processes and memory bounded by {self.bounds}"
+            f"{await self._describe()}: a check ran as uid {SANDBOX_UID} in {WORKSPACE} "
+            f"({_host_user(spec)} on the host), network {spec.network}, processes and "
+            f"memory bounded by {self.bounds}"
         )
 
     async def _describe(self) -> str:
         if self._version is None:
-            bwrap, _ = self._programs()
+            bwrap = self._programs()[0]
             with anyio.move_on_after(10):
                 done = await anyio.run_process([bwrap, "--version"], check=False)
                 self._version = done.stdout.decode(errors="replace").strip() or bwrap

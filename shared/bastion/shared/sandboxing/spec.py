@@ -9,6 +9,7 @@ from typing import Final, Literal
 from bastion.proto.sandbox import Limits
 from bastion.shared.errors import InvalidInput
 from bastion.shared.sandboxing.bridge import EgressBridge
+from bastion.shared.sandboxing.hostids import HostIds
 
 __all__ = [
     "SANDBOX_GID",
@@ -23,6 +24,7 @@ __all__ = [
 
 SANDBOX_UID: Final = 10001
 SANDBOX_GID: Final = 10001
+"""The sandbox's uid and gid inside; on the host it is `SandboxSpec.host_ids` (`hostids`)."""
 SANDBOX_USER: Final = "sandbox"
 WORKSPACE: Final = "/workspace"
 """Where the workspace appears inside every sandbox."""
@@ -62,6 +64,10 @@ class SandboxSpec:
     """The `declared` network's way out: the egress bridge, for a run with no network of
     its own (`none`). Its grant is set in the environment like a secret, never on a
     command line."""
+    host_ids: HostIds | None = None
+    """The unprivileged host user bwrap runs as (`hostids.sandbox_ids`); None: a root
+    service's bwrap backend runs it as the workspace's owner (refusing root), one that is
+    not root as itself."""
 
 
 def parse_backend(backend: str, network: str) -> Network:

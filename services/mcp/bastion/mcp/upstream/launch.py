@@ -2,11 +2,13 @@
 
 `none` runs the command as the service's user with a scrubbed environment, in its
 directory. `bwrap` runs it in the same sandbox as the shell (`bastion.shared.sandboxing`):
-uid 10001, the system read-only, its directory at /workspace (an empty temporary one if it
-has none), `read_only_dirs` shown read-only at their own paths, no network unless
-`sandbox_network` is `host`, a cgroup of its own where the service may make one, and
-`prlimit` bounds. The variables the spec names reach it through bwrap's `--args` pipe,
-never on a command line. `docker:<image>@sha256:…` runs it with `docker run -i` in a
+uid 10001, which on the host is never root (a root service drops to its directory's owner,
+or to nobody, 65534, for a server without one; a root-owned directory is refused), the
+system read-only, its directory at /workspace (an empty temporary one if it has none),
+`read_only_dirs` shown read-only at their own paths, no network unless `sandbox_network`
+is `host`, a cgroup of its own where the service may make one, and `prlimit` bounds.
+The variables the spec names reach it through bwrap's `--args` pipe, never on a command
+line. `docker:<image>@sha256:…` runs it with `docker run -i` in a
 container of that image (never pulled): its directory at /workspace, run as the
 directory's owner (never root), a read-only root, no capabilities, no new privileges,
 memory and process limits, the network `none` unless an operator's network is named; the
@@ -34,7 +36,9 @@ from bastion.shared.errors import InvalidInput, NotImplementedYet
 from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, secret_args
 from bastion.shared.sandboxing.cgroup import CommandCgroup, find_cgroup_root
 from bastion.shared.sandboxing.docker_target import DockerTarget, parse_docker_backend
+from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import generated_etc
+from bastion.shared.sandboxing.hostids import HostIds, drop_argv, sandbox_ids
 from bastion.shared.sandboxing.spec import Network, SandboxSpec
 
 __all__ = ["SERVER_LIMITS", "Launch", "launching", "server_environment"]
@@ -47,6 +51,8 @@ SERVER_LIMITS: Final = Limits(wall_s=86400.0, cpu_s=86400)
 the rest (memory, address space, file size, processes) as the shell's."""
 
 _LAUNCHER_ENV: Final = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+NOBODY: Final = HostIds(65534, 65534)
+"""Who a root service runs a bwrap-sandboxed server without a directory as."""
 
 
 @dataclass(frozen=True)
@@ -127,20 +133,42 @@ def _read_only(spec: McpServerSpec) -> tuple[Path, ...]:
     return tuple(dirs)
 
 
+def _host_ids(directory: Path | None, empty: Path) -> HostIds | None:
+    """The host user the server's sandbox runs as: its directory's owner when the service
+    is root (nobody for a server without one, its empty directory given to nobody)."""
+    if directory is None:
+        if os.geteuid() != 0:
+            return None
+        os.chown(empty, NOBODY.uid, NOBODY.gid)
+        return NOBODY
+    try:
+        return sandbox_ids(
+            directory, None, f"the MCP server's directory {directory}", settable=False
+        )
+    except SandboxFailed as refused:
+        raise UpstreamUnreachable(refused.message) from None
+
+
 @asynccontextmanager
 async def _sandboxed(spec: McpServerSpec, values: Mapping[str, str]) -> AsyncIterator[Launch]:
     bwrap, prlimit = shutil.which("bwrap"), shutil.which("prlimit")
-    if bwrap is None or prlimit is None:
+    setpriv = shutil.which("setpriv")
+    if bwrap is None or prlimit is None or setpriv is None:
         raise UpstreamUnreachable(
-            "the MCP server is to run in bubblewrap, which is not installed here (bwrap and "
-            "prlimit): install bubblewrap and util-linux, or run the server with sandbox none"
+            "the MCP server is to run in bubblewrap, which is not installed here (bwrap, "
+            "prlimit and setpriv): install bubblewrap and util-linux, or run the server "
+            "with sandbox none"
         )
     network = _network(spec)
     directory = _directory(spec)
     with tempfile.TemporaryDirectory(prefix="bastion-mcp-") as empty:
         workspace = directory or Path(empty)
         sandbox = SandboxSpec(
-            workspace=workspace, network=network, limits=SERVER_LIMITS, read_only=_read_only(spec)
+            workspace=workspace,
+            network=network,
+            limits=SERVER_LIMITS,
+            read_only=_read_only(spec),
+            host_ids=_host_ids(directory, Path(empty)),
         )
         data = generated_etc(network)
         variables = list(server_environment(spec, values).items())
@@ -161,6 +189,7 @@ async def _sandboxed(spec: McpServerSpec, values: Mapping[str, str]) -> AsyncIte
                 argv = (
                     (cgroup.join_argv() if cgroup else [])
                     + prlimit_argv(prlimit, SERVER_LIMITS, nproc=cgroup is None)
+                    + drop_argv(setpriv, sandbox.host_ids)
                     + bwrap_argv(
                         bwrap,
                         sandbox,
