@@ -53,11 +53,25 @@ async def raw_request(client: Client, subject: str, payload: bytes, timeout_s: f
 
 
 @pytest.fixture(autouse=True)
-def own_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def own_state_dir(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     """Every test has a state dir of its own: nothing reads or writes the real one
-    (`~/.local/state/bastion`, where a user's own policies or a running Bastion live)."""
+    (`~/.local/state/bastion`, where a user's own policies or a running Bastion live).
+
+    As root, `tmp_path` and the run's base temporary directory above it are made searchable
+    (not readable) by every user: a sandbox runs as its workspace's unprivileged owner
+    (`tests.owners`), who must be able to reach a workspace made under `tmp_path`."""
     state_dir = tmp_path / "default-state"
     monkeypatch.setenv("BASTION_STATE_DIR", str(state_dir))
+    if os.geteuid() == 0:
+        base = tmp_path_factory.getbasetemp()
+        for each in (tmp_path, *tmp_path.parents):
+            mode = each.stat().st_mode
+            if not mode & 0o001:
+                each.chmod((mode & 0o7777) | 0o001)
+            if each == base:
+                break
     return state_dir
 
 

@@ -35,6 +35,7 @@ from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 from tests.attacks.conftest import in_sandbox_cgroups
 from tests.conftest import ServiceRunner, raw_request
+from tests.owners import owned
 from tests.services.test_mcp_front_door import mcp_client, new_token, text_of
 
 SESSION = "0123456789abcdef"
@@ -96,9 +97,7 @@ def owned_workspace(root: Path, name: str, files: dict[str, str]) -> Path:
     path.mkdir()
     for file, text in files.items():
         (path / file).write_text(text)
-        os.chown(path / file, 1000, 1000)
-    os.chown(path, 1000, 1000)
-    return path
+    return owned(path)
 
 
 async def in_flight(service: Service, endpoint: str, count: int) -> None:

@@ -125,19 +125,42 @@ class Walk:
                 return
 
 
+def _holds_anything(parent: int, name: str) -> bool:
+    """Whether the directory `name` in `parent` has an entry (an unreadable one counts)."""
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent
+        )
+    except OSError:
+        return True
+    try:
+        with os.scandir(fd) as scan:
+            return any(True for _ in scan)
+    finally:
+        os.close(fd)
+
+
 def list_files(workspace: Path, request: ListFiles) -> str:
     """The entries of one directory, sorted; directories end with `/`, links with `@`."""
     top = open_directory(workspace, request.path)
     try:
         with os.scandir(top) as scan:
             entries = sorted((e.name, _kind(e)) for e in scan)
+        marks = {"dir": "/", "link": "@", "file": "", "other": ""}
+        shown_entries = [
+            name + marks[kind]
+            for name, kind in entries
+            if not (kind == "dir" and name in PASSED_OVER)
+        ]
+        # An empty one (the read-only `.git` a workspace that is no repository gets) hides
+        # nothing, so it is not mentioned.
+        passed = [
+            name + "/"
+            for name, kind in entries
+            if kind == "dir" and name in PASSED_OVER and _holds_anything(top, name)
+        ]
     finally:
         os.close(top)
-    marks = {"dir": "/", "link": "@", "file": "", "other": ""}
-    shown_entries = [
-        name + marks[kind] for name, kind in entries if not (kind == "dir" and name in PASSED_OVER)
-    ]
-    passed = [name + "/" for name, kind in entries if kind == "dir" and name in PASSED_OVER]
     where = shown(request.path)
     if not shown_entries and not passed:
         return f"{where} is empty"
