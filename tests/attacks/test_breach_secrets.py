@@ -144,7 +144,7 @@ def workspace(tmp_path: Path) -> Path:
 def short_dir() -> Iterator[Path]:
     """A directory with a short path: a Unix socket's path is at most 107 bytes."""
     made = Path(tempfile.mkdtemp(prefix="bx", dir="/tmp"))
-    made.chmod(0o700)
+    made.chmod(0o711)  # searchable: the sandbox's own host user connects to the socket
     try:
         yield made
     finally:
