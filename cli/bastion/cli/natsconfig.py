@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from bastion.shared.natsconfig import AUTH_FILE, SERVER_FILE, write_nats_config
+from bastion.shared.natsconfig import AUTH_FILE, SERVER_FILE, ReplyWindow, write_nats_config
+from bastion.shared.settings import load_settings
 
 __all__ = ["add_parser"]
 
@@ -19,8 +20,14 @@ __all__ = ["add_parser"]
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out.expanduser()
     url = args.url or f"nats://nats:{args.port}"
+    window = load_settings(ReplyWindow)
     users = write_nats_config(
-        out, listen=f"{args.host}:{args.port}", store_dir=args.store_dir, url=url, name=args.name
+        out,
+        listen=f"{args.host}:{args.port}",
+        store_dir=args.store_dir,
+        url=url,
+        name=args.name,
+        reply_window_s=window.reply_window_s,
     )
     sys.stdout.write(f"wrote {out / SERVER_FILE} and {out / AUTH_FILE} (0600)\n")
     for user in users:
