@@ -16,6 +16,7 @@ import msgspec
 from bastion.orchestrator.approvals import Approvals
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
+from bastion.orchestrator.callrecords import CallRecords
 from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_of, tool_input_of
 from bastion.orchestrator.gate import ask_policy, policy_request
 from bastion.orchestrator.hooks import Hooks
@@ -76,6 +77,7 @@ class Sessions:
         hooks: Hooks,
         turns: Turns,
         rates: TenantRates,
+        records: CallRecords,
         search: bool = False,
     ) -> None:
         self._client = client
@@ -86,10 +88,18 @@ class Sessions:
         self._audit = audit
         self._turns = turns
         self._rates = rates
+        self._records = records
         self._locks: dict[str, anyio.Lock] = {}
         self._waiting: dict[str, int] = {}
         self._runner = Runner(
-            client, store, timeout_s, taint_s, journal=journal, audit=audit, hooks=hooks
+            client,
+            store,
+            timeout_s,
+            taint_s,
+            journal=journal,
+            audit=audit,
+            hooks=hooks,
+            records=records,
         )
         self.approvals = Approvals(
             client,
@@ -289,6 +299,14 @@ class Sessions:
     async def _call(
         self, session: SessionInfo, call: ToolCall, call_id: str, started: float
     ) -> ToolOutput:
+        if call.call_id is not None:
+            # Sent again with its call id (its first sending got no answer): the outcome of
+            # the one run it had, found in the turn the first held while it ran.
+            recorded = await self._records.recall(session.session_id, call_id)
+            if isinstance(recorded, ErrorReply):
+                raise RemoteError(recorded.code, recorded.message)
+            if recorded is not None:
+                return recorded
         if session.state == "closed":
             raise RemoteError(
                 codes.SESSION_CLOSED,
