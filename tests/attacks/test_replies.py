@@ -10,6 +10,8 @@ is answered with the outcome of its one run: a line it appends is there once.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -34,14 +36,17 @@ from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, connect, request
+from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
 from bastion.shared.natsserver import free_port, serving
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings, load_settings
+from bastion.shared.statedir import find_bus_settings, read_run_record
 from tests.attacks.conftest import wait_for_file
 from tests.attacks.test_egress_ssrf import RESOLVER
 from tests.conftest import ServiceRunner
+from tests.e2e.test_bastion_up import BASTION
 from tests.loopback import serving_on_loopback
 from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
 
@@ -272,3 +277,116 @@ async def test_a_call_sent_again_after_an_error_of_its_own_gets_the_same_error(
     (workspace / "missing.txt").chmod(0o666)
     again = await send(client, session.session_id, call)
     assert isinstance(first, ErrorReply) and again == first
+
+
+# --- forty calls while the sandbox service and the orchestrator are killed in turn ---------
+
+ROUNDS = ("sandbox", "orchestrator", "sandbox", "orchestrator", "sandbox")
+"""What is killed (-9) while each round of calls is under way."""
+PER_ROUND = 8
+"""Calls in a round, one per session: 40 in all."""
+ANSWERED_BEFORE_KILL = 2
+
+
+@pytest.fixture
+def up_once(tmp_path: Path) -> Iterator[Path]:
+    """`bastion up` (one instance each) with short timeouts, so a death costs seconds."""
+    state_dir = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
+    env |= {"BASTION_REQUEST_TIMEOUT_S": "4", "BASTION_TURN_TTL_S": "3"}
+    process = subprocess.Popen(
+        [*BASTION, "up", "--state-dir", str(state_dir), "--http-port", str(free_port())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    assert process.stdout is not None
+    output = []
+    for line in process.stdout:
+        output.append(line)
+        if line.startswith(("ready:", "error:")):
+            break
+    assert output[-1].startswith("ready:"), "".join(output)
+    try:
+        yield state_dir
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+
+
+async def _until_answered(client: Client, session_id: str, call: ToolCall) -> CallResult:
+    """Sent until answered: one that got no answer is sent again, with the same call id."""
+    result: CallResult | None = None
+    with anyio.move_on_after(120):
+        while True:
+            result = await send(client, session_id, call, timeout_s=20)
+            if not (isinstance(result, ErrorReply) and result.code in ("unavailable", "timeout")):
+                return result
+            await anyio.sleep(0.2)
+    raise AssertionError(f"{call} in session {session_id} got no answer but {result}")
+
+
+async def _back(client: Client, state_dir: Path, name: str, dead: int) -> None:
+    """Until `bastion up` has started `name` again and it answers."""
+    with anyio.fail_after(60):
+        while True:
+            record = read_run_record(state_dir)
+            again = record is not None and record.children.get(name, dead) != dead
+            if again and any(i.name == name for i in await list_instances(client)):
+                return
+            await anyio.sleep(0.1)
+
+
+async def _forty_calls(
+    state_dir: Path, workspaces: list[Path]
+) -> dict[tuple[int, int], CallResult]:
+    results: dict[tuple[int, int], CallResult] = {}
+    settings = find_bus_settings(None, state_dir, env={})
+    async with connect(settings, "kills") as client:
+        sids = [
+            (
+                await open_session(
+                    client, workspace=str(w), shell=True, limits=SessionLimits(wall_s=5)
+                )
+            ).session_id
+            for w in workspaces
+        ]
+        for i, victim in enumerate(ROUNDS):
+            some_answered = anyio.Event()
+
+            async def one(n: int, i: int = i, answered: anyio.Event = some_answered) -> None:
+                command = f"echo c{n}-{i} >> log.txt; sleep 1; echo ok"
+                call = ToolCall(tool="shell", input={"command": command}, call_id=f"c{n}-{i}")
+                results[n, i] = await _until_answered(client, sids[n], call)
+                if sum(key[1] == i for key in results) == ANSWERED_BEFORE_KILL:
+                    answered.set()
+
+            record = read_run_record(state_dir)
+            assert record is not None
+            pid = record.children[victim]
+            async with anyio.create_task_group() as round_:
+                for n in range(PER_ROUND):
+                    round_.start_soon(one, n)
+                await some_answered.wait()  # the others are under way: now the death
+                os.kill(pid, signal.SIGKILL)
+            await _back(client, state_dir, victim, pid)
+    return results
+
+
+@pytest.mark.e2e
+def test_forty_shell_calls_sent_again_through_kills_append_no_line_twice(
+    up_once: Path, tmp_path: Path
+) -> None:
+    workspaces = [owned_dir(tmp_path / f"s{n}") for n in range(PER_ROUND)]
+    results = anyio.run(_forty_calls, up_once, workspaces)
+    assert len(results) == PER_ROUND * len(ROUNDS)
+    ended = {key: r.code for key, r in results.items() if isinstance(r, ErrorReply)}
+    assert set(ended.values()) <= {"uncertain"}, ended
+    for (n, i), result in results.items():
+        log = workspaces[n] / "log.txt"
+        lines = log.read_text().splitlines().count(f"c{n}-{i}") if log.exists() else 0
+        assert lines <= 1, f"call c{n}-{i} appended its line {lines} times"
+        if isinstance(result, ToolOutput):
+            assert lines == 1 and result.text.startswith("exit status 0"), (n, i, result)
+    assert any(isinstance(r, ToolOutput) for r in results.values())

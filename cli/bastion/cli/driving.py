@@ -18,12 +18,13 @@ from bastion.proto.hooks import RunMark, RunMarked
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall
 from bastion.shared.bus import Client, request
+from bastion.shared.deadlines import call_wait_s
 from bastion.shared.errors import BastionError
 
 __all__ = ["CALL_MARGIN_S", "drive", "mark_run", "parked_of"]
 
 CALL_MARGIN_S = 30.0
-"""Added to the session's wall-clock limit when waiting for a call's answer."""
+"""How long a quick request (open, close, list) waits for its answer."""
 RETRIES = 2
 """How many times a call that got no answer is sent again (same call_id)."""
 RETRY_PAUSE_S = 1.0
@@ -33,8 +34,8 @@ _NO_ANSWER = frozenset({codes.UNAVAILABLE, codes.TIMEOUT})
 
 async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
     """The step's call; one that got no answer (its orchestrator died, none answered yet) is
-    sent again, with the same call_id, up to `RETRIES` times: the journal answers a
-    journaled call that already ran, or refuses as uncertain one that may have."""
+    sent again, with the same call_id, up to `RETRIES` times: the call's record answers
+    with the outcome of its one run, or says it is uncertain; it never runs twice."""
     assert step.tool is not None
     call = ToolCall(tool=step.tool, input=step.input, call_id=secrets.token_hex(8))
     for attempt in range(RETRIES + 1):
@@ -44,7 +45,7 @@ async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
                 subjects.session_call(session.session_id),
                 call,
                 CallResult,
-                timeout_s=session.limits.wall_s + CALL_MARGIN_S,
+                timeout_s=call_wait_s(session, step.tool, step.input),
             )
         except BastionError as error:
             result = error.to_reply()

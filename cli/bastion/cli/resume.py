@@ -19,6 +19,7 @@ from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.shared.bus import request
+from bastion.shared.deadlines import call_wait_s
 
 __all__ = ["add_continue_parser", "answer_line"]
 
@@ -60,7 +61,7 @@ async def _continue(args: argparse.Namespace) -> int:
                 reason=args.decline or "",
             ),
             ApprovalAnswered,
-            timeout_s=session.limits.wall_s + CALL_MARGIN_S,
+            timeout_s=call_wait_s(session, parked.tool, parked.input),
         )
         say(answer_line(answered))
         say(show_result(answered.result))
