@@ -61,6 +61,17 @@ def session_limits(asked: SessionLimits) -> Limits:
     return msgspec.structs.replace(Limits(), **given)
 
 
+def _how_to_get(session: SessionInfo, tool: str) -> str:
+    """How a session that lacks `tool` would have it, when it is one a session opens with."""
+    if tool == "shell" and session.workspace is None:
+        return " (a shell needs a workspace: open the session with --workspace DIR --shell)"
+    if tool == "shell":
+        return " (the session was opened without a shell: open one with --shell)"
+    if tool == "fetch_url":
+        return " (the session was opened without the web: open one with --web)"
+    return ""
+
+
 class Sessions:
     """The actors of every session this orchestrator is asked about, backed by the store."""
 
@@ -316,9 +327,11 @@ class Sessions:
         tool = find_tool(session, call.tool)
         if tool is None:
             offered = ", ".join(t.name for t in session.tools) or "none"
+            how = _how_to_get(session, call.tool)
             raise RemoteError(
                 codes.UNKNOWN_TOOL,
-                f"session {session.session_id} has no tool {call.tool!r}; its tools: {offered}",
+                f"session {session.session_id} has no tool {call.tool!r}{how}; "
+                f"its tools: {offered}",
             )
         input_type = input_type_of(tool)
         try:
