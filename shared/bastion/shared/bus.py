@@ -33,13 +33,15 @@ from bastion.shared.natsperms import answered_on_inbox
 from bastion.shared.settings import BusSettings
 from bastion.shared.telemetry import headers_with_context, tracer
 
-__all__ = ["Client", "TooLarge", "connect", "request"]
+__all__ = ["Client", "TooLarge", "answer", "connect", "request"]
 
 T = TypeVar("T")
 
 _SESSION_ID = re.compile("[0-9a-f]{16}")
 _ON_INBOX = answered_on_inbox()
 _NO_RESPONDERS = "503"
+_INBOX = re.compile(r"_INBOX(\.[A-Za-z0-9_\-]+)+")
+"""An inbox a caller may name for its answer: subject tokens, no wildcards."""
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +146,18 @@ async def _exchange(
     if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS and not msg.data:
         raise nats.errors.NoRespondersError
     return msg
+
+
+async def answer(
+    client: Client, msg: Msg, data: bytes, responder: str, headers: dict[str, str] | None = None
+) -> None:
+    """Answer the request `msg` as the NATS user `responder`: on the caller's reply subject
+    when it named its inbox (no response window bounds it), else on `msg.reply`."""
+    inbox = (msg.headers or {}).get(subjects.REPLY_INBOX_HEADER, "")
+    if _INBOX.fullmatch(inbox):
+        await client.publish(subjects.reply_subject(responder, inbox), data, headers=headers)
+    elif msg.reply:
+        await client.publish(msg.reply, data, headers=headers)
 
 
 async def request(

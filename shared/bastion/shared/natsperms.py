@@ -25,6 +25,7 @@ from bastion.proto import subjects as s
 __all__ = [
     "ACCOUNT_OF",
     "GRANTS",
+    "HOOKS",
     "MAIN_ACCOUNT",
     "OPERATOR",
     "SHARED_IDENTITY",
@@ -120,6 +121,8 @@ STREAM_SUBJECTS: Final[dict[str, str]] = {s.AUDIT_STREAM: s.AUDIT_ALL}
 
 OPERATOR: Final = "operator"
 """The user of the `bastion` CLI (and of `bastion up` itself)."""
+HOOKS: Final = "hooks"
+"""The user of the runner of the operator's command hooks, and of any hook service."""
 
 GRANTS: Final[dict[str, Grant]] = {
     "orchestrator": Grant(
@@ -183,7 +186,7 @@ GRANTS: Final[dict[str, Grant]] = {
         buckets=(s.VAULT_KEYS_BUCKET, s.VAULT_SECRETS_BUCKET),
         writes_streams=(s.AUDIT_STREAM,),
     ),
-    "hooks": Grant(serves=(HOOKS_ALL,), buckets=(s.HOOKS_BUCKET,)),
+    HOOKS: Grant(serves=(HOOKS_ALL,), buckets=(s.HOOKS_BUCKET,)),
     OPERATOR: Grant(
         asks=(
             *SESSION_ENDPOINTS,

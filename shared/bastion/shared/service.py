@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -36,8 +35,8 @@ from nats.micro.service import Service as MicroService
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from bastion.proto import errors as codes
-from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
+from bastion.shared.bus import answer
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
 from bastion.shared.telemetry import annotate, context_from_headers, tracer
@@ -48,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
 
-_INBOX = re.compile(r"_INBOX(\.[A-Za-z0-9_\-]+)+")
-"""An inbox a caller may name for its answer: subject tokens, no wildcards."""
 
 _STATUS_OF_CODE = {
     codes.BAD_REQUEST: "400",
@@ -263,11 +260,8 @@ class Service:
     async def _send(self, request: Request, data: bytes, headers: dict[str, str] | None) -> None:
         """The answer, on the caller's reply subject if it named its inbox, else on the
         request's reply subject (within the server's response window)."""
-        inbox = (request.headers or {}).get(subjects.REPLY_INBOX_HEADER, "")
-        if self._client is not None and _INBOX.fullmatch(inbox):
-            await self._client.publish(
-                subjects.reply_subject(self.name, inbox), data, headers=headers
-            )
+        if self._client is not None:
+            await answer(self._client, request._msg, data, self.name, headers)
         else:
             await request.respond(data, headers=headers)
 
