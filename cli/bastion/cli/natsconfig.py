@@ -2,7 +2,8 @@
 
 It writes `DIR/nats-server.conf` (includes `DIR/auth.conf`, the users and their
 permissions) and `DIR/<user>.env` for each of the six services, the hook runner
-(`hooks`) and the operator's CLI (`operator`). See docs/nats-permissions.md.
+(`hooks`) and the operator's CLI (`operator`). Each serving user's reply window is
+`BASTION_REPLY_WINDOW_S` (default 120 s). See docs/nats-permissions.md.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from bastion.cli.common import fail
+from bastion.shared.errors import InvalidInput
 from bastion.shared.natsconfig import AUTH_FILE, SERVER_FILE, ReplyWindow, write_nats_config
 from bastion.shared.settings import load_settings
 
@@ -20,7 +23,10 @@ __all__ = ["add_parser"]
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out.expanduser()
     url = args.url or f"nats://nats:{args.port}"
-    window = load_settings(ReplyWindow)
+    try:
+        window = load_settings(ReplyWindow)
+    except InvalidInput as error:
+        return fail(error.message, 2)
     users = write_nats_config(
         out,
         listen=f"{args.host}:{args.port}",
