@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import msgspec
+import nats
 import pytest
 from anyio.abc import SocketStream
 
@@ -390,3 +391,48 @@ def test_forty_shell_calls_sent_again_through_kills_append_no_line_twice(
         if isinstance(result, ToolOutput):
             assert lines == 1 and result.text.startswith("exit status 0"), (n, i, result)
     assert any(isinstance(r, ToolOutput) for r in results.values())
+
+
+# --- nobody reads or forges another's answers ------------------------------------------------
+
+
+async def _violations(secured: Secured, user: str, act: str, subject: str) -> list[str]:
+    """What the server says of `user` subscribing to, or publishing on, `subject`."""
+    errors: list[str] = []
+
+    async def collect(error: Exception) -> None:
+        errors.append(str(error).lower())
+
+    credentials = secured.users[user]
+    client = await nats.connect(
+        secured.url,
+        user=credentials.user,
+        password=credentials.password,
+        inbox_prefix=credentials.inbox_prefix,
+        error_cb=collect,
+        allow_reconnect=False,
+    )
+    try:
+        if act == "subscribe":
+            await client.subscribe(subject)
+        else:
+            await client.publish(subject, b"forged")
+        for _ in range(5):  # the -ERR comes before the PONG of a later round trip
+            await client.flush()
+            if errors:
+                break
+    finally:
+        await client.close()
+    return errors
+
+
+async def test_no_user_reads_or_forges_answers_on_another_users_reply_subject(
+    secured: Secured,
+) -> None:
+    theirs = subjects.reply_subject("*", "_INBOX.orchestrator.>")
+    posing = subjects.reply_subject("policy", "_INBOX.orchestrator.abc")
+    own = subjects.reply_subject("sandbox", "_INBOX.orchestrator.abc")
+    assert await _violations(secured, "mcp", "subscribe", theirs)
+    assert await _violations(secured, "sandbox", "publish", posing)
+    assert not await _violations(secured, "orchestrator", "subscribe", theirs)
+    assert not await _violations(secured, "sandbox", "publish", own)
