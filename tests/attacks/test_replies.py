@@ -266,18 +266,24 @@ async def test_a_shell_call_sent_again_while_it_runs_and_after_it_ended_runs_onc
     assert (workspace / "log.txt").read_text() == "line\n"
 
 
-async def test_a_call_sent_again_after_an_error_of_its_own_gets_the_same_error(
+async def test_a_call_answered_with_an_error_may_be_sent_again_and_then_is_kept(
     client: Client, in_process: None, tmp_path: Path
 ) -> None:
+    """An error answer changed nothing (as with the journal): the same call id is made again;
+    once it has a result, that result is what every later sending gets."""
     workspace = owned_dir(tmp_path / "work")
     session = await open_session(client, workspace=str(workspace), shell=True)
-    call = ToolCall(tool="read_file", input={"path": "missing.txt"}, call_id="c-missing")
+    call = ToolCall(tool="read_file", input={"path": "later.txt"}, call_id="c-later")
     first = await send(client, session.session_id, call)
-    (workspace / "missing.txt").write_text("now here\n")
-    os.chown(workspace / "missing.txt", OWNER, OWNER)
-    (workspace / "missing.txt").chmod(0o666)
-    again = await send(client, session.session_id, call)
-    assert isinstance(first, ErrorReply) and again == first
+    later = workspace / "later.txt"
+    later.write_text("now here\n")
+    os.chown(later, OWNER, OWNER)
+    second = await send(client, session.session_id, call)
+    later.write_text("changed since\n")
+    third = await send(client, session.session_id, call)
+    assert isinstance(first, ErrorReply) and first.code == "not_found", first
+    assert isinstance(second, ToolOutput) and "now here" in second.text, second
+    assert isinstance(third, ToolOutput) and third.text == second.text
 
 
 # --- forty calls while the sandbox service and the orchestrator are killed in turn ---------

@@ -13,6 +13,10 @@ sent again with the same call id
   mid-call (the turn is held by one at a time): nobody knows whether it took effect, so it
   is `uncertain`, recorded so, and said so to every later sending of it. It is not made again.
 
+A call answered with an error other than `uncertain` (refused by a hook, a file that is not
+there, a lease that timed out) changed nothing: its record is dropped, as the journal drops
+its entry, so the same call id may be sent again and is made then, once.
+
 This is apart from the journal (`journal`), which answers an identical *input* of a
 non-idempotent tool under any call id.
 """
@@ -160,11 +164,18 @@ class CallRecords:
     async def finish(
         self, started: Started, *, text: str = "", error: ErrorReply | None = None
     ) -> None:
-        """The call's outcome, recorded: its text, or its error."""
+        """The call's outcome, recorded: its text, or its error (`uncertain`)."""
         done = msgspec.structs.replace(
             started.record, state="done", text=_kept(text) if error is None else "", error=error
         )
         await self._write(started.key, done, started.revision)
+
+    async def drop(self, started: Started) -> None:
+        """The call was answered with an error that says it changed nothing: no record."""
+        try:
+            await self._kv.delete(started.key, last=started.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            logger.warning("a call's record changed before it was dropped")
 
     async def _write(self, key: str, record: CallRecord, revision: int) -> None:
         try:

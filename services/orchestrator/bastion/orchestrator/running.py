@@ -23,6 +23,7 @@ from bastion.orchestrator.skills import fetch_skill, skill_pre_approvals, with_p
 from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.taint import from_outside, tainted_by
 from bastion.orchestrator.upstream import call_upstream
+from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
@@ -88,7 +89,10 @@ class Runner:
                 session, tool, tool_input, call_input=call_input, call_id=call_id, decision=decision
             )
         except BastionError as error:
-            await self._records.finish(started, error=error.to_reply())
+            if error.code == codes.UNCERTAIN:
+                await self._records.finish(started, error=error.to_reply())
+            else:  # answered, though with an error: nothing changed, it may be made again
+                await self._records.drop(started)
             raise
         await self._records.finish(started, text=text)
         return text
