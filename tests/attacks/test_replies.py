@@ -22,7 +22,7 @@ import anyio
 import msgspec
 import nats
 import pytest
-from anyio.abc import SocketStream
+from anyio.abc import SocketStream, TaskStatus
 
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
@@ -263,6 +263,53 @@ async def test_a_shell_call_sent_again_while_it_runs_and_after_it_ended_runs_onc
     assert [type(a) for a in answers] == [ToolOutput, ToolOutput], answers
     texts = {a.text for a in [*answers, after] if isinstance(a, ToolOutput)}
     assert texts == {"exit status 0\n--- stdout\n1"}, (answers, after)
+    assert (workspace / "log.txt").read_text() == "line\n"
+
+
+async def test_a_call_sent_again_to_another_replica_while_it_runs_waits_for_its_result(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    """The first orchestrator runs the call and stops taking requests (draining), so the call
+    sent again reaches the second, which finds the turn held longer than its turn wait: it
+    waits on, as long as the call may take, for the first run's outcome."""
+    workspace = owned_dir(tmp_path / "work")
+    sandbox = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"))
+    settings = OrchestratorSettings(nats_url=bus_settings.nats_url, turn_wait_s=0.5)
+    call = ToolCall(
+        tool="shell", input={"command": "echo line >> log.txt; sleep 3; echo ok"}, call_id="c-r"
+    )
+    answers: list[CallResult] = []
+
+    async def sending() -> None:
+        answers.append(await send(client, session.session_id, call))
+
+    stop_first, stop_second = anyio.Event(), anyio.Event()
+
+    async def orchestrator(stop: anyio.Event, *, task_status: TaskStatus[None]) -> None:
+        async with run_service(orchestrator_service, settings):
+            task_status.started()
+            await stop.wait()
+
+    async with (
+        run_service(policy_service),
+        run_service(sandbox_service, sandbox),
+        anyio.create_task_group() as both,
+    ):
+        await both.start(orchestrator, stop_first)
+        session = await open_session(client, workspace=str(workspace), shell=True)
+        both.start_soon(sending)  # the first orchestrator, alone, runs it
+        await anyio.to_thread.run_sync(wait_for_file, workspace / "log.txt", 20.0)
+        await both.start(orchestrator, stop_second)
+        stop_first.set()  # it drains: finishes the call, takes no new request
+        with anyio.fail_after(20):
+            while len(await list_instances(client, window_s=0.2)) != 3:
+                pass  # until it has stopped taking requests
+        await sending()  # reaches the second orchestrator, while the first still runs it
+        stop_second.set()
+    assert [type(a) for a in answers] == [ToolOutput, ToolOutput], answers
+    assert {a.text for a in answers if isinstance(a, ToolOutput)} == {
+        "exit status 0\n--- stdout\nok"
+    }
     assert (workspace / "log.txt").read_text() == "line\n"
 
 

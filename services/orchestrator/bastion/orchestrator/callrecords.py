@@ -95,6 +95,11 @@ class CallRecords:
         assert found.value is not None and found.revision is not None
         return decode(found.value, CallRecord), found.revision
 
+    async def running(self, session_id: str, call_id: str) -> bool:
+        """Whether the call made with this call id has no outcome yet."""
+        found = await self._get(record_key(session_id, call_id))
+        return found is not None and found[0].state == "running"
+
     async def recall(self, session_id: str, call_id: str) -> CallResult | None:
         """The outcome of the call made earlier with this call id, or None if none was.
 

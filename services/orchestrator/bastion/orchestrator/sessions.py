@@ -42,6 +42,7 @@ from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import describe_decode_error, encode
+from bastion.shared.deadlines import call_wait_s
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
 from bastion.shared.metrics import call_duration, calls
 from bastion.shared.telemetry import annotate, headers_with_context, span
@@ -123,13 +124,14 @@ class Sessions:
         )
 
     @asynccontextmanager
-    async def _turn(self, session_id: str) -> AsyncIterator[None]:
+    async def _turn(self, session_id: str, wait_s: float | None = None) -> AsyncIterator[None]:
         """Hold the session's turn: its calls run in the order they arrived here, one at a
-        time across replicas; a turn taken over from a dead holder is settled first."""
+        time across replicas; a turn taken over from a dead holder is settled first.
+        Another replica's turn is waited for up to `wait_s` (by default, the turns' own)."""
         lock = self._locks.setdefault(session_id, anyio.Lock())
         self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
         try:
-            async with lock, self._turns.hold(session_id) as taken_over:
+            async with lock, self._turns.hold(session_id, wait_s=wait_s) as taken_over:
                 if taken_over:
                     await self.approvals.settle(session_id)
                 yield
@@ -270,17 +272,16 @@ class Sessions:
                 self._rates.take((await self.get(session_id)).tenant)
             except RateLimited as error:
                 return error.to_reply()
-        async with self._turn(session_id):
-            session = await self.get(session_id)
-            annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
-            try:
-                result: CallResult = await self._call(session, call, call_id, started)
-            except BastionError as error:
-                result = error.to_reply()
-            await self._audit.result(session, call_id, call.tool, result)
-            await self._store.update(
-                session_id, lambda s: msgspec.structs.replace(s, calls=s.calls + 1)
-            )
+        try:
+            session, result = await self._in_turn(session_id, call, call_id, started)
+        except TurnTimeout:
+            if call.call_id is None or not await self._records.running(session_id, call_id):
+                raise
+            # Sent again while its first sending still runs on the replica holding the turn:
+            # that run's outcome is the answer, so wait as long as the run may take.
+            waiting = await self.get(session_id)
+            wait_s = call_wait_s(waiting, call.tool, call.input)
+            session, result = await self._in_turn(session_id, call, call_id, started, wait_s)
         duration_s = time.perf_counter() - started
         error_code = result.code if isinstance(result, ErrorReply) else ""
         # A tool name the session does not offer is the agent's to choose: as a label it
@@ -306,6 +307,28 @@ class Sessions:
             ),
         )
         return result
+
+    async def _in_turn(
+        self,
+        session_id: str,
+        call: ToolCall,
+        call_id: str,
+        started: float,
+        wait_s: float | None = None,
+    ) -> tuple[SessionInfo, CallResult]:
+        """The call made in the session's turn, counted and audited; the session it found."""
+        async with self._turn(session_id, wait_s):
+            session = await self.get(session_id)
+            annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
+            try:
+                result: CallResult = await self._call(session, call, call_id, started)
+            except BastionError as error:
+                result = error.to_reply()
+            await self._audit.result(session, call_id, call.tool, result)
+            await self._store.update(
+                session_id, lambda s: msgspec.structs.replace(s, calls=s.calls + 1)
+            )
+        return session, result
 
     async def _call(
         self, session: SessionInfo, call: ToolCall, call_id: str, started: float
