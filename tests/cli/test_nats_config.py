@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 import sys
@@ -25,14 +26,32 @@ CONNECTION_VARIABLES = {
 }
 
 
-def nats_config(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def nats_config(
+    out: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bastion.cli", "nats-config", "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        env=env,
     )
+
+
+def test_the_reply_window_is_the_setting_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
+    default = nats_config(tmp_path / "default", env=env)
+    assert default.returncode == 0, default.stderr
+    auth = (tmp_path / "default" / "auth.conf").read_text()
+    assert 'allow_responses: { max: 1, expires: "120000ms" }' in auth
+    assert '"0s"' not in auth  # the server reads 0 as its own default, not as no limit
+    short = nats_config(tmp_path / "short", env={**env, "BASTION_REPLY_WINDOW_S": "2.5"})
+    assert short.returncode == 0, short.stderr
+    assert 'expires: "2500ms"' in (tmp_path / "short" / "auth.conf").read_text()
+    bad = nats_config(tmp_path / "bad", env={**env, "BASTION_REPLY_WINDOW_S": "0"})
+    assert bad.returncode == 2
+    assert "BASTION_REPLY_WINDOW_S is not valid" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def mode(path: Path) -> int:

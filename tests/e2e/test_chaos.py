@@ -4,10 +4,10 @@ result or an explicit `uncertain`, no non-idempotent call ran twice, and no park
 approval or secret was lost.
 
 A client retries a call that got no answer (`unavailable`, `timeout`) with the same
-call_id, as an agent's runtime should: the journal answers a journaled call that already
-ran and refuses as uncertain one whose first attempt got no answer; reads and `echo` run
-again. Each session's `edit_file` calls append a marker before `END` in `log.txt` — not
-idempotent: a second run would leave the marker twice.
+call_id, as an agent's runtime should: the call's record answers a call that already ran
+with its outcome, and one whose first attempt got no answer is uncertain — whatever the
+tool, none runs twice. Each session's `edit_file` calls append a marker before `END` in
+`log.txt` — not idempotent: a second run would leave the marker twice.
 """
 
 from __future__ import annotations

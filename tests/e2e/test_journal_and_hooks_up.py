@@ -177,7 +177,8 @@ def test_command_hooks_under_up_block_with_their_reason_and_the_audit_shows_the_
             "agent", "run", "--script", "-", "--workspace", str(workspace), "--shell",
             "--autonomy", "L3", state_dir=state, stdin=script,
         )  # fmt: skip
-        assert run.returncode == 0, run.stderr
+        assert run.returncode == 1, run.stderr  # a blocked call is an error of Bastion's
+        assert "1 call(s) of session" in run.stderr
         assert (
             "← error (hook_blocked): blocked by the before-tool hook commands: no deleting here"
             in run.stdout.splitlines()

@@ -363,6 +363,8 @@ async def test_a_sessions_limits_bound_every_command_and_a_call_may_only_lower_t
         )
     assert session.limits.wall_s == 1 and session.limits.output_bytes == 2048
     assert session.limits.cpu_s == 120  # what was not asked keeps its default
-    assert isinstance(slept, ToolOutput) and slept.text.startswith("timed out")
+    assert isinstance(slept, ToolOutput)
+    assert slept.text.startswith("[timeout_s 600 is more than this session's wall-clock limit")
+    assert "\ntimed out: the wall-clock limit of 1 s ran out" in slept.text
     assert isinstance(printed, ToolOutput) and "bytes cut" in printed.text
     assert len(printed.text) < 4096

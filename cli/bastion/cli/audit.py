@@ -101,7 +101,11 @@ async def _session(args: argparse.Namespace) -> int:
         if await _stream_info_or_fail(js) is None:
             return 1
         subject = f"{subjects.PREFIX}.audit.*.{args.session}"
-        await _stored(js, subject, 1, args.output)
+        if await _stored(js, subject, 1, args.output) == 1:
+            return fail(
+                f"the audit log has no record of session {args.session}: check the id "
+                "(`bastion audit tail` shows the sessions recorded lately)"
+            )
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,7 +12,20 @@ from pathlib import Path
 from bastion.shared.bus import Client, connect
 from bastion.shared.statedir import default_state_dir, find_bus_settings
 
-__all__ = ["add_location_options", "bus", "fail", "state_dir_of"]
+__all__ = ["add_location_options", "bus", "fail", "session_id", "state_dir_of"]
+
+_SESSION_ID = re.compile("[0-9a-f]{16}")
+
+
+def session_id(value: str) -> str:
+    """A SESSION argument, checked before anything is asked (argparse exits 2 if it is not
+    one)."""
+    if not _SESSION_ID.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a session id: give the 16 lowercase hex digits `bastion agent "
+            "run` printed (`session <id> for agent …`), or find it with `bastion approvals list`"
+        )
+    return value
 
 
 def add_location_options(parser: argparse.ArgumentParser) -> None:

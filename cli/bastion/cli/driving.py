@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import sys
 from pathlib import Path
 
 import anyio
@@ -18,23 +19,31 @@ from bastion.proto.hooks import RunMark, RunMarked
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall
 from bastion.shared.bus import Client, request
+from bastion.shared.deadlines import call_wait_s
 from bastion.shared.errors import BastionError
 
-__all__ = ["CALL_MARGIN_S", "drive", "mark_run", "parked_of"]
+__all__ = ["CALL_MARGIN_S", "drive", "is_error", "mark_run", "parked_of"]
 
 CALL_MARGIN_S = 30.0
-"""Added to the session's wall-clock limit when waiting for a call's answer."""
+"""How long a quick request (open, close, list) waits for its answer."""
 RETRIES = 2
 """How many times a call that got no answer is sent again (same call_id)."""
 RETRY_PAUSE_S = 1.0
 """The pause before sending it again: long enough for `bastion up` to restart a service."""
 _NO_ANSWER = frozenset({codes.UNAVAILABLE, codes.TIMEOUT})
+_PERSONS = frozenset({codes.WAITING_FOR_APPROVAL, codes.DECLINED})
+"""Errors that are a person's to give: a call that waits for one, one a person declined."""
+
+
+def is_error(result: CallResult) -> bool:
+    """Whether a call ended in an error of Bastion's (which makes the run exit 1)."""
+    return isinstance(result, ErrorReply) and result.code not in _PERSONS
 
 
 async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
     """The step's call; one that got no answer (its orchestrator died, none answered yet) is
-    sent again, with the same call_id, up to `RETRIES` times: the journal answers a
-    journaled call that already ran, or refuses as uncertain one that may have."""
+    sent again, with the same call_id, up to `RETRIES` times: the call's record answers
+    with the outcome of its one run, or says it is uncertain; it never runs twice."""
     assert step.tool is not None
     call = ToolCall(tool=step.tool, input=step.input, call_id=secrets.token_hex(8))
     for attempt in range(RETRIES + 1):
@@ -44,7 +53,7 @@ async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
                 subjects.session_call(session.session_id),
                 call,
                 CallResult,
-                timeout_s=session.limits.wall_s + CALL_MARGIN_S,
+                timeout_s=call_wait_s(session, step.tool, step.input),
             )
         except BastionError as error:
             result = error.to_reply()
@@ -81,9 +90,23 @@ async def parked_of(client: Client, session_id: str) -> ParkedCall | None:
     return found.approvals[0] if found.approvals else None
 
 
-async def drive(client: Client, session: SessionInfo, steps: list[Step], state_dir: Path) -> int:
+async def drive(
+    client: Client,
+    session: SessionInfo,
+    steps: list[Step],
+    state_dir: Path,
+    *,
+    failed: bool = False,
+) -> int:
     """Make each step's call and print it; on a call that waits, keep the rest and stop
-    (the session stays open); at the end, close the session."""
+    (the session stays open); at the end, close the session.
+
+    The exit status: 1 if a step (or, with `failed`, the call answered before) ended in an
+    error of Bastion's — a refusal, an unknown tool, a timeout; a command's own non-zero
+    exit and a person's decline are answers — else 0, a run stopped to wait for a person
+    included.
+    """
+    errors = int(failed)
     for index, step in enumerate(steps):
         if step.say is not None:
             say(f"agent: {step.say}")
@@ -94,6 +117,7 @@ async def drive(client: Client, session: SessionInfo, steps: list[Step], state_d
         parked = await parked_of(client, session.session_id) if waiting else None
         if parked is None:
             say(show_result(result))
+            errors += is_error(result)
             continue
         keep_run(
             state_dir,
@@ -104,7 +128,7 @@ async def drive(client: Client, session: SessionInfo, steps: list[Step], state_d
             ),
         )
         show_waiting(parked)
-        return 0
+        return 1 if errors else 0
     await mark_run(client, RunMark(session_id=session.session_id, event="run_end", ended="done"))
     await request(
         client,
@@ -115,4 +139,10 @@ async def drive(client: Client, session: SessionInfo, steps: list[Step], state_d
     )
     forget_run(state_dir, session.session_id)
     say(f"session {session.session_id}: done")
+    if errors:
+        sys.stderr.write(
+            f"error: {errors} call(s) of session {session.session_id} ended in an error "
+            "(the `← error` lines above say why and what to do)\n"
+        )
+        return 1
     return 0

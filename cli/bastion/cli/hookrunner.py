@@ -29,11 +29,12 @@ from bastion.cli.hookfile import CommandHook, UnsafeHooksFile, hooks_path, load_
 from bastion.cli.hookrun import Ran, run_command
 from bastion.proto import subjects
 from bastion.proto.hooks import HOOK_EVENTS, HookAnswer, HookEvent, HookEventName, HookRegistration
-from bastion.shared.bus import Client, connect
+from bastion.shared.bus import Client, answer, connect
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
 from bastion.shared.kv import open_bucket
 from bastion.shared.logs import configure_logging
+from bastion.shared.natsperms import HOOKS
 from bastion.shared.patterns import pattern_matches
 from bastion.shared.settings import BusSettings, load_settings
 
@@ -168,9 +169,9 @@ class HookRunner:
         try:
             event = decode(msg.data, HookEvent)
         except BastionError as error:
-            await msg.respond(encode(error.to_reply()))
+            await answer(self._client, msg, encode(error.to_reply()), HOOKS)
             return
-        await msg.respond(encode(await answer_event(event, self._state_dir)))
+        await answer(self._client, msg, encode(await answer_event(event, self._state_dir)), HOOKS)
 
     async def serve(self) -> None:
         """Answer events (each in its own task, so a slow hook holds up no other) until

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from bastion.cli import (
@@ -60,4 +61,18 @@ def main(argv: list[str] | None = None) -> None:
         status_code = fail(str(error) if isinstance(error, RemoteError) else error.message)
     except KeyboardInterrupt:
         status_code = 130
+    except BrokenPipeError:
+        status_code = _reader_left()
     sys.exit(status_code)
+
+
+def _reader_left() -> int:
+    """Whoever read the output (`| head`) stopped reading: nothing is left to say to it.
+
+    Standard output is pointed at /dev/null, so the interpreter's last flush at exit has
+    nowhere to fail; the status is a pipe's (128 + SIGPIPE), as a shell tool's would be.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141

@@ -2,7 +2,8 @@
 
 It writes `DIR/nats-server.conf` (includes `DIR/auth.conf`, the users and their
 permissions) and `DIR/<user>.env` for each of the six services, the hook runner
-(`hooks`) and the operator's CLI (`operator`). See docs/nats-permissions.md.
+(`hooks`) and the operator's CLI (`operator`). Each serving user's reply window is
+`BASTION_REPLY_WINDOW_S` (default 120 s). See docs/nats-permissions.md.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from bastion.shared.natsconfig import AUTH_FILE, SERVER_FILE, write_nats_config
+from bastion.cli.common import fail
+from bastion.shared.errors import InvalidInput
+from bastion.shared.natsconfig import AUTH_FILE, SERVER_FILE, ReplyWindow, write_nats_config
+from bastion.shared.settings import load_settings
 
 __all__ = ["add_parser"]
 
@@ -19,8 +23,17 @@ __all__ = ["add_parser"]
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out.expanduser()
     url = args.url or f"nats://nats:{args.port}"
+    try:
+        window = load_settings(ReplyWindow)
+    except InvalidInput as error:
+        return fail(error.message, 2)
     users = write_nats_config(
-        out, listen=f"{args.host}:{args.port}", store_dir=args.store_dir, url=url, name=args.name
+        out,
+        listen=f"{args.host}:{args.port}",
+        store_dir=args.store_dir,
+        url=url,
+        name=args.name,
+        reply_window_s=window.reply_window_s,
     )
     sys.stdout.write(f"wrote {out / SERVER_FILE} and {out / AUTH_FILE} (0600)\n")
     for user in users:

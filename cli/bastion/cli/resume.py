@@ -1,7 +1,9 @@
 """`bastion agent continue SESSION`: answer the call a session waits on, then run the rest.
 
 The rest of the script is the one `bastion agent run` kept in `<state dir>/runs/`; with
-none kept, only the answer is given and the session stays open.
+none kept, only the answer is given and the session stays open. A call a person already
+answered elsewhere (the HTTP API, `bastion approvals`) is shown with that answer, and the
+rest of the script runs on. It exits 1 if a step ended in an error of Bastion's.
 """
 
 from __future__ import annotations
@@ -11,14 +13,21 @@ import getpass
 
 import anyio
 
-from bastion.cli.common import add_location_options, bus, fail, state_dir_of
-from bastion.cli.driving import CALL_MARGIN_S, drive, parked_of
-from bastion.cli.runs import kept_run
+from bastion.cli.common import add_location_options, bus, fail, session_id, state_dir_of
+from bastion.cli.driving import CALL_MARGIN_S, drive, is_error, parked_of
+from bastion.cli.runs import KeptRun, kept_run
 from bastion.cli.transcript import say, show_input, show_result
 from bastion.proto import subjects
-from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered
+from bastion.proto.approvals import (
+    ApprovalAnswer,
+    ApprovalAnswered,
+    ApprovalList,
+    ApprovalQuery,
+    ParkedCall,
+)
 from bastion.proto.session import SessionInfo, SessionRef
-from bastion.shared.bus import request
+from bastion.shared.bus import Client, request
+from bastion.shared.deadlines import call_wait_s
 
 __all__ = ["add_continue_parser", "answer_line"]
 
@@ -33,6 +42,26 @@ def answer_line(answered: ApprovalAnswered) -> str:
     return f"{head} (approved by {parked.answered_by}{always})"
 
 
+async def _answered_elsewhere(
+    client: Client, args: argparse.Namespace, kept: KeptRun | None
+) -> ParkedCall | None:
+    """The kept run's waiting call, if a person already answered it elsewhere (the HTTP
+    API, `bastion approvals`, another terminal)."""
+    if kept is None:
+        return None
+    found: ApprovalList = await request(
+        client,
+        subjects.APPROVALS_LIST,
+        ApprovalQuery(session_id=args.session, every_state=True),
+        ApprovalList,
+        timeout_s=CALL_MARGIN_S,
+    )
+    return next(
+        (a for a in found.approvals if a.request_id == kept.request_id and a.state != "pending"),
+        None,
+    )
+
+
 async def _continue(args: argparse.Namespace) -> int:
     async with bus(args, "bastion-agent") as client:
         session: SessionInfo = await request(
@@ -42,12 +71,24 @@ async def _continue(args: argparse.Namespace) -> int:
             SessionInfo,
             timeout_s=CALL_MARGIN_S,
         )
+        kept = kept_run(state_dir_of(args), args.session)
         parked = await parked_of(client, args.session)
         if parked is None:
-            return fail(
-                f"session {args.session} waits for no answer: nothing to approve or decline "
-                "(`bastion approvals list` shows what waits)"
+            elsewhere = await _answered_elsewhere(client, args, kept)
+            if kept is None or elsewhere is None:
+                return fail(
+                    f"session {args.session} waits for no answer: nothing to approve or decline "
+                    "(`bastion approvals list` shows what waits)"
+                )
+            who = elsewhere.answered_by or "someone"
+            say(
+                f"→ {elsewhere.tool} {show_input(elsewhere.input)} (already answered by {who}: "
+                f"{elsewhere.state}; this answer changes nothing)"
             )
+            failed = elsewhere.result is not None and is_error(elsewhere.result)
+            if elsewhere.result is not None:
+                say(show_result(elsewhere.result))
+            return await drive(client, session, list(kept.steps), state_dir_of(args), failed=failed)
         answered: ApprovalAnswered = await request(
             client,
             subjects.APPROVALS_ANSWER,
@@ -60,15 +101,20 @@ async def _continue(args: argparse.Namespace) -> int:
                 reason=args.decline or "",
             ),
             ApprovalAnswered,
-            timeout_s=session.limits.wall_s + CALL_MARGIN_S,
+            timeout_s=call_wait_s(session, parked.tool, parked.input),
         )
         say(answer_line(answered))
         say(show_result(answered.result))
-        kept = kept_run(state_dir_of(args), args.session)
         if kept is None or kept.request_id != parked.request_id:
             say(f"session {args.session}: no script was kept for it, so it stays open")
             return 0
-        return await drive(client, session, list(kept.steps), state_dir_of(args))
+        return await drive(
+            client,
+            session,
+            list(kept.steps),
+            state_dir_of(args),
+            failed=is_error(answered.result),
+        )
 
 
 def run_continue(args: argparse.Namespace) -> int:
@@ -84,7 +130,7 @@ def add_continue_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("session", metavar="SESSION", help="the session's id")
+    parser.add_argument("session", metavar="SESSION", type=session_id, help="the session's id")
     answer = parser.add_mutually_exclusive_group(required=True)
     answer.add_argument("--approve", action="store_true", help="run the call (once)")
     answer.add_argument("--decline", metavar="WHY", help="refuse the call, saying why")

@@ -11,6 +11,7 @@ import anyio
 
 from bastion.cli.common import add_location_options, bus
 from bastion.shared.discovery import Instance, list_instances
+from bastion.shared.errors import Unavailable
 
 __all__ = ["SERVICES", "add_parser"]
 
@@ -46,15 +47,30 @@ def _table(instances: list[Instance]) -> str:
     )
 
 
+async def _look(args: argparse.Namespace, deadline: float) -> list[Instance]:
+    """The instances that answer once all six do or the deadline passed; with a deadline,
+    a Bastion still starting (no run record yet, NATS not listening) is waited for too.
+
+    Raises:
+        Unavailable: nothing answered by the deadline.
+    """
+    while True:
+        try:
+            async with bus(args, "bastion-status") as client:
+                while True:
+                    instances = await list_instances(client)
+                    if not _missing(instances) or time.monotonic() >= deadline:
+                        return instances
+                    await anyio.sleep(0.3)
+        except Unavailable:
+            if time.monotonic() >= deadline:
+                raise
+        await anyio.sleep(0.3)
+
+
 async def _status(args: argparse.Namespace) -> int:
-    deadline = time.monotonic() + args.wait
-    async with bus(args, "bastion-status") as client:
-        while True:
-            instances = await list_instances(client)
-            missing = _missing(instances)
-            if not missing or time.monotonic() >= deadline:
-                break
-            await anyio.sleep(0.3)
+    instances = await _look(args, time.monotonic() + args.wait)
+    missing = _missing(instances)
     if args.output == "json":
         payload = [
             {

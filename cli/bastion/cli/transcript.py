@@ -10,7 +10,11 @@ from bastion.proto.approvals import ParkedCall
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import CallResult
 
-__all__ = ["say", "show_input", "show_result", "show_waiting"]
+__all__ = ["PREVIEW_CHARS", "say", "show_input", "show_result", "show_waiting"]
+
+PREVIEW_CHARS = 2000
+"""The most of a call's input the transcript shows: a large content is previewed, never
+echoed whole."""
 
 
 def say(line: str) -> None:
@@ -19,7 +23,11 @@ def say(line: str) -> None:
 
 
 def show_input(tool_input: dict[str, Any]) -> str:
-    return json.dumps(tool_input, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The input as compact JSON, cut after `PREVIEW_CHARS` characters (and said so)."""
+    shown = json.dumps(tool_input, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if len(shown) <= PREVIEW_CHARS:
+        return shown
+    return f"{shown[:PREVIEW_CHARS]}… [{len(shown) - PREVIEW_CHARS} more characters not shown]"
 
 
 def show_result(result: CallResult) -> str:

@@ -42,7 +42,12 @@ from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
 from bastion.shared.httptokens import create_tokens_file, read_tokens, tokens_path
 from bastion.shared.keyfiles import create_key_file, read_x25519_key
-from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
+from bastion.shared.natsconfig import (
+    SERVER_FILE,
+    ReplyWindow,
+    UserCredentials,
+    write_nats_config,
+)
 from bastion.shared.natsperms import OPERATOR
 from bastion.shared.natsserver import free_port, nats_server_binary, port_answers
 from bastion.shared.natsstore import move_to_accounts
@@ -249,13 +254,16 @@ def env_for(name: str, env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in private}
 
 
-def _nats_users(state_dir: Path, port: int, url: str) -> dict[str, UserCredentials]:
-    """NATS's config with new passwords, and its store's streams in their accounts (a
-    state dir from before accounts has them all in the global one)."""
+def _nats_users(
+    state_dir: Path, port: int, url: str, window: ReplyWindow
+) -> dict[str, UserCredentials]:
+    """NATS's config with new passwords (and the reply window `BASTION_REPLY_WINDOW_S`), and
+    its store's streams in their accounts (a state dir from before accounts has them all in
+    the global one)."""
     store = nats_dir(state_dir) / "jetstream"
     users = write_nats_config(
         nats_dir(state_dir), listen=f"127.0.0.1:{port}", store_dir=str(store), url=url,
-        name="bastion-local",
+        name="bastion-local", reply_window_s=window.reply_window_s,
     )  # fmt: skip
     moved = move_to_accounts(store)
     if moved:
@@ -334,7 +342,7 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
     url = f"nats://127.0.0.1:{port}"
     front_door = f"127.0.0.1:{args.http_port}"
     _say(f"bastion up: state dir {state_dir}")
-    users = _nats_users(state_dir, port, url)
+    users = _nats_users(state_dir, port, url, load_settings(ReplyWindow))
     env = dict(
         os.environ,
         BASTION_STATE_DIR=str(state_dir),

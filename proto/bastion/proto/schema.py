@@ -115,6 +115,7 @@ MESSAGES: dict[str, Any] = {
     "ErrorReply": ErrorReply,
     "AuditRecord": audit.AuditRecord,
     "JournalEntry": journal.JournalEntry,
+    "CallRecord": journal.CallRecord,
     "HookRegistration": hooks.HookRegistration,
     "HookEvent": hooks.HookEvent,
     "HookAnswer": hooks.HookAnswer,

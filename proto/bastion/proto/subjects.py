@@ -10,6 +10,7 @@ __all__ = [
     "APPROVALS_LIST",
     "AUDIT_ALL",
     "AUDIT_STREAM",
+    "CALLS_BUCKET",
     "EGRESS_CONNECTIONS",
     "EGRESS_CONNECTIONS_BUCKET",
     "EGRESS_FETCH",
@@ -36,6 +37,7 @@ __all__ = [
     "POLICY_DECIDE",
     "POLICY_STATUS",
     "PREFIX",
+    "REPLY_INBOX_HEADER",
     "SANDBOX_CHECK",
     "SANDBOX_CHECK_CODE",
     "SANDBOX_EXEC",
@@ -66,6 +68,7 @@ __all__ = [
     "hook",
     "mcp_elicit",
     "mcp_sample",
+    "reply_subject",
     "session_call",
 ]
 
@@ -167,9 +170,24 @@ SESSIONS_BUCKET: Final = "bastion_sessions"
 """The JetStream KV bucket of the orchestrator's sessions (key: session id)."""
 APPROVALS_BUCKET: Final = "bastion_approvals"
 """The JetStream KV bucket of parked calls waiting for a person (key: request id)."""
+CALLS_BUCKET: Final = "bastion_calls"
+"""The JetStream KV bucket of each call's outcome by call id (key: a hash of session and
+call id): a call sent again with its call id gets that outcome, it never runs twice."""
 TURNS_BUCKET: Final = "bastion_turns"
 """The JetStream KV bucket of session turns: which orchestrator runs a session's calls now,
 until when (key: session id)."""
+
+
+REPLY_INBOX_HEADER: Final = "Bastion-Reply-Inbox"
+"""A request's header naming the caller's inbox: the service answers on
+`reply_subject(<its user>, <inbox>)`, a subject the caller subscribes to and no response
+window bounds, instead of the request's reply subject (docs/nats-permissions.md)."""
+
+
+def reply_subject(responder: str, inbox: str) -> str:
+    """Where `responder` (a NATS user, `*` for any) sends the answer to a request made from
+    `inbox` (`_INBOX.<user>.<id>`), however long after the request it comes."""
+    return f"{PREFIX}.reply.{responder}.{inbox}"
 
 
 def session_call(session_id: str) -> str:

@@ -1,7 +1,17 @@
-"""Connecting to NATS, and the typed request helper every caller on the bus uses."""
+"""Connecting to NATS, and the typed request helper every caller on the bus uses.
+
+A request names the caller's inbox in the `Bastion-Reply-Inbox` header; the service
+answers on `bastion.v1.reply.<its user>.<inbox>`, which only the caller may read and which
+no response window bounds, so an answer gets back however long the work ran (a command
+of an hour, an upstream tool waiting for a person). Answers on the request's own reply
+subject are taken too: the "no responders" status, the vault's across accounts
+(`natsperms.answered_on_inbox`), and services that do not read the header.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -11,19 +21,27 @@ from typing import Any, TypeVar
 import nats
 import nats.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from opentelemetry.trace import SpanKind
 
+from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.shared.codec import decode, encode
-from bastion.shared.errors import RemoteError, Timeout, Unavailable
+from bastion.shared.errors import InvalidInput, RemoteError, Timeout, Unavailable
+from bastion.shared.natsperms import answered_on_inbox
 from bastion.shared.settings import BusSettings
 from bastion.shared.telemetry import headers_with_context, tracer
 
-__all__ = ["Client", "connect", "request"]
+__all__ = ["Client", "TooLarge", "answer", "connect", "request"]
 
 T = TypeVar("T")
 
 _SESSION_ID = re.compile("[0-9a-f]{16}")
+_ON_INBOX = answered_on_inbox()
+_NO_RESPONDERS = "503"
+_INBOX = re.compile(r"_INBOX(\.[A-Za-z0-9_\-]+)+")
+"""An inbox a caller may name for its answer: subject tokens, no wildcards."""
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +100,66 @@ def _without_ids(subject: str) -> str:
     return ".".join("*" if _SESSION_ID.fullmatch(part) else part for part in subject.split("."))
 
 
+class TooLarge(InvalidInput):
+    """A message is more than the bus carries in one message (the server's max_payload)."""
+
+
+def _too_large(subject: str, size: int, limit: int) -> TooLarge:
+    return TooLarge(
+        f"the message to {_without_ids(subject)} is {size} bytes, more than the {limit} bytes "
+        "the bus carries in one message (the NATS server's max_payload): send less at once, "
+        "e.g. write a large file in parts (write_file the first part, then append the rest "
+        "with a shell command or edit_file), or have a command in the sandbox produce it"
+    )
+
+
+async def _exchange(
+    client: Client, subject: str, payload: bytes, headers: dict[str, str], timeout_s: float
+) -> Msg:
+    """Send a request and wait for its answer, on the caller's reply subject or its inbox.
+
+    Raises the nats-py errors (`NoRespondersError`, `TimeoutError`, …) for `request` to
+    turn into Bastion's.
+    """
+    inbox = client.new_inbox()
+    answer: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+
+    async def take(msg: Msg) -> None:
+        if not answer.done():
+            answer.set_result(msg)
+
+    listening: list[Subscription] = [await client.subscribe(inbox, cb=take, max_msgs=1)]
+    if subject not in _ON_INBOX:
+        late = subjects.reply_subject("*", inbox)
+        listening.append(await client.subscribe(late, cb=take, max_msgs=1))
+        headers = {**headers, subjects.REPLY_INBOX_HEADER: inbox}
+    try:
+        await client.publish(subject, payload, reply=inbox, headers=headers)
+        try:
+            msg = await asyncio.wait_for(answer, timeout_s)
+        except TimeoutError:
+            raise nats.errors.TimeoutError from None
+    finally:
+        for subscription in listening:
+            with contextlib.suppress(nats.errors.Error):  # closed: gone with the connection
+                await subscription.unsubscribe()
+    if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS and not msg.data:
+        raise nats.errors.NoRespondersError
+    return msg
+
+
+async def answer(
+    client: Client, msg: Msg, data: bytes, responder: str, headers: dict[str, str] | None = None
+) -> None:
+    """Answer the request `msg` as the NATS user `responder`: on the caller's reply subject
+    when it named its inbox (no response window bounds it), else on `msg.reply`."""
+    inbox = (msg.headers or {}).get(subjects.REPLY_INBOX_HEADER, "")
+    if _INBOX.fullmatch(inbox):
+        await client.publish(subjects.reply_subject(responder, inbox), data, headers=headers)
+    elif msg.reply:
+        await client.publish(msg.reply, data, headers=headers)
+
+
 async def request(
     client: Client,
     subject: str,
@@ -96,6 +174,7 @@ async def request(
     the `traceparent` header (and `tracestate`), so the service's span is its child.
 
     Raises:
+        TooLarge: `message` is more than the bus carries; nothing was sent.
         Unavailable: nothing is subscribed to `subject`.
         Timeout: no reply within `timeout_s`.
         RemoteError: the service answered with a typed error.
@@ -107,16 +186,21 @@ async def request(
         attributes={"messaging.system": "nats", "messaging.destination.name": subject},
     ):
         payload, headers = encode(message), headers_with_context()
+        # The headers travel too; what is left for them is the server's to judge.
+        if len(payload) > client.max_payload:
+            raise _too_large(subject, len(payload), client.max_payload)
         try:
             try:
-                reply = await client.request(subject, payload, timeout=timeout_s, headers=headers)
+                reply = await _exchange(client, subject, payload, headers, timeout_s)
             except nats.errors.NoRespondersError:
                 # nats-server can answer "no responders" to the first request after another
                 # connection subscribed, even once that subscriber's flush returned (seen
                 # about once in fifty fresh connections). A round trip of our own settles it;
                 # ask once more before calling the service absent.
                 await client.flush(timeout=max(1, int(timeout_s)))
-                reply = await client.request(subject, payload, timeout=timeout_s, headers=headers)
+                reply = await _exchange(client, subject, payload, headers, timeout_s)
+        except nats.errors.MaxPayloadError:
+            raise _too_large(subject, len(payload), client.max_payload) from None
         except nats.errors.NoRespondersError:
             raise Unavailable(f"no service answers on {subject}: is it running?") from None
         except nats.errors.TimeoutError:

@@ -5,6 +5,9 @@ answer through `allow_responses`), the subjects it asks or tells (publish), what
 listens to, and the JetStream KV buckets and streams it uses. Everything a server config
 needs is derived from it (`permissions`), so a new subject is one line in one entry.
 Every user has its own inbox prefix (`_INBOX.<user>`): no user may read another's replies.
+A user that serves may publish answers on `bastion.v1.reply.<user>.>`, and each user
+subscribes to `bastion.v1.reply.*._INBOX.<user>.>`: an answer sent there is bound by no
+response window, so it gets back however long the work ran (`bastion.shared.bus`).
 
 Users live in NATS accounts (`ACCOUNT_OF`): the vault alone in `VAULT`, everyone else in
 `BASTION`. Whatever a user asks of a user in another account crosses an export/import pair
@@ -22,6 +25,7 @@ from bastion.proto import subjects as s
 __all__ = [
     "ACCOUNT_OF",
     "GRANTS",
+    "HOOKS",
     "MAIN_ACCOUNT",
     "OPERATOR",
     "SHARED_IDENTITY",
@@ -31,6 +35,7 @@ __all__ = [
     "Permissions",
     "account_of",
     "accounts",
+    "answered_on_inbox",
     "callers",
     "crossings",
     "inbox_prefix",
@@ -117,6 +122,8 @@ STREAM_SUBJECTS: Final[dict[str, str]] = {s.AUDIT_STREAM: s.AUDIT_ALL}
 
 OPERATOR: Final = "operator"
 """The user of the `bastion` CLI (and of `bastion up` itself)."""
+HOOKS: Final = "hooks"
+"""The user of the runner of the operator's command hooks, and of any hook service."""
 
 GRANTS: Final[dict[str, Grant]] = {
     "orchestrator": Grant(
@@ -135,6 +142,7 @@ GRANTS: Final[dict[str, Grant]] = {
         buckets=(
             s.SESSIONS_BUCKET,
             s.JOURNAL_BUCKET,
+            s.CALLS_BUCKET,
             s.HOOKS_BUCKET,
             s.APPROVALS_BUCKET,
             s.TURNS_BUCKET,
@@ -180,7 +188,7 @@ GRANTS: Final[dict[str, Grant]] = {
         buckets=(s.VAULT_KEYS_BUCKET, s.VAULT_SECRETS_BUCKET),
         writes_streams=(s.AUDIT_STREAM,),
     ),
-    "hooks": Grant(serves=(HOOKS_ALL,), buckets=(s.HOOKS_BUCKET,)),
+    HOOKS: Grant(serves=(HOOKS_ALL,), buckets=(s.HOOKS_BUCKET,)),
     OPERATOR: Grant(
         asks=(
             *SESSION_ENDPOINTS,
@@ -242,7 +250,14 @@ def permissions(user: str) -> Permissions:
         publish += _stream_reading(stream)
     if grant.discovery:
         publish.append("$SRV.>")
-    subscribe = [f"{inbox_prefix(user)}.>", *grant.serves, *grant.listens]
+    if grant.serves:
+        publish.append(s.reply_subject(user, ">"))  # its answers, to whoever asked
+    subscribe = [
+        f"{inbox_prefix(user)}.>",
+        s.reply_subject("*", f"{inbox_prefix(user)}.>"),
+        *grant.serves,
+        *grant.listens,
+    ]
     if grant.serves:
         subscribe.append("$SRV.>")  # every service is a micro service: it answers discovery
     return Permissions(
@@ -263,6 +278,18 @@ class Crossing:
 
 def account_of(user: str) -> str:
     return ACCOUNT_OF.get(user, MAIN_ACCOUNT)
+
+
+def answered_on_inbox() -> frozenset[str]:
+    """The subjects served outside the main account: their answer crosses accounts on the
+    import's response permission, so it comes on the request's own reply subject (a publish
+    on `reply_subject` would stay in the server's account). Each is answered at once."""
+    return frozenset(
+        subject
+        for user, grant in GRANTS.items()
+        if account_of(user) != MAIN_ACCOUNT
+        for subject in grant.serves
+    )
 
 
 def callers(subject: str) -> tuple[str, ...]:

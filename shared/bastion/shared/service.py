@@ -8,7 +8,9 @@ service's task group and returns. The work then decodes the payload (a payload o
 wrong shape gets a `bad_request` reply), opens a SERVER span `bastion.<service>.<endpoint>`
 that continues the caller's `traceparent` (with the session, tenant and tool the message
 names), runs the typed handler, and answers with its result or a typed `ErrorReply`; an unexpected
-exception is logged and answered with a fixed sentence.
+exception is logged and answered with a fixed sentence. The answer goes to the caller's
+reply subject when the request names one (`Bastion-Reply-Inbox`, see `bastion.shared.bus`),
+which no response window bounds, else to the request's reply subject.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
+from bastion.shared.bus import answer
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
 from bastion.shared.telemetry import annotate, context_from_headers, tracer
@@ -43,6 +46,7 @@ __all__ = ["Endpoint", "RequestContext", "Service"]
 logger = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
+
 
 _STATUS_OF_CODE = {
     codes.BAD_REQUEST: "400",
@@ -101,6 +105,7 @@ class Service:
         # ones until a slot frees, so a flood queues in NATS instead of in this process.
         self._slots = anyio.Semaphore(max_in_flight)
         self.instance_id = ""
+        self._client: Client | None = None
 
     def add_endpoint(
         self, name: str, subject: str, request_type: Any, handler: Handler[Req]
@@ -114,6 +119,7 @@ class Service:
 
         Work still running after `drain_timeout_s` is cancelled.
         """
+        self._client = client
         async with anyio.create_task_group() as work:
             micro = await add_service(
                 client,
@@ -233,7 +239,7 @@ class Service:
             return  # published without a reply subject: nobody is waiting for an answer
         try:
             try:
-                await request.respond(data, headers=_error_headers(error))
+                await self._send(request, data, _error_headers(error))
             except nats.errors.MaxPayloadError:
                 # Refused by the client before anything was sent: say so instead of silence.
                 too_big = ErrorReply(
@@ -245,12 +251,20 @@ class Service:
                 )
                 endpoint.errors += 1
                 endpoint.last_error = f"{too_big.code}: {too_big.message}"[:200]
-                await request.respond(encode(too_big), headers=_error_headers(too_big))
+                await self._send(request, encode(too_big), _error_headers(too_big))
         except nats.errors.Error as failure:
             logger.warning(
                 "could not send an answer",
                 extra={"endpoint": endpoint.name, "error_type": type(failure).__name__},
             )
+
+    async def _send(self, request: Request, data: bytes, headers: dict[str, str] | None) -> None:
+        """The answer, on the caller's reply subject if it named its inbox, else on the
+        request's reply subject (within the server's response window)."""
+        if self._client is not None:
+            await answer(self._client, request._msg, data, self.name, headers)
+        else:
+            await request.respond(data, headers=headers)
 
     def _fill_stats(self, stats: EndpointStats) -> dict[str, int]:
         # micro counts a request when the callback returns; the real work happens later in

@@ -20,7 +20,13 @@ class Refused(BastionError):
     code = codes.DENIED
 
     def __init__(self, target: str, reason: str) -> None:
-        super().__init__(f"{target} refused: {reason}")
+        # An address refused for its kind (loopback, private, …) is the operator's to allow.
+        allow = (
+            " (an operator lets a range through with BASTION_EGRESS_ALLOW_RANGES, e.g. 127.0.0.0/8)"
+            if " address " in f" {reason}"
+            else ""
+        )
+        super().__init__(f"{target} refused: {reason}{allow}")
         self.target = target
         self.reason = reason
 

@@ -36,6 +36,7 @@ from bastion.proto.toolinput import (
     WriteFileInput,
 )
 from bastion.shared.bus import Client, request
+from bastion.shared.deadlines import shell_wall_s
 
 __all__ = ["format_exec_result", "run_tool"]
 
@@ -72,14 +73,20 @@ def _cut(name: str, cut: int) -> str:
     return f"{name} was cut: {cut} bytes in the middle were left out (the output limit)"
 
 
-def format_exec_result(result: ExecResult) -> str:
+def format_exec_result(result: ExecResult, wall_s: float | None = None) -> str:
     """The exit status first, then each stream that printed something, as the model sees it.
 
-    A limit the command ran into, and output cut to the limit, are each said in a line of
-    their own, so that the model can tell them from the command's own failure.
+    A limit the command ran into (with `wall_s`, the wall clock it had), and output cut to
+    the limit, are each said in a line of their own, so that the model can tell them from
+    the command's own failure.
     """
     if result.ended == "timeout":
-        head = "timed out: the wall-clock limit ran out and every process of the command was killed"
+        limit = f" of {wall_s:g} s" if wall_s is not None else ""
+        head = (
+            f"timed out: the wall-clock limit{limit} ran out and every process of the command "
+            "was killed (a longer one: the call's timeout_s, up to the session's limit, which "
+            "`bastion agent run --sandbox-timeout SECONDS` sets)"
+        )
     elif result.ended == "signal":
         name = _SIGNAL_NAMES.get(result.signal or 0, f"signal {result.signal}")
         head = f"killed by {name} (exit status {result.exit_status})"
@@ -117,10 +124,8 @@ async def run_tool(
         return await search_web(client, session, tool_input, timeout_s)
     assert session.workspace is not None  # only workspace sessions have these tools
     match tool_input:
-        case ShellInput(command=command, timeout_s=wall_s):
-            limits = session.limits
-            if wall_s is not None and wall_s < limits.wall_s:
-                limits = msgspec.structs.replace(limits, wall_s=wall_s)
+        case ShellInput(command=command, timeout_s=asked_s):
+            limits = msgspec.structs.replace(session.limits, wall_s=shell_wall_s(session, asked_s))
             result: ExecResult = await request(
                 client,
                 subjects.SANDBOX_EXEC,
@@ -137,7 +142,14 @@ async def run_tool(
                 ExecResult,
                 timeout_s=limits.wall_s + timeout_s,
             )
-            return format_exec_result(result)
+            text = format_exec_result(result, limits.wall_s)
+            if asked_s is not None and asked_s > session.limits.wall_s:
+                text = (
+                    f"[timeout_s {asked_s:g} is more than this session's wall-clock limit of "
+                    f"{session.limits.wall_s:g} s, so the command had {session.limits.wall_s:g}"
+                    " s; a session opened with `--sandbox-timeout SECONDS` has more]\n" + text
+                )
+            return text
         case DiagnosticsInput() | RunTestsInput():
             limits = session.limits
             report: CodeReport = await request(

@@ -158,11 +158,23 @@ class Journal:
     ) -> str:
         """Make the call with `make`, recording it first when it is journaled.
 
+        A call that is not journaled is made as it comes; if it gets no answer it is
+        uncertain too (its record by call id keeps it from being made again).
+
         Raises:
             UncertainCall: the call got no answer (or an identical one is in flight).
         """
         if not is_journaled(tool):
-            return await make()
+            try:
+                return await make()
+            except BastionError as error:
+                if not _unanswered(error):
+                    raise
+                if error.code == codes.UNCERTAIN:
+                    raise UncertainCall(f"{error.message}, {_not_again(tool)}") from None
+                raise UncertainCall(
+                    f"this {tool.name} call got no answer ({error.message}): {_check_advice(tool)}"
+                ) from None
         key = call_key(session.session_id, tool.name, tool_input)
         entry = JournalEntry(
             session_id=session.session_id,

@@ -1,7 +1,8 @@
 """Running an allowed (or approved) call, and what its result changes in the session.
 
 Both paths that run a call — one the policy allows, one a person approved — come here,
-so taint and a skill's pre-approvals are recorded the same way for both.
+so taint, a skill's pre-approvals and the call's record by call id (`callrecords`: it runs
+once however often it is sent) are kept the same way for both.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import msgspec
 
 from bastion.orchestrator.audit import AuditLog
+from bastion.orchestrator.callrecords import CallRecords
 from bastion.orchestrator.catalogue import UpstreamInput
 from bastion.orchestrator.execute import run_tool
 from bastion.orchestrator.hooks import Hooks
@@ -21,10 +23,13 @@ from bastion.orchestrator.skills import fetch_skill, skill_pre_approvals, with_p
 from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.taint import from_outside, tainted_by
 from bastion.orchestrator.upstream import call_upstream
+from bastion.proto import errors as codes
+from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import SkillReadInput, SkillRunInput, SkillWriteInput
 from bastion.shared.bus import Client
+from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.telemetry import span
 
 __all__ = ["Runner"]
@@ -44,8 +49,10 @@ class Runner:
         journal: Journal,
         audit: AuditLog,
         hooks: Hooks,
+        records: CallRecords,
     ) -> None:
         self._client = client
+        self._records = records
         self._store = store
         self._timeout_s = timeout_s
         self._taint_s = taint_s
@@ -65,7 +72,42 @@ class Runner:
     ) -> str:
         """The call's text, in the order of docs/architecture.md §2: before-tool hooks (which
         may block), the audit record, the call itself through the journal, then after-tool
-        hooks."""
+        hooks; its outcome is kept under its call id, and a call id that has one is answered
+        from it.
+
+        Raises:
+            UncertainCall: the call got no answer (journaled or not, it is not made again).
+        """
+        started = await self._records.start(session, tool, call_id, decision)
+        if started is None:  # sent again with its call id: it ran, or runs, once
+            recorded = await self._records.recall(session.session_id, call_id)
+            if isinstance(recorded, ErrorReply):
+                raise RemoteError(recorded.code, recorded.message)
+            assert recorded is not None
+            return recorded.text
+        try:
+            text = await self._run(
+                session, tool, tool_input, call_input=call_input, call_id=call_id, decision=decision
+            )
+        except BastionError as error:
+            if error.code == codes.UNCERTAIN:
+                await self._records.finish(started, error=error.to_reply())
+            else:  # answered, though with an error: nothing changed, it may be made again
+                await self._records.drop(started)
+            raise
+        await self._records.finish(started, text=text)
+        return text
+
+    async def _run(
+        self,
+        session: SessionInfo,
+        tool: ToolSpec,
+        tool_input: msgspec.Struct,
+        *,
+        call_input: dict[str, Any],
+        call_id: str,
+        decision: PolicyDecision,
+    ) -> str:
         with span("orchestrator.hooks.before_tool"):
             await self._hooks.before_tool(session, tool.name, call_input, decision.outcome)
         with span("orchestrator.audit"):

@@ -12,6 +12,7 @@ import msgspec
 
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
+from bastion.orchestrator.callrecords import CallRecords
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.opencaps import OpenCaps
@@ -41,6 +42,12 @@ class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     journal_bucket: str = subjects.JOURNAL_BUCKET
     journal_ttl_s: float = 7 * 24 * 3600.0
     """How long a journal entry is kept: an identical call after that runs again."""
+    calls_bucket: str = subjects.CALLS_BUCKET
+    """`BASTION_CALLS_BUCKET`: the KV bucket of each call's record by call id (its outcome,
+    or that it is running), which answers a call sent again with the same id."""
+    calls_ttl_s: Annotated[float, msgspec.Meta(gt=0)] = 7 * 24 * 3600.0
+    """`BASTION_CALLS_TTL_S`: how long a call's record by call id is kept; the same call id
+    sent after that is a new call."""
     hooks_bucket: str = subjects.HOOKS_BUCKET
     approvals_bucket: str = subjects.APPROVALS_BUCKET
     turns_bucket: str = subjects.TURNS_BUCKET
@@ -84,6 +91,9 @@ async def orchestrator_service(
     turns = await Turns.open(
         client, settings.turns_bucket, settings.turn_ttl_s, settings.turn_wait_s
     )
+    records = await CallRecords.open(
+        client, settings.calls_bucket, settings.calls_ttl_s, turns.holder
+    )
     sessions = Sessions(
         client,
         store,
@@ -96,6 +106,7 @@ async def orchestrator_service(
         turns=turns,
         rates=TenantRates(settings.tenant_calls_per_s),
         caps=OpenCaps(store, settings.max_sessions_per_tenant, settings.max_sessions_per_token),
+        records=records,
         search=bool(settings.search.strip()),
     )
     await sessions.recover()

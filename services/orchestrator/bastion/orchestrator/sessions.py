@@ -16,6 +16,7 @@ import msgspec
 from bastion.orchestrator.approvals import Approvals
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
+from bastion.orchestrator.callrecords import CallRecords
 from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_of, tool_input_of
 from bastion.orchestrator.gate import ask_policy, policy_request, touched_paths
 from bastion.orchestrator.hooks import Hooks
@@ -42,6 +43,7 @@ from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import describe_decode_error, encode
+from bastion.shared.deadlines import call_wait_s
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
 from bastion.shared.metrics import call_duration, calls
 from bastion.shared.telemetry import annotate, headers_with_context, span
@@ -61,6 +63,17 @@ def session_limits(asked: SessionLimits) -> Limits:
     return msgspec.structs.replace(Limits(), **given)
 
 
+def _how_to_get(session: SessionInfo, tool: str) -> str:
+    """How a session that lacks `tool` would have it, when it is one a session opens with."""
+    if tool == "shell" and session.workspace is None:
+        return " (a shell needs a workspace: open the session with --workspace DIR --shell)"
+    if tool == "shell":
+        return " (the session was opened without a shell: open one with --shell)"
+    if tool == "fetch_url":
+        return " (the session was opened without the web: open one with --web)"
+    return ""
+
+
 class Sessions:
     """The actors of every session this orchestrator is asked about, backed by the store."""
 
@@ -78,6 +91,7 @@ class Sessions:
         turns: Turns,
         rates: TenantRates,
         caps: OpenCaps,
+        records: CallRecords,
         search: bool = False,
     ) -> None:
         self._client = client
@@ -89,10 +103,18 @@ class Sessions:
         self._turns = turns
         self._rates = rates
         self._caps = caps
+        self._records = records
         self._locks: dict[str, anyio.Lock] = {}
         self._waiting: dict[str, int] = {}
         self._runner = Runner(
-            client, store, timeout_s, taint_s, journal=journal, audit=audit, hooks=hooks
+            client,
+            store,
+            timeout_s,
+            taint_s,
+            journal=journal,
+            audit=audit,
+            hooks=hooks,
+            records=records,
         )
         self.approvals = Approvals(
             client,
@@ -105,13 +127,14 @@ class Sessions:
         )
 
     @asynccontextmanager
-    async def _turn(self, session_id: str) -> AsyncIterator[None]:
+    async def _turn(self, session_id: str, wait_s: float | None = None) -> AsyncIterator[None]:
         """Hold the session's turn: its calls run in the order they arrived here, one at a
-        time across replicas; a turn taken over from a dead holder is settled first."""
+        time across replicas; a turn taken over from a dead holder is settled first.
+        Another replica's turn is waited for up to `wait_s` (by default, the turns' own)."""
         lock = self._locks.setdefault(session_id, anyio.Lock())
         self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
         try:
-            async with lock, self._turns.hold(session_id) as taken_over:
+            async with lock, self._turns.hold(session_id, wait_s=wait_s) as taken_over:
                 if taken_over:
                     await self.approvals.settle(session_id)
                 yield
@@ -263,17 +286,16 @@ class Sessions:
                 self._rates.take((await self.get(session_id)).tenant)
             except RateLimited as error:
                 return error.to_reply()
-        async with self._turn(session_id):
-            session = await self.get(session_id)
-            annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
-            try:
-                result: CallResult = await self._call(session, call, call_id, started)
-            except BastionError as error:
-                result = error.to_reply()
-            await self._audit.result(session, call_id, call.tool, result)
-            await self._store.update(
-                session_id, lambda s: msgspec.structs.replace(s, calls=s.calls + 1)
-            )
+        try:
+            session, result = await self._in_turn(session_id, call, call_id, started)
+        except TurnTimeout:
+            if call.call_id is None or not await self._records.running(session_id, call_id):
+                raise
+            # Sent again while its first sending still runs on the replica holding the turn:
+            # that run's outcome is the answer, so wait as long as the run may take.
+            waiting = await self.get(session_id)
+            wait_s = call_wait_s(waiting, call.tool, call.input)
+            session, result = await self._in_turn(session_id, call, call_id, started, wait_s)
         duration_s = time.perf_counter() - started
         error_code = result.code if isinstance(result, ErrorReply) else ""
         # A tool name the session does not offer is the agent's to choose: as a label it
@@ -300,9 +322,39 @@ class Sessions:
         )
         return result
 
+    async def _in_turn(
+        self,
+        session_id: str,
+        call: ToolCall,
+        call_id: str,
+        started: float,
+        wait_s: float | None = None,
+    ) -> tuple[SessionInfo, CallResult]:
+        """The call made in the session's turn, counted and audited; the session it found."""
+        async with self._turn(session_id, wait_s):
+            session = await self.get(session_id)
+            annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
+            try:
+                result: CallResult = await self._call(session, call, call_id, started)
+            except BastionError as error:
+                result = error.to_reply()
+            await self._audit.result(session, call_id, call.tool, result)
+            await self._store.update(
+                session_id, lambda s: msgspec.structs.replace(s, calls=s.calls + 1)
+            )
+        return session, result
+
     async def _call(
         self, session: SessionInfo, call: ToolCall, call_id: str, started: float
     ) -> ToolOutput:
+        if call.call_id is not None:
+            # Sent again with its call id (its first sending got no answer): the outcome of
+            # the one run it had, found in the turn the first held while it ran.
+            recorded = await self._records.recall(session.session_id, call_id)
+            if isinstance(recorded, ErrorReply):
+                raise RemoteError(recorded.code, recorded.message)
+            if recorded is not None:
+                return recorded
         if session.state == "closed":
             raise RemoteError(
                 codes.SESSION_CLOSED,
@@ -312,9 +364,11 @@ class Sessions:
         tool = find_tool(session, call.tool)
         if tool is None:
             offered = ", ".join(t.name for t in session.tools) or "none"
+            how = _how_to_get(session, call.tool)
             raise RemoteError(
                 codes.UNKNOWN_TOOL,
-                f"session {session.session_id} has no tool {call.tool!r}; its tools: {offered}",
+                f"session {session.session_id} has no tool {call.tool!r}{how}; "
+                f"its tools: {offered}",
             )
         input_type = input_type_of(tool)
         try:

@@ -47,8 +47,9 @@ class SessionStore:
             entry = await self._kv.get(session_id)
         except nats.js.errors.KeyNotFoundError:
             raise NotFound(
-                f"there is no session {session_id}: open one first (bastion agent run, "
-                "or bastion session open)"
+                f"there is no session {session_id}: check the id (`bastion agent run` prints "
+                "it as `session <id> for agent …`), or open a new session with `bastion agent "
+                "run` (or the front door)"
             ) from None
         assert entry.value is not None and entry.revision is not None
         return decode(entry.value, SessionInfo), entry.revision

@@ -7,13 +7,10 @@ from bastion.proto import subjects
 from bastion.proto.mcp import McpCall, McpCallResult, OfferTools, ToolOffer
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.shared.bus import Client, request
+from bastion.shared.deadlines import UPSTREAM_MARGIN_S
 from bastion.shared.errors import Unavailable
 
 __all__ = ["call_upstream", "offer_upstream"]
-
-_MARGIN_S = 10.0
-"""How much longer than the server's own limit the orchestrator waits for the mcp service,
-which answers `uncertain` itself when the server's limit runs out."""
 
 
 async def offer_upstream(
@@ -64,7 +61,7 @@ async def call_upstream(
             can_ask=session.ask,
         ),
         McpCallResult,
-        timeout_s=(tool.call_timeout_s or timeout_s) + _MARGIN_S,
+        timeout_s=(tool.call_timeout_s or timeout_s) + UPSTREAM_MARGIN_S,
     )
     if result.is_error:
         return f"the tool reported an error:\n{result.text}"

@@ -11,6 +11,7 @@ from bastion.proto.session import SessionInfo
 from bastion.proto.stubs import FetchRequest
 from bastion.proto.toolinput import FetchUrlInput, WebSearchInput
 from bastion.shared.bus import Client, request
+from bastion.shared.deadlines import FETCH_S, SEARCH_S
 
 __all__ = ["fetch_page", "kept_path", "search_web"]
 
@@ -37,7 +38,7 @@ async def fetch_page(
             tenant=session.tenant,
         ),
         FetchedPage,
-        timeout_s=max(timeout_s, 60.0),
+        timeout_s=max(timeout_s, FETCH_S),
     )
     head = f"{page.url} ({page.status}, {page.content_type or 'no content type'})"
     if page.redirects:
@@ -90,7 +91,7 @@ async def search_web(
             freshness=tool_input.freshness,
         ),
         SearchResults,
-        timeout_s=max(timeout_s, 30.0),
+        timeout_s=max(timeout_s, SEARCH_S),
     )
     since = f" from the past {tool_input.freshness}" if tool_input.freshness else ""
     if not results.hits:

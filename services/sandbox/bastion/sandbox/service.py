@@ -136,6 +136,8 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     bwrap: str = "bwrap"
     prlimit: str = "prlimit"
     setpriv: str = "setpriv"
+    """`BASTION_SETPRIV`: the setpriv program a root service drops each sandbox to its
+    unprivileged host user with (util-linux)."""
     sandbox_host_uid: Annotated[int, msgspec.Meta(ge=0)] | None = None
     """The host user a root service runs every bwrap sandbox as (`BASTION_SANDBOX_HOST_UID`),
     and the owner of what the file tools write; unset, each session's is its workspace's

@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 from bastion.mcp.frontdoor.asking import takes_form_elicitation
 from bastion.proto import subjects
 from bastion.proto.mcp import ElicitAnswer, ElicitQuestion, SampleAnswer, SampleQuestion
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, answer
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BadRequest
 
@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 _DECLINE = ElicitAnswer(action="decline")
 _BUSY = SampleAnswer(refused="the client is busy with other questions of this session")
 _ELICIT = subjects.mcp_elicit("")
+_AS = "mcp"
+"""The NATS user the front door answers as (it runs in the mcp service): a person's answer
+may come after the reply window, so it goes on the asker's reply subject."""
 
 
 @asynccontextmanager
@@ -55,15 +58,15 @@ async def relaying(
             arrived.send_nowait(msg)
         except anyio.WouldBlock:
             busy = _DECLINE if msg.subject.startswith(_ELICIT) else _BUSY
-            await msg.respond(encode(busy))
+            await answer(client, msg, encode(busy), _AS)
 
     async def answer_each() -> None:
         async with questions:
             async for msg in questions:
                 if msg.subject.startswith(_ELICIT):
-                    await msg.respond(encode(await _ask(ctx, msg)))
+                    await answer(client, msg, encode(await _ask(ctx, msg)), _AS)
                 else:
-                    await msg.respond(encode(await _complete(ctx, msg)))
+                    await answer(client, msg, encode(await _complete(ctx, msg)), _AS)
 
     subscriptions = []
     if asks:
