@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bastion.cli.up import sockets_dir_of
 
 BASTION = [sys.executable, "-m", "bastion.cli"]
 
@@ -97,3 +102,33 @@ def test_a_sandbox_limit_that_is_not_one_or_out_of_bounds_is_refused(flag: str, 
     )
     assert result.returncode == 2
     assert words in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_root_bastion_up_puts_the_egress_sockets_where_the_sandboxs_user_reaches_them(
+    tmp_path: Path,
+) -> None:
+    """A root `bastion up` runs sandboxes as an unprivileged host user, whose bubblewrap must
+    reach the egress socket: a state dir behind a directory only root may pass (the default
+    under /root) has its sockets in /run/bastion/<digest>, 0711, root's."""
+    if os.geteuid() != 0:
+        pytest.skip("the sockets' place differs only for a root bastion up: run as root")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    state_dir = private / "state"
+    state_dir.mkdir()
+    sockets = sockets_dir_of(state_dir)
+    try:
+        assert sockets.parent == Path("/run/bastion")
+        for directory in (sockets.parent, sockets):
+            info = directory.stat()
+            assert info.st_uid == 0
+            assert stat.S_IMODE(info.st_mode) == 0o711
+        assert sockets_dir_of(state_dir) == sockets  # the same place every time
+        open_state = tmp_path / "open-state"
+        open_state.mkdir()
+        for each in (open_state, *open_state.parents):
+            each.chmod(each.stat().st_mode | 0o001)
+        assert sockets_dir_of(open_state) == open_state / "run"
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)

@@ -15,8 +15,10 @@ import base64
 import contextlib
 import ctypes
 import fcntl
+import hashlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -39,7 +41,7 @@ from bastion.cli.status import SERVICES
 from bastion.proto import subjects
 from bastion.shared.bus import Client, connect
 from bastion.shared.discovery import list_instances
-from bastion.shared.errors import BastionError
+from bastion.shared.errors import BastionError, InvalidInput
 from bastion.shared.httptokens import create_tokens_file, read_tokens, tokens_path
 from bastion.shared.keyfiles import create_key_file, read_x25519_key
 from bastion.shared.natsconfig import (
@@ -235,15 +237,42 @@ def key_files(state_dir: Path, env: dict[str, str]) -> dict[str, str]:
     return added
 
 
-def run_dir_of(state_dir: Path) -> Path:
-    """`<state dir>/run`: the egress proxies' Unix sockets live there, and the sandbox
-    service binds one into `declared` sandboxes for their bridge. 0700; 0711 when run as
-    root, since a sandbox then runs as an unprivileged host user who must reach the socket
-    (not list the directory)."""
+def reachable_by_others(path: Path) -> bool:
+    """Whether every directory from `/` down to `path` is searchable by any user."""
+    return all(each.stat().st_mode & 0o001 for each in (path, *path.parents))
+
+
+def sockets_dir_of(state_dir: Path) -> Path:
+    """Where the egress proxies' Unix sockets live: the sandbox service binds one into each
+    `declared` sandbox for its bridge.
+
+    `<state dir>/run` (0700) for a service that is not root. As root a sandbox runs as an
+    unprivileged host user, whose bubblewrap must reach the socket (not list its directory):
+    `<state dir>/run` made 0711 if the state dir's parents let any user through, else (the
+    default `/root/.local/state/bastion` does not) `/run/bastion/<digest of the state dir>`,
+    0711, which only root can write.
+    """
     run_dir = state_dir / "run"
     run_dir.mkdir(exist_ok=True)
-    run_dir.chmod(0o711 if os.geteuid() == 0 else 0o700)
-    return run_dir
+    if os.geteuid() != 0:
+        run_dir.chmod(0o700)
+        return run_dir
+    run_dir.chmod(0o711)
+    system_run = Path("/run")
+    if reachable_by_others(run_dir) or not os.access(system_run, os.W_OK | os.X_OK):
+        return run_dir
+    digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:16]
+    sockets = system_run / "bastion" / digest
+    for directory in (sockets.parent, sockets):
+        directory.mkdir(exist_ok=True)
+        info = directory.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
+            raise InvalidInput(
+                f"{directory} is not a directory of root's: remove it, or set "
+                "BASTION_STATE_DIR to a directory every user can pass through"
+            )
+        directory.chmod(0o711)
+    return sockets
 
 
 def env_for(name: str, env: dict[str, str]) -> dict[str, str]:
@@ -355,7 +384,7 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
     hooks = hooks_path(state_dir).exists()
     children = _children(
         logs, env, users, url, hooks,
-        replicas=args.replicas, http_port=args.http_port, run_dir=run_dir_of(state_dir),
+        replicas=args.replicas, http_port=args.http_port, run_dir=sockets_dir_of(state_dir),
     )  # fmt: skip
     nats.start()
     try:
