@@ -138,6 +138,27 @@ async def test_a_root_owned_workspace_is_refused_at_opening_saying_what_to_do(
     assert not (root_owned / "made").exists()
 
 
+async def test_a_workspace_its_user_cannot_reach_is_refused_naming_the_closed_directory(
+    client: Client, sandbox: None, tmp_path: Path
+) -> None:
+    """A workspace of uid 1000 behind a directory only root may pass (as `/root` is) is
+    refused at opening with the directory to open, not a bare `sandbox_failed`."""
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    closed.chmod(0o700)
+    behind = closed / "work"
+    behind.mkdir()
+    os.chown(behind, OWNER_UID, OWNER_GID)  # its own, but not its parent's way through
+    with pytest.raises(RemoteError) as raised:
+        await request(
+            client, subjects.SANDBOX_CHECK, SandboxCheck(workspace=str(behind)), SandboxReady,
+            timeout_s=30,
+        )  # fmt: skip
+    assert raised.value.code == codes.SANDBOX_FAILED
+    assert f"cannot reach {behind}: {closed} does not let it through" in raised.value.message
+    assert f"chmod o+x {closed}" in raised.value.message
+
+
 async def test_the_operators_host_uid_owns_what_commands_and_file_tools_make(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, state_dir: Path,
     workspace: Path,

@@ -43,7 +43,7 @@ from bastion.shared.sandboxing.cgroup import (
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import DataFile, generated_etc
 from bastion.shared.sandboxing.gitguard import GitGuard, guard
-from bastion.shared.sandboxing.hostids import HostIds, drop_argv, sandbox_ids
+from bastion.shared.sandboxing.hostids import HostIds, drop_argv, sandbox_ids, unreachable_parent
 from bastion.shared.sandboxing.process import Finished, run_limited
 from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
 
@@ -309,6 +309,16 @@ class BwrapBackend:
 
     async def check(self, spec: SandboxSpec) -> str:
         """Run `true` in a sandbox like `spec`'s; say what ran, or raise `SandboxFailed`."""
+        ids = _ids(spec)
+        if ids is not None:
+            for directory in (spec.workspace, *spec.read_only, *filter(None, [spec.skill_dir])):
+                closed = unreachable_parent(directory, ids)
+                if closed is not None:
+                    raise SandboxFailed(
+                        f"the sandbox's user (host uid {ids.uid}, gid {ids.gid}) cannot reach "
+                        f"{directory}: {closed} does not let it through; put the directory where that "
+                        f"user can reach it, or let it through (`chmod o+x {closed}`)"
+                    )
         quick = dataclasses.replace(spec, limits=_CHECK_LIMITS)
         result = await self._launch(quick, _CHECK_COMMAND)
         if result.ended == "exited" and result.exit_status == _NOT_WRITABLE:

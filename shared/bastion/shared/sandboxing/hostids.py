@@ -19,7 +19,14 @@ from pathlib import Path
 from bastion.shared.errors import InvalidInput
 from bastion.shared.sandboxing.errors import SandboxFailed
 
-__all__ = ["HostIds", "configured_ids", "drop_argv", "path_owner", "sandbox_ids"]
+__all__ = [
+    "HostIds",
+    "configured_ids",
+    "drop_argv",
+    "path_owner",
+    "sandbox_ids",
+    "unreachable_parent",
+]
 
 
 @dataclass(frozen=True)
@@ -99,3 +106,20 @@ def drop_argv(setpriv: str, ids: HostIds | None) -> list[str]:
             )
         return []
     return [setpriv, f"--reuid={ids.uid}", f"--regid={ids.gid}", "--clear-groups", "--"]
+
+
+def unreachable_parent(path: Path, ids: HostIds) -> Path | None:
+    """The first directory above `path` (from `/` down) that `ids` may not pass through
+    (no search permission by owner, group or others), or None when it reaches `path`.
+    bubblewrap, run as that user, resolves every directory it binds the same way."""
+    for directory in reversed(path.parents):
+        info = directory.stat()
+        if info.st_uid == ids.uid:
+            bit = 0o100
+        elif info.st_gid == ids.gid:
+            bit = 0o010
+        else:
+            bit = 0o001
+        if not info.st_mode & bit:
+            return directory
+    return None
