@@ -29,7 +29,7 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import SESSION, Host, exists, shell, wait_for_file
+from tests.attacks.conftest import CANARY, SESSION, Host, exists, shell, wait_for_file
 from tests.attacks.test_docker_containment import Box, release
 from tests.conftest import ServiceRunner
 from tests.docker.conftest import containers_of
@@ -356,6 +356,62 @@ async def test_a_commondir_a_command_makes_is_moved_aside_and_the_result_says_so
     assert not (host.workspace / ".git/commondir").exists()
     aside = [p.name for p in (host.workspace / ".git").iterdir() if p.name.startswith("commondir.")]
     assert len(aside) == 1
+
+
+@pytest.mark.parametrize(
+    "link", ["objects/info/alternates", "packed-refs", "info/exclude", "refs/heads/planted"]
+)
+async def test_a_link_a_command_makes_where_git_reads_text_is_moved_aside(
+    client: Client, sandbox: None, host: Host, link: str
+) -> None:
+    """`alternates -> <host file>` made git on the host (root's, in a hook) quote the named
+    file line by line in its errors: the vault's master key, `/etc/shadow`."""
+    _repo(host.workspace)
+    plant = f"mkdir -p $(dirname .git/{link}) && ln -sf {host.canary} .git/{link}; echo done"
+    result = await shell(client, host.workspace, plant)
+    assert result.stdout == "done\n"
+    assert f"the command made .git/{link}" in result.stderr
+    made = host.workspace / ".git" / link
+    assert not made.is_symlink()
+    aside = [p for p in made.parent.iterdir() if p.name.startswith(made.name + ".refused-")]
+    assert len(aside) == 1
+    assert aside[0].is_symlink()  # kept, out of git's way, for a person to look at
+    ran = await run_command(
+        ["git", "-c", "safe.directory=*", "log", "--oneline", "-1"],
+        {"event": "after-tool", "session": SESSION},
+        str(host.workspace),
+        30,
+    )
+    assert CANARY.strip() not in ran.stdout + ran.stderr
+
+
+async def test_a_link_already_in_the_repository_is_left_as_it_was(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    _repo(host.workspace)
+    (host.workspace / ".git/info").mkdir(exist_ok=True)
+    (host.workspace / ".git/info/exclude").unlink(missing_ok=True)
+    (host.workspace / ".git/info/exclude").symlink_to("../description")
+    _own(host.workspace)
+    result = await shell(client, host.workspace, "echo done")
+    assert "bastion:" not in result.stderr
+    assert (host.workspace / ".git/info/exclude").is_symlink()
+
+
+async def test_a_hook_in_a_workspace_runs_as_its_owner_not_as_root(host: Host) -> None:
+    """Under a root runner a command hook runs as the workspace's owner: whatever an agent
+    left there acts with that user's rights, never root's."""
+    _own(host.workspace)
+    ran = await run_command(
+        ["sh", "-c", "id -u; id -g; cat /etc/shadow"],
+        {"event": "after-tool", "session": SESSION},
+        str(host.workspace),
+        30,
+    )
+    uid, gid = host.workspace.stat().st_uid, host.workspace.stat().st_gid
+    assert uid != 0
+    assert ran.stdout.split()[:2] == [str(uid), str(gid)]
+    assert "Permission denied" in ran.stderr
 
 
 async def test_git_init_with_a_hook_and_an_fsmonitor_cannot_make_a_repository(

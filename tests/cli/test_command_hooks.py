@@ -86,7 +86,9 @@ def test_hooks_add_list_and_remove_keep_a_file_only_its_owner_may_change(tmp_pat
 async def test_exit_0_lets_a_call_run_and_the_hook_reads_the_event_and_its_environment(
     tmp_path: Path,
 ) -> None:
-    seen = tmp_path / "seen"
+    # Under a root runner a hook in a workspace runs as the workspace's owner: it writes
+    # where that user may.
+    seen = owned(tmp_path / "seen-by-hook") / "seen"
     guard = script(
         tmp_path,
         "guard.sh",
@@ -99,7 +101,7 @@ async def test_exit_0_lets_a_call_run_and_the_hook_reads_the_event_and_its_envir
         HookEvent(**{**_fields(event), "workspace": str(workspace)}), tmp_path
     )
     assert not answer.block
-    told = json.loads((tmp_path / "seen.json").read_text())
+    told = json.loads(seen.with_suffix(".json").read_text())
     assert told == {
         "event": "before-tool",
         "session": SID,
@@ -109,7 +111,7 @@ async def test_exit_0_lets_a_call_run_and_the_hook_reads_the_event_and_its_envir
         "input": {"command": "ls"},
         "outcome": "allow",
     }
-    assert (tmp_path / "seen.env").read_text() == f"before-tool {SID} {workspace}\n"
+    assert seen.with_suffix(".env").read_text() == f"before-tool {SID} {workspace}\n"
 
 
 def _fields(event: HookEvent) -> dict[str, object]:

@@ -219,3 +219,31 @@ async def test_a_skill_declaring_network_asks_for_the_declared_network_and_taint
     assert info.tainted_until is not None
     assert isinstance(plain, ToolOutput) and plain.effect == "write"
     assert isinstance(refused, ErrorReply) and refused.code == "denied"
+
+
+async def test_nothing_the_agent_left_in_the_workspace_runs_beside_a_skills_secrets(
+    client: Client, plane: Plane, workspace: Path, skills_dir: Path
+) -> None:
+    """HOME is the workspace for commands, so Python loaded a `.pth` the agent wrote under
+    `.local/lib/.../site-packages` into a skill's script, next to its leased secret. A
+    skill's script has its own empty HOME (`/tmp`) and no user site-packages."""
+    site = workspace / ".local/lib/python3.11/site-packages"
+    site.mkdir(parents=True)
+    (site / "zz.pth").write_text("import os; open('/workspace/pth-ran', 'w').write('ran')\n")
+    (workspace / ".curlrc").write_text("trace-ascii /workspace/curl-trace\n")
+    owned(workspace)
+    probe = (
+        'import os, site; print("home", os.environ["HOME"], "user-site", site.ENABLE_USER_SITE)\n'
+    )
+    (skills_dir / "plain" / "scripts" / "probe.py").write_text(probe)
+    async with plane():
+        sid = await _session(client, workspace, skills_dir)
+        ran = await call(client, sid, "skill_run", name="plain", script="scripts/probe.py")
+        assert isinstance(ran, ToolOutput) and ran.text.startswith("exit status 0"), ran
+        assert "home /tmp user-site False" in ran.text
+        assert not (workspace / "pth-ran").exists()
+        # A command is the agent's own code anyway: it keeps the workspace as HOME.
+        shell = await call(
+            client, sid, "shell", command="python3 -c \"import os; print(os.environ['HOME'])\""
+        )
+    assert isinstance(shell, ToolOutput) and "/workspace" in shell.text

@@ -157,3 +157,12 @@ def test_digests_cut_nothing_else_and_carry_no_short_piece_of_a_value() -> None:
     for line in ("pypi.org:443 allowed", "a.b.c.example:80 refused: port 80 is not declared"):
         assert cutter.cut(line) == line
     assert DigestCutter(new_salt(), digests).cut(secret) == secret  # another grant's salt
+
+
+def test_a_value_reversed_or_spaced_out_is_cut() -> None:
+    """An attack review printed a leased value backwards and with blanks between its
+    characters, and both came back whole."""
+    value = "pypi-Sup3rS3cretT0ken-ABCDEFGH12345"
+    redactor = Redactor([("PYPI_TOKEN", value)])
+    assert redactor.redact(f"REV {value[::-1]}") == "REV [secret PYPI_TOKEN]"
+    assert redactor.redact(f"SPACED {' '.join(value)} end") == "SPACED [secret PYPI_TOKEN] end"

@@ -56,12 +56,25 @@ def _environment(event: str, session_id: str) -> dict[str, str]:
     return env
 
 
+def _runs_as(workdir: str | None) -> tuple[int | None, int | None]:
+    """Who a hook runs as: under a root runner, in a workspace, its owner (the user its
+    sandbox runs as), so that nothing an agent left there — a git setting, a link to a
+    root-only file, a program — acts with root's rights; else the runner's own user."""
+    if workdir is None or os.geteuid() != 0:
+        return None, None
+    info = os.stat(workdir)
+    if info.st_uid == 0 or info.st_gid == 0:
+        return None, None  # root's: no agent's sandbox runs there (it would be refused)
+    return info.st_uid, info.st_gid
+
+
 async def run_command(
     command: list[str], event: dict[str, Any], cwd: str | None, timeout_s: float
 ) -> Ran:
     """Run `command` with `event` as JSON on its stdin, stopped (its whole process group)
-    after `timeout_s`."""
+    after `timeout_s`; in a workspace under a root runner, as the workspace's owner."""
     workdir = cwd if cwd and await anyio.Path(cwd).is_dir() else None
+    user, group = _runs_as(workdir)
     try:
         process = await anyio.open_process(
             command,
@@ -71,6 +84,9 @@ async def run_command(
             cwd=workdir,
             env=_environment(str(event["event"]), str(event["session"])),
             start_new_session=True,
+            user=user,
+            group=group,
+            extra_groups=[] if user is not None else None,
         )
     except OSError as error:
         return Ran(None, "", "", f"did not start ({error.strerror or type(error).__name__})")

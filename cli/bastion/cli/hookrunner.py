@@ -5,7 +5,7 @@
 `commands`, for the events and tool patterns the file names, answers
 `bastion.v1.hooks.<event>.<tenant>.commands`, and re-registers when the file changes. A
 hooks file that others may change registers for every event and blocks every call until
-it is fixed. Hooks run as the user running `bastion up`, outside any sandbox, in the
+it is fixed. Hooks run outside any sandbox, in the
 session's workspace when it has one, with git's configuration locked down
 (`gitguard.LOCKED_GIT_ENVIRONMENT`: no program named by a git setting runs). Failures
 of hooks that do not block go to `<state dir>/hooks.log`.

@@ -1,9 +1,10 @@
 """Cutting leased secret values out of text, in the forms a program is likely to print them.
 
 For each value: the value itself, its hex (lower and upper case), its URL-encoded forms,
-its JSON-string form, its base64 (standard and URL-safe alphabets) at each of the three
-byte alignments, its base32 at each of the five, and, for a value that is not ASCII, its
-punycode (what a host name carries). A value in the middle of a base64 blob encodes
+its JSON-string form, the value reversed and spaced out (a blank between characters), its
+base64 (standard and URL-safe alphabets) at each of the three byte alignments, its base32
+at each of the five, and, for a value that is not ASCII, its punycode (what a host name
+carries). A value in the middle of a base64 blob encodes
 differently depending on its offset, and the last digit of its encoding depends on the
 byte after it: so each alignment's form is built from whole 3-byte groups only (the value
 less its first 0, 1 or 2 bytes, cut to a multiple of 3), which appear unchanged whatever
@@ -56,7 +57,8 @@ def _punycode(value: str) -> set[str]:
 
 
 def whole_forms(value: str) -> set[str]:
-    """The forms of `value` that carry all of it: itself, hex, URL-encoded, JSON, punycode."""
+    """The forms of `value` that carry all of it: itself, hex, URL-encoded, JSON, reversed,
+    spaced out, punycode."""
     raw = value.encode()
     return {
         value,
@@ -67,6 +69,8 @@ def whole_forms(value: str) -> set[str]:
         urllib.parse.quote_plus(value),
         json.dumps(value)[1:-1],
         json.dumps(value, ensure_ascii=False)[1:-1],
+        value[::-1],
+        " ".join(value),
         *_punycode(value),
     }
 

@@ -25,6 +25,7 @@ __all__ = [
     "MASKED_PROC",
     "PID_ONE",
     "PROGRAM_DIRS",
+    "SKILL_ENVIRONMENT",
     "bwrap_argv",
     "prlimit_argv",
     "secret_args",
@@ -55,6 +56,15 @@ ENVIRONMENT: Final = (
     ("TMPDIR", "/tmp"),
 )
 """The whole environment a command starts with: nothing of the service's passes."""
+
+SKILL_ENVIRONMENT: Final = (
+    *((name, "/tmp" if name == "HOME" else value) for name, value in ENVIRONMENT),
+    ("PYTHONNOUSERSITE", "1"),
+)
+"""A skill's script's environment: its HOME is its own empty `/tmp`, not the workspace, and
+Python reads no user site-packages, so nothing an agent wrote in the workspace (a `.pth`
+under `.local/lib`, a `.curlrc`, a `.gitconfig`) runs or takes effect beside the secrets the
+script is leased."""
 
 
 def shell_argv(command: str) -> list[str]:
@@ -203,7 +213,8 @@ def bwrap_argv(
     bound = [Path("/usr"), *(Path("/etc") / name for name in etc_entries), *spec.read_only, *skill]
     args += _masks((*spec.hidden, *ALWAYS_HIDDEN), bound)
     args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
-    for name, value in ENVIRONMENT:
+    environment = ENVIRONMENT if spec.skill_dir is None else SKILL_ENVIRONMENT
+    for name, value in environment:
         args += ["--setenv", name, value]
     if args_fd is not None:
         # More options (the secrets' --setenv) read from a pipe: never on the command line.

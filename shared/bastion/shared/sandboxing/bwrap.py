@@ -316,8 +316,8 @@ class BwrapBackend:
                 if closed is not None:
                     raise SandboxFailed(
                         f"the sandbox's user (host uid {ids.uid}, gid {ids.gid}) cannot reach "
-                        f"{directory}: {closed} does not let it through; put the directory where that "
-                        f"user can reach it, or let it through (`chmod o+x {closed}`)"
+                        f"{directory}: {closed} does not let it through; put the directory "
+                        f"where that user can reach it, or let it through (`chmod o+x {closed}`)"
                     )
         quick = dataclasses.replace(spec, limits=_CHECK_LIMITS)
         result = await self._launch(quick, _CHECK_COMMAND)

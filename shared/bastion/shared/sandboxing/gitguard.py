@@ -178,6 +178,10 @@ class GitGuard:
     binds: list[GitBind] = field(default_factory=list)
     watched: list[_Watched] = field(default_factory=list)
     _owned: list[int] = field(default_factory=list)
+    _git: int | None = None
+    """The repository's `.git`, when the workspace is one: its links are swept too."""
+    _links: frozenset[str] = frozenset()
+    """The symbolic links in the parts of `.git` git reads as text, before the command."""
 
     def options(self, inside: str) -> list[str]:
         """bwrap's options binding each entry by its descriptor, under `inside`."""
@@ -291,10 +295,16 @@ class GitGuard:
         else:
             self._bind(fd, ".git", writable=True)
             self._entries(fd)
+            self._git = fd
+            self._links = _links_in(fd)
 
     def sweep(self) -> list[str]:
-        """Move aside each watched entry the command made; a sentence for each."""
+        """Move aside each watched entry the command made, and each symbolic link it made
+        where git reads text (`_LINK_AREAS`); a sentence for each."""
         said: list[str] = []
+        if self._git is not None:
+            for link in sorted(_links_in(self._git) - self._links):
+                said += _link_aside(self._git, link)
         for entry in self.watched:
             *dirs, name = entry.name.split("/")
             if not dirs:
@@ -323,6 +333,61 @@ def _odd(shown: str, info: os.stat_result, wanted: str) -> GitEntryRefused:
         f"sandbox can protect it: replace it with {wanted} of the workspace's own (or "
         f"remove it) on the host, or {_SWITCH}"
     )
+
+
+_LINK_AREAS: Final = (
+    ("", False),
+    ("info", False),
+    ("objects/info", False),
+    ("refs", True),
+    ("logs", True),
+)
+"""The parts of `.git` (and whether below them too) that git reads as text: HEAD and the
+other heads, packed-refs, `info/`, `objects/info/alternates`, refs and reflogs. A symbolic
+link there would make git on the host (root's, for one) read the file it names and quote it
+in an error (`alternates -> /etc/shadow`), so one a command makes is moved aside."""
+_MAX_LINK_ENTRIES: Final = 50_000
+_DIR_OPEN: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _links_in(git: int) -> frozenset[str]:
+    """The symbolic links in `_LINK_AREAS` of the `.git` whose descriptor is `git`, as paths
+    relative to it (at most `_MAX_LINK_ENTRIES` entries looked at)."""
+    found: set[str] = set()
+    seen = 0
+    for area, below in _LINK_AREAS:
+        pending = [area]
+        while pending and seen < _MAX_LINK_ENTRIES:
+            where = pending.pop()
+            try:
+                fd = os.open(where or ".", _DIR_OPEN, dir_fd=git)
+            except OSError:
+                continue  # missing, or itself a link (found from its parent's listing)
+            try:
+                with os.scandir(fd) as scan:
+                    for entry in scan:
+                        seen += 1
+                        path = f"{where}/{entry.name}" if where else entry.name
+                        if entry.is_symlink():
+                            found.add(path)
+                        elif below and entry.is_dir(follow_symlinks=False):
+                            pending.append(path)
+            finally:
+                os.close(fd)
+    return frozenset(found)
+
+
+def _link_aside(git: int, link: str) -> list[str]:
+    """Move the link `link` (relative to `.git`) aside; what to say of it."""
+    *dirs, name = link.split("/")
+    try:
+        parent = os.open("/".join(dirs) or ".", _DIR_OPEN, dir_fd=git)
+    except OSError:
+        return []
+    try:
+        return _move_aside(parent, name, f".git/{link}")
+    finally:
+        os.close(parent)
 
 
 def _move_aside(parent: int, name: str, shown: str) -> list[str]:
