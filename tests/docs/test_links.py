@@ -1,5 +1,6 @@
 """The documents stand on their own: every relative link in README.md, CONTRIBUTING.md and
-docs/*.md resolves to a file inside the repository, no file points at a design kept
+docs/*.md resolves to a file inside the repository (and its `#anchor`, if it has one, to a
+heading of that page), no file points at a design kept
 outside it (a path into a sibling `shared` folder, or the old design document's name), and
 none names a work item (the design is cited as `docs/architecture.md §N` instead)."""
 
@@ -42,6 +43,42 @@ def relative_links(text: str) -> list[str]:
     return [t for t in links(text) if not _SCHEME.match(t) and not t.startswith("#")]
 
 
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: its text lower-cased, punctuation dropped, blanks
+    made hyphens (links keep their text, code spans and emphasis their content)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors of a Markdown text's headings (outside fenced blocks); a heading whose
+    anchor is taken gets `-1`, `-2`, ... as on GitHub."""
+    seen: dict[str, int] = {}
+    found: set[str] = set()
+    for match in re.finditer(r"^#{1,6} +(.+?) *#* *$", _FENCE.sub("", text), re.MULTILINE):
+        base = slug(match.group(1))
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def unanchored(document: Path) -> list[str]:
+    """The links of `document` to a `#anchor` of a Markdown page (its own or another inside
+    the repository) that no heading of that page has."""
+    missing: list[str] = []
+    for target in links(document.read_text(encoding="utf-8")):
+        if _SCHEME.match(target) or "#" not in target:
+            continue
+        path_part, anchor = target.split("#", 1)
+        page = (document.parent / path_part).resolve() if path_part else document
+        if page.suffix != ".md" or not page.is_file():
+            continue
+        if anchor not in anchors(page.read_text(encoding="utf-8")):
+            missing.append(target)
+    return missing
+
+
 def unresolved(document: Path) -> list[str]:
     """The relative links of `document` that name no file or folder inside the repository."""
     missing: list[str] = []
@@ -75,6 +112,33 @@ def test_every_relative_link_resolves_inside_the_repository(document: Path) -> N
     missing = unresolved(document)
     assert not missing, f"{document.relative_to(ROOT)} links to what is not in the repository: " + (
         ", ".join(missing)
+    )
+
+
+def test_anchors_are_githubs() -> None:
+    text = (
+        "# The sandbox's host user\n"
+        "## MCP clients (Claude Code, Cursor, VS Code)\n"
+        "## The `declared` network\n"
+        "```sh\n# not a heading\n```\n"
+        "### Decisions\n"
+        "## Decisions\n"
+    )
+    assert anchors(text) == {
+        "the-sandboxs-host-user",
+        "mcp-clients-claude-code-cursor-vs-code",
+        "the-declared-network",
+        "decisions",
+        "decisions-1",
+    }
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_anchor_names_a_heading_of_its_page(document: Path) -> None:
+    missing = unanchored(document)
+    assert not missing, (
+        f"{document.relative_to(ROOT)} links to sections that are not there (moved to another "
+        "page, or renamed): " + ", ".join(missing)
     )
 
 

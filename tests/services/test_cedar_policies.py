@@ -259,9 +259,9 @@ async def test_a_policy_directory_created_later_is_picked_up(
     assert decision.rule == "cedar:no-secrets"
 
 
-def _readme_policies() -> str:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    block = readme[readme.index("// <state dir>/policies/workspace.cedar") :]
+def _documented_policies() -> str:
+    page = (Path(__file__).parents[2] / "docs" / "policies.md").read_text()
+    block = page[page.index("// <state dir>/policies/workspace.cedar") :]
     return block[: block.index("```")]
 
 
@@ -277,10 +277,10 @@ def _readme_policies() -> str:
         ("apply_patch", "write", "other", ("notes/a.md",), None),
     ],
 )
-def test_the_readmes_policies_hold_for_every_tool_of_a_group_and_every_path_of_a_call(
+def test_the_documented_policies_hold_for_every_tool_of_a_group_and_every_path_of_a_call(
     tool: str, effect: Effect, tenant: str, paths: tuple[str, ...], expected: str | None
 ) -> None:
-    compiled = compile_files({"workspace.cedar": _readme_policies()})
+    compiled = compile_files({"workspace.cedar": _documented_policies()})
     verdict = evaluate(
         compiled,
         PolicyRequest(

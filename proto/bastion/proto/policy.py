@@ -49,7 +49,7 @@ SKILL_SOURCE_PREFIX: Final = "skill "
 class PreApproval(Message, frozen=True, kw_only=True, tag="policy.preapproval"):
     """A rule that lets matching calls run without asking, and who granted it.
 
-    `rule` is written in the pre-approval grammar (README, "Pre-approvals"):
+    `rule` is written in the pre-approval grammar (docs/approvals.md, "Pre-approvals"):
     `Bash(git log:*)`, `Write(notes/*)`, `WebFetch(domain:docs.rs)`, a bare tool name, ...
     `source` says who granted it, in words shown to people: `skill <name>` for a skill's
     `allowed-tools` (the prefix `SKILL_SOURCE_PREFIX` is what marks it as a skill's, so
