@@ -30,6 +30,11 @@ __all__ = ["GIT_SUBCOMMANDS", "refusal", "words"]
 _GLOBS: Final = frozenset("*?[{")
 """Characters the shell expands, outside quotes, into words the rule never saw."""
 
+_EXPANSION: Final = "$"
+"""Parameter expansion (`$Z`, `$1`, `$@`, `$$`, `${…}`, `$(…)`): refused anywhere outside
+single quotes (double quotes expand it too), since `$Z--output=x` reaches the program as
+`--output=x` when `Z` is unset, past any look at the words that start with `-`."""
+
 RUNNERS: Final = frozenset(
     {
         ".",
@@ -110,7 +115,18 @@ _GIT_LONG: Final = (
     "--patch",
     "--patch-with-stat",
     "--patch-with-raw",
+    "--binary",
+    "--function-context",
+    "--inter-hunk-context",
     "--stat",
+    "--stat-width",
+    "--stat-name-width",
+    "--stat-graph-width",
+    "--stat-count",
+    "--raw",
+    "--name-only",
+    "--name-status",
+    "--full-index",
     "--numstat",
     "--shortstat",
     "--dirstat",
@@ -118,12 +134,16 @@ _GIT_LONG: Final = (
     "--compact-summary",
     "--summary",
     "--cc",
+    "--dd",
+    "--remerge-diff",
+    "--diff-merges",
     "--combined-all-paths",
     "--unified",
     "--word-diff",
     "--word-diff-regex",
     "--color-words",
     "--color-moved",
+    "--color-moved-ws",
     "--full-diff",
     "--check",
     "--pickaxe-all",
@@ -140,7 +160,9 @@ _GIT_LONG: Final = (
     "--line-porcelain",
     "--batch-command",
 )
-_GIT_SHORT: Final = frozenset("pucmSGLUOo")
+_GIT_SHORT: Final = frozenset("pucmSGLUOoWX")
+_GIT_LISTING: Final = {"ls-tree": frozenset({"--name-only", "--name-status"})}
+"""Options that make a diff elsewhere but only list names in the subcommand given."""
 _GIT_FORMATS: Final = frozenset(
     {"oneline", "short", "medium", "full", "fuller", "reference", "raw"}
 )
@@ -196,11 +218,14 @@ _AWK_WORDS: Final = ("system", "getline", "@load", "@include", "ENVIRON")
 
 def words(command: str) -> list[str] | None:
     """`command` split into words as the shell splits it, or None when the shell would
-    expand part of it (an unquoted glob or brace, a `~` starting a word or following `=`
-    or `:`, as in `--output=~/x`) or its quotes do not close."""
+    expand part of it (a `$` outside single quotes, an unquoted glob or brace, a `~`
+    starting a word or following `=` or `:`, as in `--output=~/x`) or its quotes do not
+    close."""
     quote = ""
     before = " "
     for char in command:
+        if char == _EXPANSION and quote != "'":
+            return None
         if quote:
             quote = "" if char == quote else quote
         elif char in "'\"":
@@ -250,9 +275,10 @@ def _git(args: Sequence[str]) -> str | None:
             f"(hooks, fsmonitor, diff drivers, aliases); only git "
             f"{', '.join(sorted(GIT_SUBCOMMANDS))} can be pre-approved"
         )
+    listing = _GIT_LISTING.get(rest[0], frozenset())
     for word in _options(rest[1:]):
         name = _long(word, _GIT_LONG)
-        if name is not None:
+        if name is not None and name not in listing:
             return f"git's {word!r} ({name}) writes a file or runs a configured program"
         value = word.split("=", 1)[1] if "=" in word else None
         if _long(word, _GIT_FORMAT_OPTIONS) and value is not None:
