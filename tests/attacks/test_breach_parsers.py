@@ -153,6 +153,26 @@ async def test_a_malformed_connect_head_is_refused_with_400(proxy: Proxy, extra:
     assert server.seen == []
 
 
+# Review (minor): a head in bare LF line endings was never answered; the reader waited
+# for CRLFCRLF until the client gave up.
+
+
+@pytest.mark.parametrize("connect", [False, True])
+async def test_a_bare_lf_request_head_is_refused_with_400_and_a_sentence(
+    proxy: Proxy, connect: bool
+) -> None:
+    async with web_server() as server:
+        url, auth = await proxy.auth(f"public.test:{server.port}")
+        target = f"public.test:{server.port}"
+        line = f"CONNECT {target}" if connect else f"GET http://{target}/"
+        answer = await ask_proxy(
+            url, f"{line} HTTP/1.1\nHost: {target}\nProxy-Authorization: {auth}\n\n"
+        )
+    assert answer.status == 400, answer.body
+    assert "CRLF" in answer.body.decode()
+    assert server.seen == []
+
+
 async def test_a_well_formed_plain_request_is_still_forwarded(proxy: Proxy) -> None:
     async with web_server() as server:
         url, auth = await proxy.auth(f"public.test:{server.port}")
