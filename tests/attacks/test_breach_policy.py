@@ -301,9 +301,12 @@ async def test_a_command_rule_never_covers_a_word_an_unset_variable_turns_into_a
         "git log --color-moved=zebra",
         "git log --color-moved-ws=no",
         "git log --full-index",
+        "git log --follow a.txt",
+        "git log -B",
+        "git log --an-option-git-adds-later",
     ],
 )
-def test_a_git_log_rule_never_covers_an_expansion_or_an_option_that_makes_a_diff(
+def test_a_git_log_rule_never_covers_an_expansion_or_an_option_not_known_to_make_no_diff(
     command: str,
 ) -> None:
     assert not covers(parse_rule("Bash(git log:*)"), "shell", command)
@@ -313,6 +316,7 @@ def test_a_git_log_rule_never_covers_an_expansion_or_an_option_that_makes_a_diff
     ("rule", "command"),
     [
         ("Bash(git log:*)", "git log --oneline --author=t -n 5 --first-parent --abbrev=8"),
+        ("Bash(git log:*)", "git log --graph --decorate=short --all --since=2.weeks -3 -- a"),
         ("Bash(git ls-tree:*)", "git ls-tree -r --name-only HEAD"),
         ("Bash(git log:*)", "git log --grep='$Z'"),
         ("Bash(awk:*)", "awk '{ print $1 }' a.txt"),

@@ -12,7 +12,9 @@ Git is covered only for its read-only history commands (`GIT_SUBCOMMANDS`), with
 option before the subcommand but `--no-pager`, and none that writes a file, makes a
 patch, stat or diff (diff drivers and textconv filters are configured programs), checks
 signatures (gpg is one too) or opens a pager; a long option is refused under any
-abbreviation git accepts (`--out=` for `--output`). Everything else git does — `status`
+abbreviation git accepts (`--out=` for `--output`). `git log` takes, on top, only the
+options of an allow-list (`_GIT_LOG_LONG`, `_GIT_LOG_SHORT`): those that choose, order
+and print commits. Everything else git does — `status`
 and `diff` (which run `core.fsmonitor`), `show`, commits, checkouts and fetches (hooks,
 filters, helpers), aliases — asks.
 """
@@ -161,6 +163,93 @@ _GIT_LONG: Final = (
     "--batch-command",
 )
 _GIT_SHORT: Final = frozenset("pucmSGLUOoWX")
+_GIT_LOG_LONG: Final = frozenset(
+    {
+        "--abbrev",
+        "--abbrev-commit",
+        "--after",
+        "--all",
+        "--all-match",
+        "--ancestry-path",
+        "--author",
+        "--author-date-order",
+        "--basic-regexp",
+        "--before",
+        "--boundary",
+        "--branches",
+        "--cherry",
+        "--cherry-mark",
+        "--cherry-pick",
+        "--children",
+        "--color",
+        "--committer",
+        "--date",
+        "--date-order",
+        "--decorate",
+        "--dense",
+        "--do-walk",
+        "--encoding",
+        "--exclude",
+        "--expand-tabs",
+        "--extended-regexp",
+        "--first-parent",
+        "--fixed-strings",
+        "--format",
+        "--full-history",
+        "--graph",
+        "--grep",
+        "--invert-grep",
+        "--left-only",
+        "--left-right",
+        "--log-size",
+        "--max-age",
+        "--max-count",
+        "--max-parents",
+        "--merges",
+        "--min-age",
+        "--min-parents",
+        "--no-abbrev",
+        "--no-abbrev-commit",
+        "--no-color",
+        "--no-decorate",
+        "--no-expand-tabs",
+        "--no-merges",
+        "--no-min-parents",
+        "--no-max-parents",
+        "--no-notes",
+        "--no-patch",
+        "--no-walk",
+        "--not",
+        "--null",
+        "--oneline",
+        "--parents",
+        "--perl-regexp",
+        "--pretty",
+        "--regexp-ignore-case",
+        "--relative-date",
+        "--remotes",
+        "--reverse",
+        "--right-only",
+        "--show-linear-break",
+        "--simplify-by-decoration",
+        "--simplify-merges",
+        "--since",
+        "--skip",
+        "--source",
+        "--sparse",
+        "--tags",
+        "--topo-order",
+        "--until",
+    }
+)
+"""`git log`'s options a rule may cover, named exactly (git would take an abbreviation of a
+longer, refused option): the ones that choose, order and print commits. Every option
+that diffs, writes, runs or pages (`--output`, `-p`, `--stat`, `--raw`, `--name-only`,
+`--binary`, `-W`, `--follow`…) is missing, so asks, and so is every option added to git
+later."""
+_GIT_LOG_SHORT: Final = frozenset("niEFPzs0123456789")
+"""`git log`'s short options a rule may cover: -n N, -<number>, -i, -E, -F, -P, -z, -s."""
+
 _GIT_LISTING: Final = {"ls-tree": frozenset({"--name-only", "--name-status"})}
 """Options that make a diff elsewhere but only list names in the subcommand given."""
 _GIT_FORMATS: Final = frozenset(
@@ -291,7 +380,24 @@ def _git(args: Sequence[str]) -> str | None:
         letters = _short_letters(word)
         if set(letters) & (_GIT_SHORT - ({"p"} if rest[0] == "cat-file" else set())):
             return f"git's {word!r} makes a patch or runs a configured program"
+        unknown = _git_log_unknown(word) if rest[0] == "log" else None
+        if unknown is not None:
+            return unknown
     return None
+
+
+def _git_log_unknown(word: str) -> str | None:
+    """Why `git log`'s `word` is not one of the options a rule may cover, or None."""
+    if word.startswith("--"):
+        known = word.split("=", 1)[0] in _GIT_LOG_LONG
+    else:
+        known = set(_short_letters(word)) <= _GIT_LOG_SHORT
+    if known:
+        return None
+    return (
+        f"git log's {word!r} is not among the options known to only choose and print "
+        "commits (it may make a diff, write a file or run a configured program)"
+    )
 
 
 def _find(args: Sequence[str]) -> str | None:
