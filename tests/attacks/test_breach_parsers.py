@@ -16,10 +16,11 @@ from anyio.abc import SocketStream
 from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
-from bastion.mcp.upstream import host_and_port
+from bastion.mcp.upstream import UpstreamHandlers, asks_for_secret, host_and_port, open_upstream
 from bastion.policy.preapproval import covers, parse_rule
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, FetchedPage, GrantRequest
+from bastion.proto.mcp import ElicitAnswer, ElicitQuestion
 from bastion.proto.sandbox import (
     EditFile,
     FileRequest,
@@ -39,6 +40,7 @@ from tests.attacks.conftest import Host
 from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
 from tests.conftest import ServiceRunner
 from tests.loopback import serving_on_loopback
+from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
 
 SESSION = "0123456789abcdef"
 RESOLVER = FixedResolver(
@@ -148,6 +150,26 @@ async def test_a_malformed_connect_head_is_refused_with_400(proxy: Proxy, extra:
             f"Proxy-Authorization: {auth}\r\n{extra}\r\n",
         )
     assert answer.status == 400, answer.body
+    assert server.seen == []
+
+
+# Review (minor): a head in bare LF line endings was never answered; the reader waited
+# for CRLFCRLF until the client gave up.
+
+
+@pytest.mark.parametrize("connect", [False, True])
+async def test_a_bare_lf_request_head_is_refused_with_400_and_a_sentence(
+    proxy: Proxy, connect: bool
+) -> None:
+    async with web_server() as server:
+        url, auth = await proxy.auth(f"public.test:{server.port}")
+        target = f"public.test:{server.port}"
+        line = f"CONNECT {target}" if connect else f"GET http://{target}/"
+        answer = await ask_proxy(
+            url, f"{line} HTTP/1.1\nHost: {target}\nProxy-Authorization: {auth}\n\n"
+        )
+    assert answer.status == 400, answer.body
+    assert "CRLF" in answer.body.decode()
     assert server.seen == []
 
 
@@ -383,3 +405,72 @@ async def test_a_page_keeps_its_pre_blocks_and_tables(proxy: Proxy) -> None:
     assert "## Code" in page.text
     assert "```\ndef f():\n    return 1\n```" in page.text
     assert "| a | b |\n| --- | --- |\n| 1 | 2 |" in page.text
+
+
+# Review F7: a form asking for a secret in its message, or under a field name the word
+# list missed, was relayed.
+
+SECRET_FORMS = [
+    ("Enter your GitHub password below", "answer", {"type": "string"}),
+    ("Sign in", "passwords", {"type": "string"}),
+    ("Sign in", "access_code", {"type": "string"}),
+    ("Anmelden", "kennwort", {"type": "string"}),
+    ("Iniciar sesión", "contraseña", {"type": "string"}),
+    ("Connexion", "value", {"type": "string", "title": "Mot de passe"}),
+    ("Deploy", "privkey", {"type": "string"}),
+    ("Deploy", "sshKey", {"type": "string"}),
+    ("Deploy", "APIKey", {"type": "string"}),
+    ("Deploy", "api-key", {"type": "string"}),
+    ("Sign in", "mfa", {"type": "string", "description": "The 6-digit code from your app"}),
+    ("Sign in", "code", {"type": "string", "description": "Your one-time code"}),
+    ("Sign in", "otpCode", {"type": "string"}),
+    ("Enter the 2FA code we sent you", "value", {"type": "string"}),
+    ("Sign in", "verificationCode", {"type": "string"}),
+    ("Sign in", "pin", {"type": "string"}),
+    ("Wallet", "words", {"type": "string", "title": "Seed phrase"}),
+    ("Account", "value", {"type": "string", "title": "Recovery codes"}),
+    ("Cloud", "clientSecret", {"type": "string"}),
+    ("Cloud", "credentials", {"type": "string"}),
+    ("Paste your access token to continue", "value", {"type": "string"}),
+]
+
+
+@pytest.mark.parametrize(("message", "name", "field"), SECRET_FORMS)
+def test_a_form_asking_for_a_secret_anywhere_is_recognised(
+    message: str, name: str, field: dict[str, str]
+) -> None:
+    assert asks_for_secret({"type": "object", "properties": {name: field}}, message)
+
+
+ORDINARY_FORMS = [
+    ("What should I call you?", "name", {"type": "string", "title": "Your name"}),
+    ("Choose a colour", "colour", {"type": "string", "enum": ["red", "teal"]}),
+    ("Confirm that I may delete build/", "confirm", {"type": "boolean"}),
+    ("How many pineapples?", "count", {"type": "integer"}),
+    ("Pick a keyword to search for", "keyword", {"type": "string"}),
+    ("Where should the file go?", "path", {"type": "string", "description": "A path"}),
+]
+
+
+@pytest.mark.parametrize(("message", "name", "field"), ORDINARY_FORMS)
+def test_an_ordinary_form_is_still_relayed(message: str, name: str, field: dict[str, str]) -> None:
+    assert not asks_for_secret({"type": "object", "properties": {name: field}}, message)
+
+
+async def test_a_form_asking_for_a_password_in_its_message_is_declined_unasked(
+    tmp_path: Path,
+) -> None:
+    asked: list[ElicitQuestion] = []
+
+    async def elicit(question: ElicitQuestion) -> ElicitAnswer:
+        asked.append(question)
+        return ElicitAnswer(action="accept", content={"answer": "hunter2"})
+
+    handlers = UpstreamHandlers(elicit=elicit, session_id=SESSION)
+    spec = stdio_spec(SERVERS / "misbehaving.py", tmp_path)
+    async with open_upstream(
+        spec, server="bad", values={}, handlers=handlers, prefer_protocol="2025-11-25"
+    ) as bad:
+        result = await bad.call_tool("ask_in_message", {}, timeout_s=10)
+    assert [part.text for part in result.content if part.type == "text"] == ["message: decline"]
+    assert asked == []

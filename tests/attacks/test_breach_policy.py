@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tarfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.policy.preapproval import covers, parse_rule
 from bastion.policy.service import PolicySettings, policy_service
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import CallResult, ToolOutput
@@ -225,6 +227,103 @@ async def test_a_prefix_rule_never_covers_what_runs_another_program_or_writes_el
     assert asked(attack), attack
     assert not (workspace / PWNED).exists()
     assert (workspace / "a.txt").read_text() == before
+
+
+# Review F1: a word starting with an unset variable (`$Z--output=x`) reached the program as
+# an option, past the table's look at the words that start with `-`.
+
+EXPANDED = "Bash(git log:*) Bash(tar -tf:*) Bash(find:*)"
+
+
+def tar_file(workspace: Path) -> None:
+    with tarfile.open(workspace / "a.tar", "w") as archive:
+        archive.add(workspace / "a.txt", arcname="a.txt")
+    owned(workspace)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "tar -tf a.tar $Z--checkpoint=1 $Z'--checkpoint-action=exec=touch /workspace/pwned'",
+        "git log $Z--output=/workspace/pwned",
+        "find . -name a.txt $Z-delete",
+    ],
+)
+async def test_a_command_rule_never_covers_a_word_an_unset_variable_turns_into_an_option(
+    client: Client, plane: Plane, workspace: Path, skills_dir: Path, command: str
+) -> None:
+    git_repo(workspace)
+    tar_file(workspace)
+    skill(skills_dir, "tools", EXPANDED)
+    async with plane():
+        session = await open_session(
+            client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
+        )
+        sid = session.session_id
+        await call(client, sid, "skill_read", name="tools")
+        listed = await call(client, sid, "shell", command="tar -tf a.tar")
+        attack = await call(client, sid, "shell", command=command)
+    assert isinstance(listed, ToolOutput) and "a.txt" in listed.text  # the rules are in force
+    assert asked(attack), attack
+    assert not (workspace / PWNED).exists()
+    assert (workspace / "a.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git log $1--output=x",
+        "git log $@",
+        "git log $$",
+        'git log "$Z"--output=x',
+        'git log "--grep=$Z"',
+        "git log $'--output=x'",
+        "git log --binary",
+        "git log -W",
+        "git log --function-context",
+        "git log --inter-hunk-context=3",
+        "git log --stat-width=10",
+        "git log --stat-count=1",
+        "git log -X",
+        "git log --remerge-diff",
+        "git log --dd",
+        "git log --cc",
+        "git log --diff-merges=on",
+        "git log --raw",
+        "git log --numstat",
+        "git log --shortstat",
+        "git log --dirstat=files",
+        "git log --summary",
+        "git log --name-only",
+        "git log --name-status",
+        "git log --check",
+        "git log --word-diff=plain",
+        "git log --color-moved=zebra",
+        "git log --color-moved-ws=no",
+        "git log --full-index",
+        "git log --follow a.txt",
+        "git log -B",
+        "git log --an-option-git-adds-later",
+    ],
+)
+def test_a_git_log_rule_never_covers_an_expansion_or_an_option_not_known_to_make_no_diff(
+    command: str,
+) -> None:
+    assert not covers(parse_rule("Bash(git log:*)"), "shell", command)
+
+
+@pytest.mark.parametrize(
+    ("rule", "command"),
+    [
+        ("Bash(git log:*)", "git log --oneline --author=t -n 5 --first-parent --abbrev=8"),
+        ("Bash(git log:*)", "git log --graph --decorate=short --all --since=2.weeks -3 -- a"),
+        ("Bash(git ls-tree:*)", "git ls-tree -r --name-only HEAD"),
+        ("Bash(git log:*)", "git log --grep='$Z'"),
+        ("Bash(awk:*)", "awk '{ print $1 }' a.txt"),
+    ],
+)
+def test_a_rule_still_covers_git_options_that_make_no_diff(rule: str, command: str) -> None:
+    assert covers(parse_rule(rule), "shell", command)
 
 
 # Finding 8: "always" for one skill's script covered another skill's script of that name.

@@ -7,6 +7,7 @@ proxy the CONNECT names the checked address, not the host, so it cannot resolve 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from bastion.shared.netclass import IPAddress, IPNetwork, classify
 __all__ = ["Dialer", "connect_head", "read_head", "upstream_accepted"]
 
 MAX_HEAD = 16 * 1024
+_BLANK_LINE = re.compile(rb"\r?\n\r?\n")
 
 
 def connect_head(address: IPAddress, port: int) -> bytes:
@@ -38,14 +40,24 @@ def upstream_accepted(head: bytes) -> bool:
 async def read_head(stream: SocketStream, buffer: bytearray) -> bytes:
     """Bytes up to and including the blank line ending an HTTP head; the rest stays in `buffer`.
 
+    The head ends at its first blank line in either style, CRLF or bare LF, so that a head
+    in bare LF is refused at once rather than waited on.
+
     Raises:
-        Refused: the head is longer than 16 KiB or the peer closed first.
+        Refused: the head is longer than 16 KiB, its blank line is not CRLF CRLF, or the
+            peer closed first.
     """
     while True:
-        end = buffer.find(b"\r\n\r\n")
-        if end >= 0:
-            head = bytes(buffer[: end + 4])
-            del buffer[: end + 4]
+        blank = _BLANK_LINE.search(buffer)
+        if blank is not None:
+            if blank.group() != b"\r\n\r\n":
+                raise Refused(
+                    "request",
+                    "its head ends in bare LF line endings: end every line of the head with "
+                    "CRLF (\\r\\n), as HTTP/1.1 requires",
+                )
+            head = bytes(buffer[: blank.end()])
+            del buffer[: blank.end()]
             return head
         if len(buffer) > MAX_HEAD:
             raise Refused("request", "its head is longer than 16 KiB")

@@ -12,7 +12,9 @@ Git is covered only for its read-only history commands (`GIT_SUBCOMMANDS`), with
 option before the subcommand but `--no-pager`, and none that writes a file, makes a
 patch, stat or diff (diff drivers and textconv filters are configured programs), checks
 signatures (gpg is one too) or opens a pager; a long option is refused under any
-abbreviation git accepts (`--out=` for `--output`). Everything else git does — `status`
+abbreviation git accepts (`--out=` for `--output`). `git log` takes, on top, only the
+options of an allow-list (`_GIT_LOG_LONG`, `_GIT_LOG_SHORT`): those that choose, order
+and print commits. Everything else git does — `status`
 and `diff` (which run `core.fsmonitor`), `show`, commits, checkouts and fetches (hooks,
 filters, helpers), aliases — asks.
 """
@@ -29,6 +31,11 @@ __all__ = ["GIT_SUBCOMMANDS", "refusal", "words"]
 
 _GLOBS: Final = frozenset("*?[{")
 """Characters the shell expands, outside quotes, into words the rule never saw."""
+
+_EXPANSION: Final = "$"
+"""Parameter expansion (`$Z`, `$1`, `$@`, `$$`, `${…}`, `$(…)`): refused anywhere outside
+single quotes (double quotes expand it too), since `$Z--output=x` reaches the program as
+`--output=x` when `Z` is unset, past any look at the words that start with `-`."""
 
 RUNNERS: Final = frozenset(
     {
@@ -110,7 +117,18 @@ _GIT_LONG: Final = (
     "--patch",
     "--patch-with-stat",
     "--patch-with-raw",
+    "--binary",
+    "--function-context",
+    "--inter-hunk-context",
     "--stat",
+    "--stat-width",
+    "--stat-name-width",
+    "--stat-graph-width",
+    "--stat-count",
+    "--raw",
+    "--name-only",
+    "--name-status",
+    "--full-index",
     "--numstat",
     "--shortstat",
     "--dirstat",
@@ -118,12 +136,16 @@ _GIT_LONG: Final = (
     "--compact-summary",
     "--summary",
     "--cc",
+    "--dd",
+    "--remerge-diff",
+    "--diff-merges",
     "--combined-all-paths",
     "--unified",
     "--word-diff",
     "--word-diff-regex",
     "--color-words",
     "--color-moved",
+    "--color-moved-ws",
     "--full-diff",
     "--check",
     "--pickaxe-all",
@@ -140,7 +162,96 @@ _GIT_LONG: Final = (
     "--line-porcelain",
     "--batch-command",
 )
-_GIT_SHORT: Final = frozenset("pucmSGLUOo")
+_GIT_SHORT: Final = frozenset("pucmSGLUOoWX")
+_GIT_LOG_LONG: Final = frozenset(
+    {
+        "--abbrev",
+        "--abbrev-commit",
+        "--after",
+        "--all",
+        "--all-match",
+        "--ancestry-path",
+        "--author",
+        "--author-date-order",
+        "--basic-regexp",
+        "--before",
+        "--boundary",
+        "--branches",
+        "--cherry",
+        "--cherry-mark",
+        "--cherry-pick",
+        "--children",
+        "--color",
+        "--committer",
+        "--date",
+        "--date-order",
+        "--decorate",
+        "--dense",
+        "--do-walk",
+        "--encoding",
+        "--exclude",
+        "--expand-tabs",
+        "--extended-regexp",
+        "--first-parent",
+        "--fixed-strings",
+        "--format",
+        "--full-history",
+        "--graph",
+        "--grep",
+        "--invert-grep",
+        "--left-only",
+        "--left-right",
+        "--log-size",
+        "--max-age",
+        "--max-count",
+        "--max-parents",
+        "--merges",
+        "--min-age",
+        "--min-parents",
+        "--no-abbrev",
+        "--no-abbrev-commit",
+        "--no-color",
+        "--no-decorate",
+        "--no-expand-tabs",
+        "--no-merges",
+        "--no-min-parents",
+        "--no-max-parents",
+        "--no-notes",
+        "--no-patch",
+        "--no-walk",
+        "--not",
+        "--null",
+        "--oneline",
+        "--parents",
+        "--perl-regexp",
+        "--pretty",
+        "--regexp-ignore-case",
+        "--relative-date",
+        "--remotes",
+        "--reverse",
+        "--right-only",
+        "--show-linear-break",
+        "--simplify-by-decoration",
+        "--simplify-merges",
+        "--since",
+        "--skip",
+        "--source",
+        "--sparse",
+        "--tags",
+        "--topo-order",
+        "--until",
+    }
+)
+"""`git log`'s options a rule may cover, named exactly (git would take an abbreviation of a
+longer, refused option): the ones that choose, order and print commits. Every option
+that diffs, writes, runs or pages (`--output`, `-p`, `--stat`, `--raw`, `--name-only`,
+`--binary`, `-W`, `--follow`…) is missing, so asks, and so is every option added to git
+later."""
+_GIT_LOG_SHORT: Final = frozenset("niEFPzs0123456789")
+"""`git log`'s short options a rule may cover: -n N, -<number>, -i, -E, -F, -P, -z, -s."""
+
+_GIT_LISTING: Final = {"ls-tree": frozenset({"--name-only", "--name-status"})}
+"""Options that make a diff elsewhere but only list names in the subcommand given."""
 _GIT_FORMATS: Final = frozenset(
     {"oneline", "short", "medium", "full", "fuller", "reference", "raw"}
 )
@@ -196,11 +307,14 @@ _AWK_WORDS: Final = ("system", "getline", "@load", "@include", "ENVIRON")
 
 def words(command: str) -> list[str] | None:
     """`command` split into words as the shell splits it, or None when the shell would
-    expand part of it (an unquoted glob or brace, a `~` starting a word or following `=`
-    or `:`, as in `--output=~/x`) or its quotes do not close."""
+    expand part of it (a `$` outside single quotes, an unquoted glob or brace, a `~`
+    starting a word or following `=` or `:`, as in `--output=~/x`) or its quotes do not
+    close."""
     quote = ""
     before = " "
     for char in command:
+        if char == _EXPANSION and quote != "'":
+            return None
         if quote:
             quote = "" if char == quote else quote
         elif char in "'\"":
@@ -250,9 +364,10 @@ def _git(args: Sequence[str]) -> str | None:
             f"(hooks, fsmonitor, diff drivers, aliases); only git "
             f"{', '.join(sorted(GIT_SUBCOMMANDS))} can be pre-approved"
         )
+    listing = _GIT_LISTING.get(rest[0], frozenset())
     for word in _options(rest[1:]):
         name = _long(word, _GIT_LONG)
-        if name is not None:
+        if name is not None and name not in listing:
             return f"git's {word!r} ({name}) writes a file or runs a configured program"
         value = word.split("=", 1)[1] if "=" in word else None
         if _long(word, _GIT_FORMAT_OPTIONS) and value is not None:
@@ -265,7 +380,24 @@ def _git(args: Sequence[str]) -> str | None:
         letters = _short_letters(word)
         if set(letters) & (_GIT_SHORT - ({"p"} if rest[0] == "cat-file" else set())):
             return f"git's {word!r} makes a patch or runs a configured program"
+        unknown = _git_log_unknown(word) if rest[0] == "log" else None
+        if unknown is not None:
+            return unknown
     return None
+
+
+def _git_log_unknown(word: str) -> str | None:
+    """Why `git log`'s `word` is not one of the options a rule may cover, or None."""
+    if word.startswith("--"):
+        known = word.split("=", 1)[0] in _GIT_LOG_LONG
+    else:
+        known = set(_short_letters(word)) <= _GIT_LOG_SHORT
+    if known:
+        return None
+    return (
+        f"git log's {word!r} is not among the options known to only choose and print "
+        "commits (it may make a diff, write a file or run a configured program)"
+    )
 
 
 def _find(args: Sequence[str]) -> str | None:

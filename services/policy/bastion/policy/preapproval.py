@@ -10,8 +10,9 @@ runtimes' names are accepted for the same tools (`Bash`, `Write`, `Edit`, `Read`
 
 A command rule matches words, not characters: the rule and the command are split as the
 shell splits them, and the command's first words must be the rule's. A command that the
-shell would expand (an unquoted glob), or that `commandtable` marks (an option that writes
-a file or runs a program, a program that runs its arguments), is never covered.
+shell would expand (a `$` outside single quotes, an unquoted glob), or that
+`commandtable` marks (an option that writes a file or runs a program, a program that runs
+its arguments), is never covered.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def _command_rule(text: str, tools: frozenset[str], argument: str) -> Rule:
     if not split:
         raise InvalidPreApproval(
             f"the pre-approval {text!r} holds an unclosed quote or a character the shell "
-            "expands (* ? [ { or a leading ~): name one plain command, as in Bash(git log:*)"
+            "expands ($ outside single quotes, * ? [ { or a leading ~): name one plain "
+            "command, as in Bash(git log:*)"
         )
     return Rule(text, tools, kind, prefix, words=tuple(split))
 
@@ -204,8 +206,10 @@ def command_refusal(command: str, named: int | None = None) -> str | None:
         return f"it holds {sequence!r}, so it could run more than one program"
     split = words(command)
     if split is None:
-        return "the shell would expand part of it (* ? [ { or a leading ~ outside quotes), or a "
-        "quote is left open"
+        return (
+            "the shell would expand part of it ($ outside single quotes, or * ? [ { or a "
+            "leading ~ outside quotes), or a quote is left open"
+        )
     return refusal(split, len(split) if named is None else named)
 
 

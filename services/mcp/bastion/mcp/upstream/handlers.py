@@ -71,7 +71,7 @@ class Asking:
             )
         schema = params.requested_schema
         schema_json = json.dumps(schema, ensure_ascii=False)
-        if asks_for_secret(schema) or len(schema_json.encode()) > MAX_SCHEMA_JSON:
+        if asks_for_secret(schema, params.message) or len(schema_json.encode()) > MAX_SCHEMA_JSON:
             return None
         return ElicitQuestion(
             session_id=self._handlers.session_id,
