@@ -27,7 +27,7 @@ from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.shared.bus import connect, request
 from bastion.shared.settings import BusSettings
-from bench.common import bastion_up, call, percentile, raw_bwrap_argv
+from bench.common import bastion_up, call, percentile, raw_bwrap_argv, sandbox_workspace
 
 
 async def timed(calls: int, one: Callable[[], Awaitable[None]]) -> list[float]:
@@ -99,8 +99,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200, help="timed calls per measure")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        workspace = Path(tmp) / "work"
-        workspace.mkdir()
+        workspace = sandbox_workspace(Path(tmp) / "work")
         with bastion_up(Path(tmp) / "state") as bus:
             print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {bus.nats_url}")
             report(anyio.run(measure, bus, workspace, args.calls))

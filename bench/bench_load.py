@@ -32,7 +32,7 @@ from bastion.shared.errors import BastionError
 from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import read_run_record
-from bench.common import bastion_up, percentile
+from bench.common import bastion_up, percentile, sandbox_workspace
 
 TOOLS = ("read_file", "write_file", "shell")
 
@@ -73,6 +73,7 @@ def workspaces(root: Path, count: int, prefix: str) -> list[Path]:
     for workspace in made:
         workspace.mkdir()
         (workspace / "seed.txt").write_text("seed\n")
+        sandbox_workspace(workspace)
     return made
 
 

@@ -13,8 +13,10 @@ Usage: python -m bench.bench_mcp [--calls N]   (from the repository root)
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -31,13 +33,40 @@ from bench.common import bastion_up, call
 SERVER = Path(__file__).with_name("noop_server.py")
 
 
+_WITH_PACKAGES = (
+    "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def _passable(path: Path) -> bool:
+    return all(each.stat().st_mode & 0o001 for each in (path, *path.parents))
+
+
+def server_command() -> tuple[list[str], list[str]]:
+    """How the server runs in bwrap, and the directories to show it read-only.
+
+    As root a bwrap-sandboxed server runs as nobody (it has no `--dir`), who cannot reach
+    a Python under root's home: the system's Python runs it with this venv's packages (the
+    same minor version). Where nobody can reach even those, the server runs unsandboxed
+    (`--unsandboxed`), and the report says so."""
+    if os.geteuid() != 0:
+        shown = [sys.prefix, sys.base_prefix, str(SERVER.parent)]
+        return [sys.executable, str(SERVER)], [f"--sandbox-read={d}" for d in shown]
+    packages = sysconfig.get_paths()["purelib"]
+    if not (_passable(Path(packages)) and _passable(SERVER.parent)):
+        print("(the server runs unsandboxed: nobody can reach this venv's packages here)")
+        return [sys.executable, str(SERVER)], ["--unsandboxed"]
+    command = ["/usr/bin/python3", "-I", "-c", _WITH_PACKAGES, packages, str(SERVER)]
+    return command, [f"--sandbox-read={packages}", f"--sandbox-read={SERVER.parent}"]
+
+
 def add_server(state_dir: Path) -> None:
-    """`bastion mcp add`, as an operator runs it: the server in bwrap, its venv shown."""
+    """`bastion mcp add`, as an operator runs it: the server in bwrap, its packages shown."""
+    command, options = server_command()
     subprocess.run(
         [sys.executable, "-m", "bastion.cli", "mcp", "add", "noop", "--state-dir",
-         str(state_dir), "--sandbox-read", sys.prefix, "--sandbox-read", sys.base_prefix,
-         "--sandbox-read", str(SERVER.parent),
-         "--", sys.executable, str(SERVER)],
+         str(state_dir), *options, "--", *command],
         check=True,
         stdout=subprocess.DEVNULL,
     )  # fmt: skip

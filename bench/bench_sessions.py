@@ -26,7 +26,7 @@ from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.settings import BusSettings
-from bench.common import bastion_up, call, percentile, raw_bwrap_argv
+from bench.common import bastion_up, call, percentile, raw_bwrap_argv, sandbox_workspace
 
 
 async def batch(
@@ -53,7 +53,7 @@ async def measure(
 ) -> tuple[tuple[list[float], float], tuple[list[float], float]]:
     workspaces = [root / f"work{n}" for n in range(sessions)]
     for workspace in workspaces:
-        workspace.mkdir()
+        sandbox_workspace(workspace)
     limiter = anyio.CapacityLimiter(sessions)
 
     async def raw(index: int) -> None:

@@ -30,7 +30,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from bastion.shared.natsserver import free_port
-from bench.common import bastion_up, percentile
+from bench.common import bastion_up, percentile, sandbox_workspace
 from tests.otlp import ReceivedSpan, otlp_receiver
 
 DOOR = "tools/call shell"
@@ -118,8 +118,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, otlp_receiver() as receiver:
-        state_dir, workspace = Path(tmp) / "state", Path(tmp) / "work"
-        workspace.mkdir()
+        state_dir, workspace = Path(tmp) / "state", sandbox_workspace(Path(tmp) / "work")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("BASTION_", "OTEL_"))}
         env |= {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
         port = free_port()

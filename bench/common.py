@@ -16,7 +16,11 @@ from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import find_bus_settings
 
-__all__ = ["bastion_up", "call", "percentile", "raw_bwrap_argv"]
+__all__ = ["bastion_up", "call", "percentile", "raw_bwrap_argv", "sandbox_workspace"]
+
+BENCH_UID = 1000
+"""The unprivileged host user a root run gives its workspaces to: a root service runs each
+sandbox as its workspace's owner, never as root, and refuses a root-owned workspace."""
 
 
 @contextmanager
@@ -47,9 +51,30 @@ def bastion_up(
         up.communicate(timeout=60)
 
 
+def sandbox_workspace(path: Path) -> Path:
+    """`path` made a workspace a root `bastion up` runs sandboxes in: as root, given to
+    `BENCH_UID`, and the directories above it that let nobody through (a temporary
+    directory is 0700) made passable (not readable)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        for each in (path, *path.rglob("*")):
+            os.lchown(each, BENCH_UID, BENCH_UID)
+        for parent in path.parents:
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                parent.chmod((mode & 0o7777) | 0o001)
+    return path
+
+
 def raw_bwrap_argv(workspace: Path) -> list[str]:
-    """A cold bubblewrap sandbox like the plane's, without Bastion in front of it."""
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "10001", "--gid", "10001"]
+    """A cold bubblewrap sandbox like the plane's, without Bastion in front of it: as root,
+    started as the workspace's unprivileged owner (`setpriv`), as the plane starts it."""
+    argv = []
+    if os.geteuid() == 0:
+        owner = workspace.stat()
+        argv += ["setpriv", f"--reuid={owner.st_uid}", f"--regid={owner.st_gid}"]
+        argv += ["--clear-groups", "--"]
+    argv += ["bwrap", "--unshare-all", "--unshare-user", "--uid", "10001", "--gid", "10001"]
     argv += ["--die-with-parent", "--new-session", "--clearenv", "--ro-bind", "/usr", "/usr"]
     for directory in ("/bin", "/sbin", "/lib", "/lib64"):
         if os.path.islink(directory):
