@@ -200,11 +200,13 @@ async def test_swapping_dot_git_while_sandboxes_start_never_shows_a_host_file(
     assert len(ran) + len(refused) > 10
     for result in seen:
         assert "state secret" not in result.stdout + result.stderr
-        assert "sessions.key" not in result.stdout + result.stderr
         if result.stderr.startswith("bwrap:"):
             # bwrap checks that what it mounted is the descriptor's file: a mount point
-            # moved by the swap stops the sandbox before the command runs
+            # moved by the swap stops the sandbox before the command runs (its sentence may
+            # name where the look-alike's link points: the agent's own link, not a content)
             assert result.stdout == ""
+        else:
+            assert "sessions.key" not in result.stdout + result.stderr
     assert ran, "no sandbox started at all"
     assert any(stdout.startswith(config) for stdout in ran)  # the repository's own
     hooks = {path.name for path in (workspace / ".git/hooks").iterdir()}
@@ -383,6 +385,34 @@ async def test_a_link_a_command_makes_where_git_reads_text_is_moved_aside(
         30,
     )
     assert CANARY.strip() not in ran.stdout + ran.stderr
+
+
+async def test_an_alternates_file_a_command_writes_is_moved_aside(
+    client: Client, sandbox: None, host: Host, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A regular `objects/info/alternates` naming another repository's object store let a
+    hook's git show a commit no sandbox could see (its hash set in a ref by the agent)."""
+    other = tmp_path_factory.mktemp("other-repo")  # beside the host the test checks
+    _repo(other)
+    _git(other, "commit", "-q", "--allow-empty", "-m", "only in the other repository")
+    foreign = _git(other, "rev-parse", "HEAD").stdout.strip()
+    _repo(host.workspace)
+    result = await shell(
+        client,
+        host.workspace,
+        f"printf '%s\\n' {other}/.git/objects > .git/objects/info/alternates; "
+        f"echo {foreign} > .git/refs/heads/foreign; echo done",
+    )
+    assert result.stdout == "done\n"
+    assert "the command made .git/objects/info/alternates" in result.stderr
+    assert not (host.workspace / ".git/objects/info/alternates").exists()
+    ran = await run_command(
+        ["git", "-c", "safe.directory=*", "log", "--oneline", "-1", "foreign"],
+        {"event": "after-tool", "session": SESSION},
+        str(host.workspace),
+        30,
+    )
+    assert "only in the other repository" not in ran.stdout + ran.stderr
 
 
 async def test_a_link_already_in_the_repository_is_left_as_it_was(

@@ -226,7 +226,9 @@ async def test_nothing_the_agent_left_in_the_workspace_runs_beside_a_skills_secr
 ) -> None:
     """HOME is the workspace for commands, so Python loaded a `.pth` the agent wrote under
     `.local/lib/.../site-packages` into a skill's script, next to its leased secret. A
-    skill's script has its own empty HOME (`/tmp`) and no user site-packages."""
+    skill's script has its own empty HOME (`/tmp`), no user site-packages and no working
+    directory first on Python's path (`python3 -m json.tool` imported a `json/` the agent
+    wrote)."""
     site = workspace / ".local/lib/python3.11/site-packages"
     site.mkdir(parents=True)
     (site / "zz.pth").write_text("import os; open('/workspace/pth-ran', 'w').write('ran')\n")
@@ -236,12 +238,21 @@ async def test_nothing_the_agent_left_in_the_workspace_runs_beside_a_skills_secr
         'import os, site; print("home", os.environ["HOME"], "user-site", site.ENABLE_USER_SITE)\n'
     )
     (skills_dir / "plain" / "scripts" / "probe.py").write_text(probe)
+    (workspace / "json").mkdir()
+    (workspace / "json" / "__init__.py").write_text("open('/workspace/json-ran', 'w')\n")
+    owned(workspace)
+    (skills_dir / "plain" / "scripts" / "fmt.sh").write_text(
+        "#!/bin/sh\necho '{}' | python3 -m json.tool\n"
+    )
     async with plane():
         sid = await _session(client, workspace, skills_dir)
         ran = await call(client, sid, "skill_run", name="plain", script="scripts/probe.py")
         assert isinstance(ran, ToolOutput) and ran.text.startswith("exit status 0"), ran
         assert "home /tmp user-site False" in ran.text
         assert not (workspace / "pth-ran").exists()
+        formatted = await call(client, sid, "skill_run", name="plain", script="scripts/fmt.sh")
+        assert isinstance(formatted, ToolOutput) and "{}" in formatted.text, formatted
+        assert not (workspace / "json-ran").exists()  # `-m` imports no module of the workspace
         # A command is the agent's own code anyway: it keeps the workspace as HOME.
         shell = await call(
             client, sid, "shell", command="python3 -c \"import os; print(os.environ['HOME'])\""

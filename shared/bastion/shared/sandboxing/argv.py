@@ -60,11 +60,13 @@ ENVIRONMENT: Final = (
 SKILL_ENVIRONMENT: Final = (
     *((name, "/tmp" if name == "HOME" else value) for name, value in ENVIRONMENT),
     ("PYTHONNOUSERSITE", "1"),
+    ("PYTHONSAFEPATH", "1"),
 )
-"""A skill's script's environment: its HOME is its own empty `/tmp`, not the workspace, and
-Python reads no user site-packages, so nothing an agent wrote in the workspace (a `.pth`
-under `.local/lib`, a `.curlrc`, a `.gitconfig`) runs or takes effect beside the secrets the
-script is leased."""
+"""A skill's script's environment: its HOME is its own empty `/tmp`, not the workspace,
+Python reads no user site-packages and puts no working directory first on its import path
+(`python3 -m json.tool` in a script would import a `json/` the agent wrote in the
+workspace), so nothing an agent wrote (a `.pth` under `.local/lib`, a module, a `.curlrc`,
+a `.gitconfig`) runs or takes effect beside the secrets the script is leased."""
 
 
 def shell_argv(command: str) -> list[str]:

@@ -182,6 +182,8 @@ class GitGuard:
     """The repository's `.git`, when the workspace is one: its links are swept too."""
     _links: frozenset[str] = frozenset()
     """The symbolic links in the parts of `.git` git reads as text, before the command."""
+    _pointers: dict[str, tuple[int, int, int, int] | None] = field(default_factory=dict)
+    """Each of `POINTER_FILES` as it was before the command (None: missing)."""
 
     def options(self, inside: str) -> list[str]:
         """bwrap's options binding each entry by its descriptor, under `inside`."""
@@ -297,6 +299,7 @@ class GitGuard:
             self._entries(fd)
             self._git = fd
             self._links = _links_in(fd)
+            self._pointers = {name: _file_state(fd, name) for name in POINTER_FILES}
 
     def sweep(self) -> list[str]:
         """Move aside each watched entry the command made, and each symbolic link it made
@@ -305,6 +308,10 @@ class GitGuard:
         if self._git is not None:
             for link in sorted(_links_in(self._git) - self._links):
                 said += _link_aside(self._git, link)
+            for name, before in self._pointers.items():
+                after = _file_state(self._git, name)
+                if after is not None and after != before:
+                    said += _link_aside(self._git, name)
         for entry in self.watched:
             *dirs, name = entry.name.split("/")
             if not dirs:
@@ -348,6 +355,31 @@ link there would make git on the host (root's, for one) read the file it names a
 in an error (`alternates -> /etc/shadow`), so one a command makes is moved aside."""
 _MAX_LINK_ENTRIES: Final = 50_000
 _DIR_OPEN: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+POINTER_FILES: Final = ("objects/info/alternates", "objects/info/http-alternates")
+"""Files naming other object stores: one a command makes or changes would point git on the
+host (a hook's, a person's) at any store its user can read — another repository's history,
+which no sandbox shows — so it is moved aside after the command (a changed one too: put a
+repository's own back by hand)."""
+
+
+def _file_state(git: int, path: str) -> tuple[int, int, int, int] | None:
+    """`path` (relative to `.git`, reached without following a link) as device, inode,
+    size and change time; None when it is missing."""
+    *dirs, name = path.split("/")
+    fd = os.open(".", _DIR_OPEN, dir_fd=git)
+    try:
+        for directory in dirs:
+            inner = os.open(directory, _DIR_OPEN, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns
 
 
 def _links_in(git: int) -> frozenset[str]:
