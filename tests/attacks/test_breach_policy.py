@@ -320,10 +320,53 @@ def test_a_git_log_rule_never_covers_an_expansion_or_an_option_not_known_to_make
         ("Bash(git ls-tree:*)", "git ls-tree -r --name-only HEAD"),
         ("Bash(git log:*)", "git log --grep='$Z'"),
         ("Bash(awk:*)", "awk '{ print $1 }' a.txt"),
+        ("Bash(awk:*)", "awk -F: -v n=1 -- '{ print $n }' a.txt"),
+        ("Bash(sed:*)", "sed -nE --posix -e 's/a/b/g' -e 1p a.txt"),
+        ("Bash(tar -tf:*)", "tar -tf a.tar -v"),
+        ("Bash(tar:*)", "tar -tzvf a.tgz"),
     ],
 )
 def test_a_rule_still_covers_git_options_that_make_no_diff(rule: str, command: str) -> None:
     assert covers(parse_rule(rule), "shell", command)
+
+
+# Second attack, A–C: sed, tar and awk options the table did not know take a value or run
+# code (`sed -l 1p` made `1p` look like the script; `tar -M --volno-file`; mawk's `-W exec`).
+
+READERS = "Bash(sed:*) Bash(tar -tf:*) Bash(awk:*)"
+PROGRAM = f'BEGIN {{ system("touch /workspace/{PWNED}") }}\n'
+"""An awk program the agent wrote into the workspace, run by `awk -W exec prog.txt`."""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        f"sed -n -l 1p '1e touch /workspace/{PWNED}' a.txt",
+        f"sed -n --line-length 1p 'w {PWNED}' a.txt",
+        f"sed -nl 1p 'e touch /workspace/{PWNED}' a.txt",
+        f"tar -tf a.tar -M --volno-file={PWNED}",
+        "awk -W exec prog.txt",
+        "awk -Wexec prog.txt",
+    ],
+)
+async def test_sed_tar_and_awk_rules_cover_only_options_of_an_allow_list(
+    client: Client, plane: Plane, workspace: Path, skills_dir: Path, command: str
+) -> None:
+    (workspace / "a.txt").write_text("one\n")
+    (workspace / "prog.txt").write_text(PROGRAM)
+    tar_file(workspace)
+    skill(skills_dir, "readers", READERS)
+    async with plane():
+        session = await open_session(
+            client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
+        )
+        sid = session.session_id
+        await call(client, sid, "skill_read", name="readers")
+        listed = await call(client, sid, "shell", command="sed -n -e 1p a.txt")
+        attack = await call(client, sid, "shell", command=command)
+    assert isinstance(listed, ToolOutput) and "one" in listed.text  # the rules are in force
+    assert asked(attack), attack
+    assert not (workspace / PWNED).exists()
 
 
 # Finding 8: "always" for one skill's script covered another skill's script of that name.

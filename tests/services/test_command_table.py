@@ -37,6 +37,13 @@ def refused(command: str, named: int = 1) -> str | None:
         "tar -tf x.tar",
         "tar tvf x.tar",
         "tar --list --file=x.tar",
+        "tar -tzvf x.tgz",
+        "tar -t -f - --verbose",
+        "tar tzf x.tgz a.txt",
+        "sed -nE -e 1p -e 's/a/b/' --posix a.txt",
+        "sed --quiet --expression=1d -- a.txt",
+        "awk -F: -v n=1 -- '{ print $n }' a.txt",
+        "awk -F , '{ print }' a.txt",
         "awk '{ print $1 }' a.txt",
         "ls -la",
         "make test",
@@ -107,6 +114,18 @@ def test_a_command_that_only_does_what_it_names_is_not_refused(command: str) -> 
         "awk -f prog.awk f",
         "gawk -l ./ext f",
         "awk -o out '{ print }' f",
+        "tar -tf x.tar --to-command sh",
+        "tar -t --file host:x.tar",
+        "tar -tvfx.tar --info-script=sh",
+        "sed -l",
+        "sed -e",
+        "sed --in-place=.bak s/a/b/ f",
+        "sed --posix=x 1p f",
+        "awk -E prog f",
+        "awk --exec prog f",
+        "awk -i lib '{ print }' f",
+        "awk -p '{ print }' f",
+        "awk '{ print }' -W f",
         "xargs rm",
         "env",
         "env -i id",
@@ -214,3 +233,41 @@ def test_the_decision_says_why_a_rule_naming_the_command_did_not_cover_it() -> N
     assert decision.outcome == "ask"
     assert "skill history pre-approves Bash(git log:*), but no rule covers" in decision.reason
     assert "--output" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        ("sed -n -l 1p '1e id' /etc/hostname", "'-l'"),
+        ("sed -n --line-length 1p 'w pwned' f", "'--line-length'"),
+        ("sed -nl 1p 'e id' f", "'-l' (in '-nl')"),
+        ("sed -n --follow-symlinks 1p f", "'--follow-symlinks'"),
+        ("sed -s -n -i 1p f", "'-i'"),
+        ("sed --qui 1p f", "'--qui'"),
+        ("tar -tf a.tar -M --volno-file=pwned_tar", "'-M'"),
+        ("tar -tf a.tar --volno-file=pwned_tar", "'--volno-file' (in '--volno-file=pwned_tar')"),
+        ("tar tMf a.tar", "'M' (in 'tMf')"),
+        ("tar -tOf a.tar", "'-O' (in '-tOf')"),
+        ("awk -W exec prog.txt", "'-W'"),
+        ("awk -Wexec f", "'-W' (in '-Wexec')"),
+        ("awk -v x=1 -f prog f", "'-f'"),
+        ("gawk --load=ext f", "'--load' (in '--load=ext')"),
+        ("mawk -W interactive '{ print }'", "'-W'"),
+    ],
+)
+def test_an_option_off_the_allow_list_of_sed_tar_or_awk_asks_naming_it(
+    command: str, option: str
+) -> None:
+    reason = refused(command)
+    assert reason is not None and f"'s {option} is not among the options" in reason
+
+
+def test_a_value_taking_option_takes_its_value_so_the_script_is_the_word_sed_runs() -> None:
+    assert refused("sed -n -e 1p -e '1e id' f") is not None
+    assert refused("sed -ne '1e id' f") is not None
+    assert refused("sed -n -- '1e id' f") is not None
+    assert refused("sed -nep f") is None
+    assert refused("awk -v 'x=1' 'BEGIN { system(\"id\") }'") is not None
+    assert refused("tar tf host:x.tar") is not None
+    assert refused("tar -tvf a.tar -f -t") is None
+    assert refused("tar -vf -t") is not None

@@ -14,9 +14,14 @@ patch, stat or diff (diff drivers and textconv filters are configured programs),
 signatures (gpg is one too) or opens a pager; a long option is refused under any
 abbreviation git accepts (`--out=` for `--output`). `git log` takes, on top, only the
 options of an allow-list (`_GIT_LOG_LONG`, `_GIT_LOG_SHORT`): those that choose, order
-and print commits. Everything else git does — `status`
-and `diff` (which run `core.fsmonitor`), `show`, commits, checkouts and fetches (hooks,
-filters, helpers), aliases — asks.
+and print commits. Everything else git does — `status` and `diff` (which run
+`core.fsmonitor`), `show`, commits, checkouts and fetches (hooks, filters, helpers),
+aliases — asks.
+
+`sed`, `tar` and `awk` likewise take only the options of an allow-list (`_SED_OPTIONS`,
+`_TAR_OPTIONS`, `_AWK_OPTIONS`), read as getopt reads them, clustered letters one by one
+and knowing which options take a value, so that `sed -nl 1p 'e id'` is not read as the
+script `1p`; any other option asks, its name in the reason.
 """
 
 from __future__ import annotations
@@ -265,43 +270,65 @@ _SED_SCRIPT: Final = re.compile(
     r"(?:(?:\d+|\$|/[^/]*/)(?:,(?:\d+|\$|/[^/]*/))?!?)?"
     r"(?:[pdq=]|s(?P<d>[^\w\s])(?:(?!(?P=d)).)*(?P=d)(?:(?!(?P=d)).)*(?P=d)[gpiI0-9]*)"
 )
-_SED_LONG: Final = ("--in-place", "--file", "--expression")
 
-_TAR_MODES: Final = frozenset("cxruAd")
-_TAR_LONG_MODES: Final = (
-    "--create",
-    "--extract",
-    "--get",
-    "--append",
-    "--update",
-    "--catenate",
-    "--concatenate",
-    "--delete",
-    "--diff",
-    "--compare",
+
+class _Options:
+    """The options a rule may cover for one program: flags, and those taking a value."""
+
+    def __init__(
+        self,
+        flags: str,
+        valued: str,
+        long_flags: frozenset[str],
+        long_valued: frozenset[str],
+        purpose: str,
+    ) -> None:
+        self.flags = frozenset(flags)
+        self.valued = frozenset(valued)
+        self.long_flags = long_flags
+        self.long_valued = long_valued
+        self.purpose = purpose
+
+
+_SED_OPTIONS: Final = _Options(
+    flags="nErsuz",
+    valued="e",
+    long_flags=frozenset(
+        {
+            "--quiet",
+            "--silent",
+            "--regexp-extended",
+            "--separate",
+            "--unbuffered",
+            "--null-data",
+            "--posix",
+            "--sandbox",
+        }
+    ),
+    long_valued=frozenset({"--expression"}),
+    purpose="print or substitute (no -i, -f, -l, --follow-symlinks)",
 )
-_TAR_PROGRAMS: Final = (
-    "--to-command",
-    "--use-compress-program",
-    "--checkpoint-action",
-    "--rsh-command",
-    "--info-script",
-    "--new-volume-script",
-    "--index-file",
+"""sed's options a rule may cover; `-e`/`--expression` give a script, checked as any."""
+
+_TAR_OPTIONS: Final = _Options(
+    flags="tvzjJ",
+    valued="f",
+    long_flags=frozenset({"--list", "--verbose", "--gzip", "--bzip2", "--xz", "--zstd"}),
+    long_valued=frozenset({"--file"}),
+    purpose="list an archive (-t, -v, -z, -j, -J, -f FILE)",
 )
+"""tar's options a rule may cover: listing one archive, decompressed by a built-in name."""
+
+_AWK_OPTIONS: Final = _Options(
+    flags="",
+    valued="Fv",
+    long_flags=frozenset(),
+    long_valued=frozenset(),
+    purpose="set the field separator or a variable (-F SEP, -v VAR=VAL)",
+)
+"""awk's options a rule may cover: `-v` values are data; `-f`, `-W`, `-E`, `--exec`… ask."""
 
 _AWKS: Final = frozenset({"awk", "gawk", "mawk", "nawk", "busybox-awk"})
-_AWK_LONG: Final = (
-    "--file",
-    "--include",
-    "--load",
-    "--exec",
-    "--pretty-print",
-    "--profile",
-    "--dump-variables",
-    "--debug",
-)
-_AWK_SHORT: Final = frozenset("filEopdD")
 _AWK_WORDS: Final = ("system", "getline", "@load", "@include", "ENVIRON")
 
 
@@ -407,33 +434,76 @@ def _find(args: Sequence[str]) -> str | None:
     return None
 
 
-def _sed(args: Sequence[str]) -> str | None:
-    scripts: list[str] = []
-    take_script = False
-    for word in _options(args):
-        if take_script:
-            scripts.append(word)
-            take_script = False
-            continue
-        name = _long(word, _SED_LONG)
-        if name == "--expression":
-            if "=" in word:
-                scripts.append(word.split("=", 1)[1])
+def _unknown(program: str, option: str, word: str, allowed: _Options) -> str:
+    shown = repr(option) if option == word else f"{option!r} (in {word!r})"
+    return (
+        f"{program}'s {shown} is not among the options a rule may cover, which only "
+        f"{allowed.purpose}"
+    )
+
+
+def _parse(
+    program: str, args: Sequence[str], allowed: _Options, *, old_style: bool = False
+) -> tuple[list[tuple[str, str | None]], list[str]] | str:
+    """`args` read as getopt reads them, options anywhere before a `--` and short ones
+    clustered (`-nl 1p` is `-n -l 1p`): the options given, each with its value (None for a
+    flag), and the operands, or why an option is not one of `allowed`. With `old_style`
+    (tar), a first word without a dash is a cluster of letters whose value-taking ones
+    take the next words in turn."""
+    values: list[tuple[str, str | None]] = []
+    operands: list[str] = []
+    rest = list(args)
+    missing = f"{program}'s option takes a value that the command does not give"
+    if old_style and rest and not rest[0].startswith("-"):
+        cluster = rest.pop(0)
+        for letter in cluster:
+            if letter in allowed.valued:
+                if not rest:
+                    return missing
+                values.append(("-" + letter, rest.pop(0)))
+            elif letter in allowed.flags:
+                values.append(("-" + letter, None))
             else:
-                take_script = True
-            continue
-        if name is not None:
-            return f"sed's {word!r} edits files in place or reads a script from a file"
-        letters = _short_letters(word)
-        if set(letters) & {"i", "f"}:
-            return f"sed's {word!r} edits files in place or reads a script from a file"
-        if "e" in letters:
-            if not letters.endswith("e"):
-                return f"sed's {word!r} holds a script this table cannot read"
-            take_script = True
-    if not scripts:
-        operands = [w for w in args if not w.startswith("-")]
-        scripts = operands[:1]
+                return _unknown(program, letter, cluster, allowed)
+    while rest:
+        word = rest.pop(0)
+        if word == "--":
+            operands += rest
+            break
+        if word.startswith("--"):
+            name, given, value = word.partition("=")
+            if name in allowed.long_valued:
+                if not given:
+                    if not rest:
+                        return missing
+                    value = rest.pop(0)
+                values.append((name, value))
+            elif name in allowed.long_flags and not given:
+                values.append((name, None))
+            else:
+                return _unknown(program, name, word, allowed)
+        elif word.startswith("-") and word != "-":
+            for index, letter in enumerate(word[1:], start=2):
+                if letter in allowed.valued:
+                    value = word[index:] or (rest.pop(0) if rest else "")
+                    if not value:
+                        return missing
+                    values.append(("-" + letter, value))
+                    break
+                if letter not in allowed.flags:
+                    return _unknown(program, "-" + letter, word, allowed)
+                values.append(("-" + letter, None))
+        else:
+            operands.append(word)
+    return values, operands
+
+
+def _sed(args: Sequence[str]) -> str | None:
+    parsed = _parse("sed", args, _SED_OPTIONS)
+    if isinstance(parsed, str):
+        return parsed
+    values, operands = parsed
+    scripts = [value for _, value in values if value is not None] or operands[:1]
     for script in scripts:
         if _SED_SCRIPT.fullmatch(script) is None:
             return (
@@ -444,23 +514,21 @@ def _sed(args: Sequence[str]) -> str | None:
 
 
 def _tar(args: Sequence[str]) -> str | None:
-    listing = False
-    for index, word in enumerate(args):
-        letters = _short_letters(word) or (word if index == 0 and word[:1] != "-" else "")
-        if set(letters) & (_TAR_MODES | {"I", "F"}) or _long(
-            word, (*_TAR_LONG_MODES, *_TAR_PROGRAMS)
-        ):
-            return f"tar's {word!r} writes files or runs a program"
-        if ":" in word:
-            return f"tar's {word!r} may name a remote archive, reached by running rsh"
-        listing = listing or "t" in letters or _long(word, ("--list",)) is not None
+    parsed = _parse("tar", args, _TAR_OPTIONS, old_style=True)
+    if isinstance(parsed, str):
+        return parsed
+    for _, archive in parsed[0]:
+        if archive is not None and ":" in archive:
+            return f"tar's archive {archive!r} may name a remote one, reached by running rsh"
+    listing = any(option in ("-t", "--list") for option, _ in parsed[0])
     return None if listing else "tar is pre-approved only to list an archive (-t, --list)"
 
 
 def _awk(args: Sequence[str]) -> str | None:
+    parsed = _parse("awk", args, _AWK_OPTIONS)
+    if isinstance(parsed, str):
+        return parsed
     for word in args:
-        if _long(word, _AWK_LONG) or set(_short_letters(word)) & _AWK_SHORT:
-            return f"awk's {word!r} loads code, or writes a file"
         for risky in _AWK_WORDS:
             if risky in word:
                 return f"the awk program uses {risky}, which runs commands or reads the environment"
