@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from bastion.cli.up import sockets_dir_of
+from bastion.cli.up import StopSignal, sockets_dir_of
 
 BASTION = [sys.executable, "-m", "bastion.cli"]
 
@@ -132,3 +135,36 @@ def test_a_root_bastion_up_puts_the_egress_sockets_where_the_sandboxs_user_reach
         assert sockets_dir_of(open_state) == open_state / "run"
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
+
+
+@pytest.mark.timeout(30, method="thread")  # a deadlock takes no signal: end the run
+def test_a_stop_asked_by_a_signal_never_deadlocks_bastion_up_waiting_for_it() -> None:
+    """`bastion up` once hung for ever on Ctrl-C: its handler set a `threading.Event` while
+    the main thread was inside that Event's `wait`, holding its lock. Signals landing in
+    the middle of many waits must each be taken, and the last one seen."""
+    stop = StopSignal()
+    taken = []
+
+    def handler(_signum: int, _frame: object) -> None:
+        taken.append(1)
+        stop.set()
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    done = threading.Event()
+
+    def send() -> None:
+        for _ in range(500):
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.0002)
+        done.set()
+
+    sender = threading.Thread(target=send)
+    try:
+        sender.start()
+        while not done.is_set():
+            stop.wait(0.0005)
+        sender.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert stop.is_set()
+    assert len(taken) >= 1

@@ -21,7 +21,6 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -176,7 +175,29 @@ async def _hooks_registered(client: Client) -> bool:
     return True
 
 
-async def _wait_ready(settings: BusSettings, stop: threading.Event, hooks: bool) -> list[str]:
+class StopSignal:
+    """Whether SIGINT or SIGTERM asked `bastion up` to stop. It is set from the signal
+    handler, so it takes no lock: a `threading.Event` set there deadlocks when the signal
+    lands while the main thread is inside that Event's own `wait` (holding its lock)."""
+
+    def __init__(self) -> None:
+        self._asked = False
+
+    def set(self) -> None:
+        self._asked = True
+
+    def is_set(self) -> bool:
+        return self._asked
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep up to `timeout_s` or until asked to stop; whether asked."""
+        deadline = time.monotonic() + timeout_s
+        while not self._asked and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.05))
+        return self._asked
+
+
+async def _wait_ready(settings: BusSettings, stop: StopSignal, hooks: bool) -> list[str]:
     """What is still missing once everything answered or the time ran out (empty when ready):
     the six services, and the hook runner's registration when it runs."""
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -191,7 +212,7 @@ async def _wait_ready(settings: BusSettings, stop: threading.Event, hooks: bool)
 
 
 def _supervise(
-    children: list[Child], nats: Child, stop: threading.Event, restarted: Callable[[], None]
+    children: list[Child], nats: Child, stop: StopSignal, restarted: Callable[[], None]
 ) -> str | None:
     """Keep the services running until told to stop (calling `restarted` after a child is
     started again); a reason if it must stop on its own."""
@@ -351,7 +372,7 @@ def _record(state_dir: Path, url: str, started_at: str, children: list[Child]) -
     run_record_path(state_dir).write_bytes(msgspec.json.encode(record))
 
 
-def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int:
+def _up(args: argparse.Namespace, state_dir: Path, stop: StopSignal) -> int:
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     port = args.nats_port or free_port()
@@ -437,7 +458,7 @@ def _up(args: argparse.Namespace, state_dir: Path, stop: threading.Event) -> int
 def run(args: argparse.Namespace) -> int:
     state_dir = state_dir_of(args)
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    stop = threading.Event()
+    stop = StopSignal()
 
     def on_signal(_signum: int, _frame: object) -> None:
         stop.set()
