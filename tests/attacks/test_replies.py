@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -47,8 +46,8 @@ from bastion.shared.statedir import find_bus_settings, read_run_record
 from tests.attacks.conftest import wait_for_file
 from tests.attacks.test_egress_ssrf import RESOLVER
 from tests.conftest import ServiceRunner
-from tests.e2e.test_bastion_up import BASTION
 from tests.loopback import serving_on_loopback
+from tests.running_up import running_up
 from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
 
 pytestmark = pytest.mark.anyio
@@ -345,28 +344,9 @@ ANSWERED_BEFORE_KILL = 2
 @pytest.fixture
 def up_once(tmp_path: Path) -> Iterator[Path]:
     """`bastion up` (one instance each) with short timeouts, so a death costs seconds."""
-    state_dir = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
-    env |= {"BASTION_REQUEST_TIMEOUT_S": "4", "BASTION_TURN_TTL_S": "3"}
-    process = subprocess.Popen(
-        [*BASTION, "up", "--state-dir", str(state_dir), "--http-port", str(free_port())],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    assert process.stdout is not None
-    output = []
-    for line in process.stdout:
-        output.append(line)
-        if line.startswith(("ready:", "error:")):
-            break
-    assert output[-1].startswith("ready:"), "".join(output)
-    try:
+    short = {"BASTION_REQUEST_TIMEOUT_S": "4", "BASTION_TURN_TTL_S": "3"}
+    with running_up(tmp_path / "state", env=short) as state_dir:
         yield state_dir
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=60)
 
 
 async def _until_answered(client: Client, session_id: str, call: ToolCall) -> CallResult:

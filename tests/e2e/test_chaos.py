@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,10 +31,10 @@ from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
-from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings, read_run_record
-from tests.e2e.test_bastion_up import BASTION, bastion
+from tests.e2e.test_bastion_up import bastion
 from tests.owners import owned
+from tests.running_up import running_up
 
 pytestmark = pytest.mark.e2e
 
@@ -77,26 +76,9 @@ def _step(i: int, session: int) -> tuple[str, dict[str, object]]:
 @pytest.fixture
 def up_replicas(tmp_path: Path) -> Iterator[Path]:
     """`bastion up --replicas 2` with short timeouts, so a death costs seconds, not minutes."""
-    state_dir = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
-    env |= {"BASTION_REQUEST_TIMEOUT_S": "4", "BASTION_TURN_TTL_S": "3"}
-    process = subprocess.Popen(
-        [*BASTION, "up", "--state-dir", str(state_dir), "--replicas", "2",
-         "--http-port", str(free_port())],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
-    assert process.stdout is not None
-    output = []
-    for line in process.stdout:
-        output.append(line)
-        if line.startswith(("ready:", "error:")):
-            break
-    assert output[-1].startswith("ready:"), "".join(output)
-    try:
+    short = {"BASTION_REQUEST_TIMEOUT_S": "4", "BASTION_TURN_TTL_S": "3"}
+    with running_up(tmp_path / "state", "--replicas", "2", env=short) as state_dir:
         yield state_dir
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=60)
 
 
 async def _call(client: Client, session_id: str, call: ToolCall) -> CallResult:

@@ -22,6 +22,7 @@ from bastion.shared.bus import connect, request
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
 from tests.e2e.test_bastion_up import BASTION, bastion
+from tests.running_up import running_up
 
 pytestmark = pytest.mark.e2e
 
@@ -32,27 +33,8 @@ MB = 1024 * 1024
 @pytest.fixture(scope="module")
 def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One `bastion up` for the module's tests (each has its own sessions)."""
-    state = tmp_path_factory.mktemp("answers") / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
-    process = subprocess.Popen(
-        [*BASTION, "up", "--state-dir", str(state), "--http-port", str(free_port())],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    assert process.stdout is not None
-    output = []
-    for line in process.stdout:
-        output.append(line)
-        if line.startswith(("ready:", "error:")):
-            break
-    assert output[-1].startswith("ready:"), "".join(output)
-    try:
+    with running_up(tmp_path_factory.mktemp("answers") / "state") as state:
         yield state
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=60)
 
 
 def workspace(tmp_path: Path) -> Path:
