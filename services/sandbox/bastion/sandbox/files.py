@@ -34,7 +34,14 @@ from bastion.shared.errors import InvalidInput, NotFound
 from bastion.shared.sandboxing import WORKSPACE, HostIds
 from bastion.shared.sandboxing.gitguard import control_path, refusal
 
-__all__ = ["MAX_LINE_CHARS", "MAX_READ_CHARS", "read_file", "read_text", "write_file"]
+__all__ = [
+    "MAX_LINE_CHARS",
+    "MAX_READ_CHARS",
+    "open_for_reading",
+    "read_file",
+    "read_text",
+    "write_file",
+]
 
 MAX_LINE_CHARS: Final = 2000
 """A longer line is shown cut, with a note."""
@@ -43,6 +50,7 @@ MAX_READ_CHARS: Final = 256 * 1024
 _MAX_LINKS: Final = 40
 _PROBE_BYTES: Final = 8192
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NO_SET_IDS: Final = ~(stat.S_ISUID | stat.S_ISGID) & 0o7777
 
 
@@ -77,9 +85,13 @@ def _escape(path: str, how: str) -> InvalidInput:
     )
 
 
-def _follow(stack: list[int], names: list[str], name: str, path: str) -> list[str]:
-    """The components a link on the way stands for; an absolute one (`/workspace/...`)
-    restarts from the workspace, so `stack` and `names` go back to it."""
+def _follow(stack: list[int], names: list[str], name: str, path: str, links: int) -> list[str]:
+    """The components a link on the way (the `links`th) stands for; an absolute one
+    (`/workspace/...`) restarts from the workspace, so `stack` and `names` go back to it."""
+    if links > _MAX_LINKS:
+        raise InvalidInput(
+            f"{shown(path)} goes through too many symbolic links: give the file's own path"
+        )
     target = os.readlink(name, dir_fd=stack[-1])
     if target.startswith("/"):
         if target != WORKSPACE and not target.startswith(WORKSPACE + "/"):
@@ -102,8 +114,8 @@ def _enter(parent: int, name: str, path: str) -> int:
         raise
 
 
-def _resolve(
-    root: int,
+def _locate(
+    workspace: Path,
     path: str,
     *,
     make_dirs: bool,
@@ -112,14 +124,14 @@ def _resolve(
     owner: HostIds | None = None,
 ) -> tuple[int, str]:
     """The directory (a new descriptor, the caller's to close) holding `path`'s last
-    component, and that component's name; every link on the way stays inside `root`.
+    component, and that component's name; every link on the way stays inside `workspace`.
     With `directory`, a path that ends at a directory (`.`, `a/..`) gives it and `.`.
     With `guard`, a path that resolves to one of git's control paths is refused before
     any directory is made for it (`gitguard.control_path`, on the resolved components).
-    A directory made on the way is given to `owner`."""
-    stack = [os.dup(root)]
+    A directory made on the way is given to `owner`. A system refusal (permissions...) is
+    a sentence."""
+    stack: list[int] = []
     names: list[str] = []
-    pending = _parts(path)
 
     def guarded(*rest: str) -> None:
         if guard and control_path([*names, *rest]):
@@ -127,6 +139,8 @@ def _resolve(
 
     links = 0
     try:
+        stack.append(os.open(workspace, _DIR_FLAGS))
+        pending = _parts(path)
         while pending:
             made = False
             name = pending.pop(0)
@@ -152,12 +166,7 @@ def _resolve(
                 info = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
             if stat.S_ISLNK(info.st_mode):
                 links += 1
-                if links > _MAX_LINKS:
-                    raise InvalidInput(
-                        f"{shown(path)} goes through too many symbolic links: give the "
-                        "file's own path"
-                    )
-                pending = _follow(stack, names, name, path) + pending
+                pending = _follow(stack, names, name, path, links) + pending
                 continue
             if not pending:
                 guarded(name)
@@ -174,31 +183,35 @@ def _resolve(
             guarded()
             return os.dup(stack[-1]), "."
         raise InvalidInput(f"{shown(path)} is a directory, not a file: give a file's path")
+    except OSError as error:
+        raise InvalidInput(f"{shown(path)} cannot be reached: {error.strerror}") from None
     finally:
         for fd in stack:
             os.close(fd)
 
 
-def _locate(
-    workspace: Path,
-    path: str,
-    *,
-    make_dirs: bool,
-    directory: bool = False,
-    guard: bool = False,
-    owner: HostIds | None = None,
-) -> tuple[int, str]:
-    """`_resolve` from the workspace; a system refusal (permissions...) is a sentence."""
+def open_for_reading(root: Path, path: str, *, workspace: bool = True) -> int:
+    """A read-only descriptor (the caller's to close) of the file `path` under `root`,
+    reached by `_locate` and never through a last link. With `workspace`, the sentences
+    speak of the workspace and a file that became a link while it was opened is an escape
+    from it; without (a skills dir), a missing file is a name to check.
+
+    Raises:
+        NotFound: there is no such file.
+        InvalidInput: it cannot be reached or opened.
+    """
+    parent, name = _locate(root, path, make_dirs=False)
     try:
-        root = os.open(workspace, _DIR_FLAGS)
-        try:
-            return _resolve(
-                root, path, make_dirs=make_dirs, directory=directory, guard=guard, owner=owner
-            )
-        finally:
-            os.close(root)
+        return os.open(name, _READ_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        where = " in the workspace: check the path" if workspace else ": check the name"
+        raise NotFound(f"there is no file {shown(path)}{where}") from None
     except OSError as error:
-        raise InvalidInput(f"{shown(path)} cannot be reached: {error.strerror}") from None
+        if workspace and error.errno == errno.ELOOP:
+            raise _escape(path, "became a symbolic link while it was opened") from None
+        raise InvalidInput(f"{shown(path)} cannot be read: {error.strerror}") from None
+    finally:
+        os.close(parent)
 
 
 def _lines(stream: BinaryIO) -> Iterator[tuple[bytes, bool]]:
@@ -263,21 +276,7 @@ def _numbered(stream: BinaryIO, path: str, offset: int, limit: int) -> str:
 
 def read_file(workspace: Path, request: ReadFile) -> str:
     """Lines `offset`.. of a workspace file, numbered, at most `limit` of them."""
-    parent, name = _locate(workspace, request.path, make_dirs=False)
-    try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=parent
-        )
-    except FileNotFoundError:
-        raise NotFound(
-            f"there is no file {shown(request.path)} in the workspace: check the path"
-        ) from None
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise _escape(request.path, "became a symbolic link while it was opened") from None
-        raise InvalidInput(f"{shown(request.path)} cannot be read: {error.strerror}") from None
-    finally:
-        os.close(parent)
+    fd = open_for_reading(workspace, request.path)
     with os.fdopen(fd, "rb") as stream:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
@@ -361,17 +360,7 @@ def read_text(root: Path, path: str, max_bytes: int) -> str:
         NotFound: there is no such file.
         InvalidInput: it is not a regular file, holds no UTF-8 text, or exceeds `max_bytes`.
     """
-    parent, name = _locate(root, path, make_dirs=False)
-    try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=parent
-        )
-    except FileNotFoundError:
-        raise NotFound(f"there is no file {shown(path)}: check the name") from None
-    except OSError as error:
-        raise InvalidInput(f"{shown(path)} cannot be read: {error.strerror}") from None
-    finally:
-        os.close(parent)
+    fd = open_for_reading(root, path, workspace=False)
     with os.fdopen(fd, "rb") as stream:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise InvalidInput(f"{shown(path)} is not a regular file: give a file's path")

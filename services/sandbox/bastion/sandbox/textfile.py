@@ -9,7 +9,6 @@ is binary or not UTF-8. Matching works on text with `\\n` newlines; the file's o
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -18,9 +17,9 @@ from typing import Final
 
 from rapidfuzz import fuzz, process
 
-from bastion.sandbox.files import _escape, _locate, _looks_binary
+from bastion.sandbox.files import _looks_binary, open_for_reading
 from bastion.sandbox.workspace import shown
-from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.errors import InvalidInput
 
 __all__ = [
     "MAX_EDIT_BYTES",
@@ -74,19 +73,7 @@ def _newline_of(raw: str) -> str:
 
 def read_text(workspace: Path, path: str) -> TextFile:
     """The text of an existing workspace file the code-changing tools may rewrite."""
-    parent, name = _locate(workspace, path, make_dirs=False)
-    try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=parent
-        )
-    except FileNotFoundError:
-        raise NotFound(f"there is no file {shown(path)} in the workspace: check the path") from None
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise _escape(path, "became a symbolic link while it was opened") from None
-        raise InvalidInput(f"{shown(path)} cannot be read: {error.strerror}") from None
-    finally:
-        os.close(parent)
+    fd = open_for_reading(workspace, path)
     with os.fdopen(fd, "rb") as stream:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):

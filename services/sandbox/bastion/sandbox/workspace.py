@@ -16,27 +16,36 @@ def shown(path: str, limit: int = 200) -> str:
     return f"{path[: limit // 2]}…{path[-limit // 2 :]}"
 
 
+def _existing_dir(what: str, given: str, if_missing: str) -> Path:
+    """`given` resolved, once it is an absolute path to an existing directory; `what` names
+    it in the sentences, `if_missing` says what to do when it does not exist.
+
+    Raises:
+        InvalidInput: what is wrong with it and what to give instead.
+    """
+    path = Path(given)
+    if not path.is_absolute():
+        raise InvalidInput(
+            f"{what} {shown(given)} is not an absolute path: give its full path, starting with /"
+        )
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise InvalidInput(f"{what} {shown(given)} does not exist: {if_missing}") from None
+    if not resolved.is_dir():
+        raise InvalidInput(f"{what} {shown(given)} is not a directory: give a directory")
+    return resolved
+
+
 def checked_workspace(workspace: str, state_dir: Path) -> Path:
     """`workspace` resolved, once it is an absolute, existing directory apart from `state_dir`.
 
     Raises:
         InvalidInput: what is wrong with it and what to give instead.
     """
-    given = Path(workspace)
-    if not given.is_absolute():
-        raise InvalidInput(
-            f"the workspace {shown(workspace)} is not an absolute path: give its full path, "
-            "starting with /"
-        )
-    try:
-        resolved = given.resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise InvalidInput(
-            f"the workspace {shown(workspace)} does not exist: create the directory first, "
-            "or give one that exists"
-        ) from None
-    if not resolved.is_dir():
-        raise InvalidInput(f"the workspace {shown(workspace)} is not a directory: give a directory")
+    resolved = _existing_dir(
+        "the workspace", workspace, "create the directory first, or give one that exists"
+    )
     state = state_dir.resolve()
     apart = "give a workspace apart from it"
     if resolved == state:
@@ -74,22 +83,7 @@ def checked_read_only_dirs(dirs: tuple[str, ...], state_dir: Path) -> tuple[Path
     state = state_dir.resolve()
     checked: list[Path] = []
     for given in dirs:
-        path = Path(given)
-        if not path.is_absolute():
-            raise InvalidInput(
-                f"the read-only directory {shown(given)} is not an absolute path: give its "
-                "full path, starting with /"
-            )
-        try:
-            resolved = path.resolve(strict=True)
-        except (OSError, RuntimeError):
-            raise InvalidInput(
-                f"the read-only directory {shown(given)} does not exist: give one that exists"
-            ) from None
-        if not resolved.is_dir():
-            raise InvalidInput(
-                f"the read-only directory {shown(given)} is not a directory: give a directory"
-            )
+        resolved = _existing_dir("the read-only directory", given, "give one that exists")
         if _overlap(resolved, state):
             raise InvalidInput(
                 f"the read-only directory {shown(given)} would show Bastion's state directory "
