@@ -9,16 +9,16 @@ again; only text is read, at most `max_bytes` of it.
 from __future__ import annotations
 
 import ssl
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import anyio
 import httpcore
 
 from bastion.egress.dial import Dialer
-from bastion.egress.errors import Refused, Unreachable
-from bastion.egress.hosts import host_header, normalize_host
+from bastion.egress.errors import Unreachable
+from bastion.egress.hosts import host_header
 from bastion.egress.htmltext import html_to_text
-from bastion.egress.pinned import Hop, PinnedBackend, ascii_url
+from bastion.egress.pinned import Hop, PinnedBackend, ascii_url, checked_hop, split_url
 from bastion.proto.egress import FetchedPage
 from bastion.shared.errors import InvalidInput
 from bastion.shared.metrics import egress_io
@@ -73,24 +73,9 @@ class Fetcher:
         raise InvalidInput(f"{url} redirects more than {MAX_REDIRECTS} times: not followed")
 
     async def _one(self, url: str, hops: list[Hop]) -> tuple[int, dict[str, str], bytes, bool]:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidInput(f"{url[:200]} is not an http:// or https:// URL")
-        host = normalize_host(parts.hostname)
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
-            raise InvalidInput(f"{url[:200]} names a port that is not one") from None
+        parts, host, port = split_url(url)
         target = f"{host}:{port}"
-        try:
-            address = await self._dialer.check(host, port)
-        except Refused as error:
-            hops.append(Hop(error.target, error.reason))
-            raise
-        except Unreachable:
-            hops.append(Hop(target, "does not resolve"))
-            raise
-        hops.append(Hop(target, None))
+        address = await checked_hop(self._dialer, host, port, hops)
         backend = PinnedBackend(address, self._dialer.upstream)
         request_headers = [
             (b"Host", host_header(host, parts.port)),

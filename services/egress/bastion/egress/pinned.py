@@ -16,7 +16,15 @@ from bastion.egress.hosts import host_header, normalize_host, split_target
 from bastion.shared.errors import InvalidInput
 from bastion.shared.netclass import IPAddress
 
-__all__ = ["Hop", "PinnedBackend", "Reply", "ascii_url", "pinned_request"]
+__all__ = [
+    "Hop",
+    "PinnedBackend",
+    "Reply",
+    "ascii_url",
+    "checked_hop",
+    "pinned_request",
+    "split_url",
+]
 
 
 def ascii_url(parts: SplitResult, host: str, port: int) -> httpcore.URL:
@@ -40,6 +48,43 @@ class Hop:
 
     target: str
     refused: str | None
+
+
+def split_url(url: str) -> tuple[SplitResult, str, int]:
+    """`url`'s parts, its normalized host and its port (the scheme's when none is given).
+
+    Raises:
+        InvalidInput: not an http(s) URL, or its port is not a number of one.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(f"{url[:200]} is not an http:// or https:// URL")
+    host = normalize_host(parts.hostname)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise InvalidInput(f"{url[:200]} names a port that is not one") from None
+    return parts, host, port
+
+
+async def checked_hop(dialer: Dialer, host: str, port: int, hops: list[Hop]) -> IPAddress:
+    """The address `dialer` approves for `host:port`; the hop goes into `hops` either way.
+
+    Raises:
+        Refused: the address is refused.
+        Unreachable: the host does not resolve.
+    """
+    target = f"{host}:{port}"
+    try:
+        address = await dialer.check(host, port)
+    except Refused as error:
+        hops.append(Hop(error.target, error.reason))
+        raise
+    except Unreachable:
+        hops.append(Hop(target, "does not resolve"))
+        raise
+    hops.append(Hop(target, None))
+    return address
 
 
 @dataclass(frozen=True)
@@ -104,26 +149,15 @@ async def pinned_request(
     """`method url` to the address `dialer` checked; no redirects; at most `max_bytes` read.
 
     Raises:
-        InvalidInput: not an http(s) URL, or the answer is longer than `max_bytes`.
+        InvalidInput: not an http(s) URL (or its port is not one), or the answer is longer
+            than `max_bytes`.
         Refused: the address is refused (before any connection to it).
         Unreachable: the host does not resolve or answer.
         TimeoutError: httpcore timed out.
     """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidInput(f"{url[:200]} is not an http:// or https:// URL")
-    host = normalize_host(parts.hostname)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    parts, host, port = split_url(url)
     target = f"{host}:{port}"
-    try:
-        address = await dialer.check(host, port)
-    except Refused as error:
-        hops.append(Hop(error.target, error.reason))
-        raise
-    except Unreachable:
-        hops.append(Hop(target, "does not resolve"))
-        raise
-    hops.append(Hop(target, None))
+    address = await checked_hop(dialer, host, port, hops)
     request_headers = [(b"Host", host_header(host, parts.port)), *headers]
     request_headers.append((b"Connection", b"close"))
     try:
