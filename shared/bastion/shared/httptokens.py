@@ -8,13 +8,13 @@ approval, so a file that leaks it is refused rather than trusted.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import stat
 from pathlib import Path
 
 from bastion.shared.errors import BastionError
+from bastion.shared.keyfiles import create_owner_only
 
 __all__ = ["UnsafeTokensFile", "create_tokens_file", "read_tokens", "tokens_path"]
 
@@ -34,14 +34,7 @@ def tokens_path(state_dir: Path) -> Path:
 def create_tokens_file(path: Path) -> bool:
     """Write `path` (0600) with one random token labelled `local`, unless it exists; True if
     it was created."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(f"local:{secrets.token_urlsafe(32)}\n")
-    return True
+    return create_owner_only(path, f"local:{secrets.token_urlsafe(32)}\n".encode())
 
 
 def read_tokens(path: Path) -> dict[str, str]:

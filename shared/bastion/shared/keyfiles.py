@@ -2,7 +2,8 @@
 
 The vault's master key (`<state dir>/vault/master.key`) and the sandbox service's lease key
 (`<state dir>/sandbox/lease.key`, an X25519 private key) are both kept this way; `bastion
-up` creates each one that is missing.
+up` creates each one that is missing. Other private files (the front door's tokens file)
+are created by `create_owner_only` too.
 """
 
 from __future__ import annotations
@@ -18,22 +19,35 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from bastion.shared.errors import InvalidInput
 
-__all__ = ["KEY_BYTES", "create_key_file", "decode_key", "read_owner_only", "read_x25519_key"]
+__all__ = [
+    "KEY_BYTES",
+    "create_key_file",
+    "create_owner_only",
+    "decode_key",
+    "read_owner_only",
+    "read_x25519_key",
+]
 
 KEY_BYTES: Final = 32
 
 
-def create_key_file(path: Path) -> bool:
-    """Write 32 new random bytes to `path` (0600, its directory 0700) unless it exists;
-    True if written."""
+def create_owner_only(path: Path, content: bytes) -> bool:
+    """Write `content` to `path` (0600, its directory 0700) unless it exists; True if
+    written."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return False
     with os.fdopen(fd, "wb") as file:
-        file.write(base64.b64encode(os.urandom(KEY_BYTES)) + b"\n")
+        file.write(content)
     return True
+
+
+def create_key_file(path: Path) -> bool:
+    """Write 32 new random bytes to `path` (0600, its directory 0700) unless it exists;
+    True if written."""
+    return create_owner_only(path, base64.b64encode(os.urandom(KEY_BYTES)) + b"\n")
 
 
 def decode_key(data: bytes) -> bytes | None:
