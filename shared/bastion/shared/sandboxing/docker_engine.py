@@ -152,6 +152,22 @@ def _unreachable() -> SandboxFailed:
     )
 
 
+@contextlib.contextmanager
+def _engine_call(failed: str, *, gone_is_fine: bool = False) -> Iterator[None]:
+    """The SDK's errors in the block as `SandboxFailed`: a refusal says the engine did not
+    do `failed`, a broken connection that the engine does not answer. With `gone_is_fine`,
+    a container that is gone (not found) or going (409: not running, or its removal under
+    way) ends the block quietly: what follows it runs."""
+    try:
+        yield
+    except docker.errors.APIError as error:
+        if gone_is_fine and (isinstance(error, docker.errors.NotFound) or error.status_code == 409):
+            return
+        raise SandboxFailed(f"the Docker engine did not {failed}: {_explanation(error)}") from None
+    except requests.exceptions.RequestException:
+        raise _unreachable() from None
+
+
 class DockerEngine:
     """One connection to one engine, opened on first use; its methods block."""
 
@@ -228,7 +244,7 @@ class DockerEngine:
             ],
             **config.extra,
         )
-        try:
+        with _engine_call("start the container"):
             created = api.create_container(
                 config.image_id,
                 command=list(config.command),
@@ -241,12 +257,6 @@ class DockerEngine:
                 host_config=host_config,
             )
             api.start(created["Id"])
-        except docker.errors.APIError as error:
-            raise SandboxFailed(
-                f"the Docker engine did not start the container: {_explanation(error)}"
-            ) from None
-        except requests.exceptions.RequestException:
-            raise _unreachable() from None
         return str(created["Id"])
 
     def running(self, container_id: str) -> bool:
@@ -270,46 +280,19 @@ class DockerEngine:
 
     def remove(self, container_id: str) -> None:
         """Kill and remove a container; one already gone is fine."""
-        try:
+        with _engine_call(f"remove container {container_id[:12]}", gone_is_fine=True):
             self._api().remove_container(container_id, force=True)
-        except docker.errors.NotFound:
-            return
-        except docker.errors.APIError as error:
-            if error.status_code == 409:  # removal already in progress
-                return
-            raise SandboxFailed(
-                f"the Docker engine did not remove container {container_id[:12]}: "
-                f"{_explanation(error)}"
-            ) from None
-        except requests.exceptions.RequestException:
-            raise _unreachable() from None
 
     def exec_create(self, container_id: str, argv: Sequence[str], user: str) -> str | None:
         """A new exec of `argv` in the container, or `None` if the container is gone."""
-        try:
-            created = self._api().exec_create(container_id, list(argv), user=user)
-        except docker.errors.NotFound:
-            return None
-        except docker.errors.APIError as error:
-            if error.status_code == 409:  # the container is not running
-                return None
-            raise SandboxFailed(
-                f"the Docker engine did not run the command: {_explanation(error)}"
-            ) from None
-        except requests.exceptions.RequestException:
-            raise _unreachable() from None
-        return str(created["Id"])
+        with _engine_call("run the command", gone_is_fine=True):
+            return str(self._api().exec_create(container_id, list(argv), user=user)["Id"])
+        return None
 
     def exec_start(self, exec_id: str) -> ExecOutput:
         """Start an exec and return its output, demultiplexed."""
-        try:
+        with _engine_call("run the command"):
             stream = self._clients()[1].exec_start(exec_id, stream=True, demux=True)
-        except docker.errors.APIError as error:
-            raise SandboxFailed(
-                f"the Docker engine did not run the command: {_explanation(error)}"
-            ) from None
-        except requests.exceptions.RequestException:
-            raise _unreachable() from None
         return ExecOutput(stream)
 
     def exec_exit_code(self, exec_id: str) -> int | None:
