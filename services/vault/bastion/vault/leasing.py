@@ -11,6 +11,7 @@ of the tenant's secrets by name anyway), and is audited as one read of every val
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -149,7 +150,13 @@ class Leases:
             raise InvalidInput(
                 "a redaction request needs the service's X25519 public key (32 bytes)"
             )
-        who = requester(headers, request.public_key)
+        audit = functools.partial(
+            self._record,
+            request.tenant,
+            request.session_id,
+            tool="vault.redaction",
+            who=requester(headers, request.public_key),
+        )
         try:
             self._check_recipient(request.public_key, headers)
             values = []
@@ -160,20 +167,9 @@ class Leases:
                     continue  # removed since it was listed: nothing of it to cut
             names = [name for name, _ in values]
         except BastionError as refused:
-            await self._record(
-                request.tenant,
-                request.session_id,
-                tool="vault.redaction",
-                who=who,
-                outcome="refused",
-                summary=f"the redaction set refused ({refused.code})",
-            )
+            await audit(outcome="refused", summary=f"the redaction set refused ({refused.code})")
             raise
-        await self._record(
-            request.tenant,
-            request.session_id,
-            tool="vault.redaction",
-            who=who,
+        await audit(
             outcome="redaction",
             summary=f"secrets {', '.join(names) or '(none)'} read to cut them out of replies",
         )
