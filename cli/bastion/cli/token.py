@@ -15,7 +15,7 @@ import anyio
 import msgspec
 
 from bastion.cli.common import add_location_options, bus
-from bastion.proto import AUTONOMY_LEVELS, subjects
+from bastion.proto import subjects
 from bastion.proto.frontdoor import (
     CreateToken,
     ListTokens,
@@ -24,6 +24,7 @@ from bastion.proto.frontdoor import (
     TokenList,
     TokenRevoked,
 )
+from bastion.proto.policy import AUTONOMY_LEVELS
 from bastion.shared.bus import request
 from bastion.shared.codec import describe_decode_error
 from bastion.shared.errors import InvalidInput
