@@ -7,7 +7,7 @@ orchestrator watches the bucket; with nothing registered for an event it asks no
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -25,7 +25,7 @@ __all__ = [
 
 HookEventName = Literal["before_tool", "after_tool", "run_start", "run_end"]
 
-HOOK_EVENTS: tuple[HookEventName, ...] = ("before_tool", "after_tool", "run_start", "run_end")
+HOOK_EVENTS: tuple[HookEventName, ...] = get_args(HookEventName)
 
 Pattern = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 

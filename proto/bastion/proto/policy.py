@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, get_args
 
 import msgspec
 
@@ -29,7 +29,7 @@ __all__ = [
 Autonomy = Literal["L0", "L1", "L2", "L3", "L4", "L5", "L6"]
 """How much a session may do without a person: L0 asks even to read, L6 runs everything."""
 
-AUTONOMY_LEVELS: tuple[Autonomy, ...] = ("L0", "L1", "L2", "L3", "L4", "L5", "L6")
+AUTONOMY_LEVELS: tuple[Autonomy, ...] = get_args(Autonomy)
 
 Effect = Literal["read", "write", "external", "spend"]
 """The most a call can do: read the workspace, change it, reach outside, or spend money."""
