@@ -9,7 +9,7 @@ from typing import Final
 
 from bastion.proto.sandbox import ReadSkill, SkillDocument
 from bastion.sandbox.files import read_text
-from bastion.sandbox.workspace import shown
+from bastion.sandbox.workspace import overlaps, shown
 from bastion.shared.errors import InvalidInput, NotFound
 from bastion.shared.skillmatter import (
     NETWORK_KEY,
@@ -80,8 +80,7 @@ def checked_skills_dir(skills_dir: str, state_dir: Path) -> Path:
         raise InvalidInput(
             f"the skills directory {shown(skills_dir)} is not a directory: give one that exists"
         )
-    state = state_dir.resolve()
-    if resolved == state or resolved.is_relative_to(state) or state.is_relative_to(resolved):
+    if overlaps(resolved, state_dir.resolve()):
         raise InvalidInput(
             f"the skills directory {shown(skills_dir)} overlaps Bastion's state directory: "
             "give a skills directory apart from it"

@@ -6,7 +6,13 @@ from pathlib import Path
 
 from bastion.shared.errors import InvalidInput
 
-__all__ = ["check_skills_dir", "checked_read_only_dirs", "checked_workspace", "shown"]
+__all__ = [
+    "check_skills_dir",
+    "checked_read_only_dirs",
+    "checked_workspace",
+    "overlaps",
+    "shown",
+]
 
 
 def shown(path: str, limit: int = 200) -> str:
@@ -70,7 +76,8 @@ _RESERVED: tuple[str, ...] = ("/workspace", "/proc", "/dev")
 """Paths inside the sandbox that an extra read-only directory may not be mounted over."""
 
 
-def _overlap(a: Path, b: Path) -> bool:
+def overlaps(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` are one directory, or one lies inside the other."""
     return a == b or a.is_relative_to(b) or b.is_relative_to(a)
 
 
@@ -84,7 +91,7 @@ def checked_read_only_dirs(dirs: tuple[str, ...], state_dir: Path) -> tuple[Path
     checked: list[Path] = []
     for given in dirs:
         resolved = _existing_dir("the read-only directory", given, "give one that exists")
-        if _overlap(resolved, state):
+        if overlaps(resolved, state):
             raise InvalidInput(
                 f"the read-only directory {shown(given)} would show Bastion's state directory "
                 f"({shown(str(state))}), which holds sessions and secrets: give a directory "
@@ -109,7 +116,7 @@ def check_skills_dir(skills_dir: str, workspace: Path) -> None:
         InvalidInput: the overlap, and what to give instead.
     """
     resolved = Path(skills_dir).resolve()
-    if _overlap(resolved, workspace):
+    if overlaps(resolved, workspace):
         raise InvalidInput(
             f"the skills directory {shown(skills_dir)} and the workspace {shown(str(workspace))} "
             "overlap, so a command could change a skill unchecked: give a skills directory "
