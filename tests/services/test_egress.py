@@ -3,16 +3,21 @@ by an operator range for these tests only): tunnels, plain requests, fetch_url, 
 
 from __future__ import annotations
 
+import ssl
+
 import anyio
 import pytest
 
+from bastion.egress.dial import Dialer
+from bastion.egress.pinned import Hop, pinned_request
+from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode
-from bastion.shared.errors import RemoteError
+from bastion.shared.errors import InvalidInput, RemoteError
 from tests.attacks.egress_helpers import ask_proxy, basic, web_server
 from tests.attacks.test_egress_ssrf import (
     RESOLVER,
@@ -122,3 +127,18 @@ async def test_a_grant_names_the_advertised_proxy_address_when_one_is_set(
     async with run_service(egress_service(RESOLVER), settings):
         grant = await Egress(client, []).grant("example.com:443")
     assert grant.proxy == "egress:3128"
+
+
+async def test_a_request_to_a_url_whose_port_is_no_port_is_invalid_input_before_any_dial() -> None:
+    hops: list[Hop] = []
+    for url in ("http://public.test:port/", "https://public.test:99999/"):
+        with pytest.raises(InvalidInput, match="names a port that is not one"):
+            await pinned_request(
+                Dialer(resolver=FixedResolver({"public.test": ["127.0.0.1"]})),
+                ssl.create_default_context(),
+                url,
+                headers=[],
+                max_bytes=1024,
+                hops=hops,
+            )
+    assert hops == []
