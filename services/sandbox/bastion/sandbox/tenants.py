@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import KW_ONLY, dataclass, field
 
 import anyio
 
@@ -20,6 +21,7 @@ class TenantBusy(BastionError):
     code = codes.UNAVAILABLE
 
 
+@dataclass(eq=False)
 class TenantSlots:
     """One `CapacityLimiter` per tenant: a call over the cap waits up to `wait_s`, no longer.
 
@@ -31,48 +33,41 @@ class TenantSlots:
     the service works on at a time (`Service`'s `max_in_flight`) from the others.
     """
 
-    def __init__(
-        self,
-        per_tenant: int,
-        wait_s: float,
-        *,
-        what: str = "sandboxes running",
-        setting: str = "BASTION_MAX_SANDBOXES_PER_TENANT",
-        max_waiting: int | None = None,
-        waiting_setting: str = "",
-    ) -> None:
-        self._per_tenant = per_tenant
-        self._max_waiting = max_waiting
-        self._waiting_setting = waiting_setting
-        self._wait_s = wait_s
-        self._what = what
-        self._setting = setting
-        self._limiters: dict[str, anyio.CapacityLimiter] = {}
-        self._users: dict[str, int] = {}
+    per_tenant: int
+    wait_s: float
+    _: KW_ONLY
+    what: str = "sandboxes running"
+    setting: str = "BASTION_MAX_SANDBOXES_PER_TENANT"
+    """The setting that raises the cap, named in the refusal."""
+    max_waiting: int | None = None
+    waiting_setting: str = ""
+    """The setting that raises `max_waiting`, named in the refusal."""
+    _limiters: dict[str, anyio.CapacityLimiter] = field(default_factory=dict, init=False)
+    _users: dict[str, int] = field(default_factory=dict, init=False)
 
     @asynccontextmanager
     async def slot(self, tenant: str) -> AsyncIterator[None]:
         """Hold one of `tenant`'s turns; `TenantBusy` if none frees up in time."""
-        limiter = self._limiters.setdefault(tenant, anyio.CapacityLimiter(self._per_tenant))
+        limiter = self._limiters.setdefault(tenant, anyio.CapacityLimiter(self.per_tenant))
         waiting = self._users.get(tenant, 0) - limiter.borrowed_tokens
-        full = limiter.borrowed_tokens >= self._per_tenant
-        if self._max_waiting is not None and full and waiting >= self._max_waiting:
+        full = limiter.borrowed_tokens >= self.per_tenant
+        if self.max_waiting is not None and full and waiting >= self.max_waiting:
             raise TenantBusy(
-                f"tenant {tenant} has {limiter.borrowed_tokens} {self._what}, its cap, and "
+                f"tenant {tenant} has {limiter.borrowed_tokens} {self.what}, its cap, and "
                 f"{waiting} more waiting, its queue's length: retry later, or raise the cap "
-                f"({self._setting}) or the queue ({self._waiting_setting})"
+                f"({self.setting}) or the queue ({self.waiting_setting})"
             )
         self._users[tenant] = self._users.get(tenant, 0) + 1
         try:
             acquired = False
-            with anyio.move_on_after(self._wait_s):
+            with anyio.move_on_after(self.wait_s):
                 await limiter.acquire()
                 acquired = True
             if not acquired:
                 raise TenantBusy(
-                    f"tenant {tenant} has {limiter.borrowed_tokens} {self._what}, its cap, "
-                    f"and none ended within {self._wait_s:g} s: retry later, or raise the cap "
-                    f"({self._setting})"
+                    f"tenant {tenant} has {limiter.borrowed_tokens} {self.what}, its cap, "
+                    f"and none ended within {self.wait_s:g} s: retry later, or raise the cap "
+                    f"({self.setting})"
                 )
             try:
                 yield
