@@ -9,6 +9,7 @@ again; only text is read, at most `max_bytes` of it.
 from __future__ import annotations
 
 import ssl
+from dataclasses import dataclass, field
 from urllib.parse import urljoin
 
 import anyio
@@ -32,18 +33,16 @@ _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtm
 _FORMATS = ("markdown", "text", "html")
 
 
+@dataclass(eq=False)
 class Fetcher:
     """Fetches pages the way the proxy connects: resolve, classify, connect as checked."""
 
-    def __init__(
-        self, dialer: Dialer, max_bytes: int, max_chars: int, timeout_s: float, keep_chars: int
-    ) -> None:
-        self._dialer = dialer
-        self._keep_chars = keep_chars
-        self._max_bytes = max_bytes
-        self._max_chars = max_chars
-        self._timeout_s = timeout_s
-        self._ssl = ssl.create_default_context()
+    dialer: Dialer
+    max_bytes: int
+    max_chars: int
+    timeout_s: float
+    keep_chars: int
+    _ssl: ssl.SSLContext = field(default_factory=ssl.create_default_context, init=False)
 
     async def fetch(self, url: str, fmt: str, hops: list[Hop]) -> FetchedPage:
         """The page at `url` as `fmt`; every hop tried is appended to `hops`.
@@ -57,7 +56,7 @@ class Fetcher:
             raise InvalidInput(f"format {fmt!r} is not one of markdown, text, html")
         redirects: list[str] = []
         try:
-            with anyio.fail_after(self._timeout_s):
+            with anyio.fail_after(self.timeout_s):
                 for _ in range(MAX_REDIRECTS + 1):
                     status, headers, body, truncated = await self._one(url, hops)
                     location = headers.get("location")
@@ -68,15 +67,15 @@ class Fetcher:
                     return await self._page(url, status, headers, body, fmt, redirects, truncated)
         except TimeoutError:
             raise Unreachable(
-                f"{url} did not finish within {self._timeout_s:g} s: try a smaller page"
+                f"{url} did not finish within {self.timeout_s:g} s: try a smaller page"
             ) from None
         raise InvalidInput(f"{url} redirects more than {MAX_REDIRECTS} times: not followed")
 
     async def _one(self, url: str, hops: list[Hop]) -> tuple[int, dict[str, str], bytes, bool]:
         parts, host, port = split_url(url)
         target = f"{host}:{port}"
-        address = await checked_hop(self._dialer, host, port, hops)
-        backend = PinnedBackend(address, self._dialer.upstream)
+        address = await checked_hop(self.dialer, host, port, hops)
+        backend = PinnedBackend(address, self.dialer.upstream)
         request_headers = [
             (b"Host", host_header(host, parts.port)),
             (b"User-Agent", b"bastion-fetch/1"),
@@ -103,8 +102,8 @@ class Fetcher:
                 async for chunk in response.aiter_stream():
                     body.extend(chunk)
                     egress_io.add(len(chunk), _RECEIVED)
-                    if len(body) >= self._max_bytes:
-                        return response.status, headers, bytes(body[: self._max_bytes]), True
+                    if len(body) >= self.max_bytes:
+                        return response.status, headers, bytes(body[: self.max_bytes]), True
                 return response.status, headers, bytes(body), False
         except httpcore.TimeoutException:
             raise TimeoutError from None
@@ -133,12 +132,12 @@ class Fetcher:
             text = body.decode("utf-8", errors="replace")
         if fmt != "html" and "html" in content_type.lower():
             text = await html_to_text(text, markdown=fmt == "markdown")
-        cut = max(0, len(text) - self._max_chars)
-        full_text = text[: self._keep_chars] if cut else ""
+        cut = max(0, len(text) - self.max_chars)
+        full_text = text[: self.keep_chars] if cut else ""
         if cut:
-            text = text[: self._max_chars]
+            text = text[: self.max_chars]
         if truncated:
-            text += f"\n[the page is longer than {self._max_bytes} bytes: the rest was not read]"
+            text += f"\n[the page is longer than {self.max_bytes} bytes: the rest was not read]"
         return FetchedPage(
             url=url[:8192],
             status=status,

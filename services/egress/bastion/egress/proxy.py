@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import anyio
@@ -34,20 +35,14 @@ logger = logging.getLogger(__name__)
 HEAD_TIMEOUT_S = 10.0
 
 
+@dataclass(eq=False)
 class EgressProxy:
     """Serves the proxy on a listener; `serving()` yields the address it listens on."""
 
-    def __init__(
-        self,
-        grants: GrantStore,
-        recorder: ConnectionRecorder,
-        dialer: Dialer,
-        bounds: Bounds,
-    ) -> None:
-        self._grants = grants
-        self._recorder = recorder
-        self._dialer = dialer
-        self._bounds = bounds
+    grants: GrantStore
+    recorder: ConnectionRecorder
+    dialer: Dialer
+    bounds: Bounds
 
     @asynccontextmanager
     async def serving(self, listen: str) -> AsyncIterator[str]:
@@ -65,7 +60,7 @@ class EgressProxy:
             )
             bound = tcp.extra(SocketAttribute.local_address)
             assert isinstance(bound, tuple)
-            self._dialer.own.add((str(bound[0]), int(bound[1])))
+            self.dialer.own.add((str(bound[0]), int(bound[1])))
             address = f"{bound[0]}:{bound[1]}"
             listener = tcp  # type: ignore[assignment]
         async with listener, anyio.create_task_group() as group:
@@ -96,7 +91,7 @@ class EgressProxy:
             await client.send(answer(400, "Bad Request", error.message))
             return
         try:
-            grant = await self._grants.check(*credentials(_one(head, "Proxy-Authorization")))
+            grant = await self.grants.check(*credentials(_one(head, "Proxy-Authorization")))
         except GrantRefused as error:
             await client.send(
                 answer(
@@ -118,7 +113,7 @@ class EgressProxy:
             reason = is_declared(host, port, grant.hosts, grant.any_public_host)
             if reason is not None:
                 raise Refused(target, reason)
-            address = await self._dialer.check(host, port)
+            address = await self.dialer.check(host, port)
         except Refused as error:
             await self._record(grant, error.target, error.reason)
             await client.send(
@@ -130,7 +125,7 @@ class EgressProxy:
             await client.send(answer(502, "Bad Gateway", error.message))
             return
         try:
-            upstream = await self._dialer.connect(address, port)
+            upstream = await self.dialer.connect(address, port)
         except Unreachable as error:
             await self._record(grant, target, "did not accept a connection")
             await client.send(answer(502, "Bad Gateway", error.message))
@@ -139,12 +134,12 @@ class EgressProxy:
         async with upstream:
             if head.method == "CONNECT":
                 await client.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                await pipe(client, upstream, self._bounds, bytes(buffer))
+                await pipe(client, upstream, self.bounds, bytes(buffer))
             else:
-                await pipe(client, upstream, self._bounds, head.forwarded(path) + bytes(buffer))
+                await pipe(client, upstream, self.bounds, head.forwarded(path) + bytes(buffer))
 
     async def _record(self, grant: GrantRecord, target: str, refused: str | None) -> None:
-        await self._recorder.record(
+        await self.recorder.record(
             session_id=grant.session_id,
             tenant=grant.tenant,
             target=target,

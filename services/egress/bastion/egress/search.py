@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import ssl
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -19,14 +20,14 @@ __all__ = ["Searcher"]
 MAX_ANSWER = 2 * 1024 * 1024
 
 
+@dataclass(eq=False)
 class Searcher:
     """Asks the provider: its address resolved, classified and connected to as checked."""
 
-    def __init__(self, dialer: Dialer, provider: Provider | None, timeout_s: float) -> None:
-        self._dialer = dialer
-        self._provider = provider
-        self._timeout_s = timeout_s
-        self._ssl = ssl.create_default_context()
+    dialer: Dialer
+    provider: Provider | None
+    timeout_s: float
+    _ssl: ssl.SSLContext = field(default_factory=ssl.create_default_context, init=False)
 
     async def search(self, ask: SearchRequest, hops: list[Hop]) -> SearchResults:
         """Up to `ask.count` results; the provider's request is appended to `hops`.
@@ -36,14 +37,14 @@ class Searcher:
             Refused: the provider's address is refused.
             Unreachable: it does not resolve, answer, or finish in time, or says no.
         """
-        provider = self._provider
+        provider = self.provider
         if provider is None:
             raise InvalidInput("web search is not configured: the operator sets BASTION_SEARCH")
         made = provider.request(ask.query, ask.count, ask.freshness)
         try:
-            with anyio.fail_after(self._timeout_s):
+            with anyio.fail_after(self.timeout_s):
                 reply = await pinned_request(
-                    self._dialer,
+                    self.dialer,
                     self._ssl,
                     made.url,
                     method=made.method,
@@ -54,7 +55,7 @@ class Searcher:
                 )
         except TimeoutError:
             raise Unreachable(
-                f"the {provider.kind} search did not answer within {self._timeout_s:g} s"
+                f"the {provider.kind} search did not answer within {self.timeout_s:g} s"
             ) from None
         if reply.status != 200:
             raise Unreachable(f"the {provider.kind} search answered {reply.status}")
