@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import nats.errors
@@ -29,12 +30,12 @@ __all__ = ["ConnectionRecorder"]
 logger = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class ConnectionRecorder:
     """Records connections; a record that cannot be stored is logged, not raised."""
 
-    def __init__(self, js: JetStreamContext, kv: KeyValue) -> None:
-        self._js = js
-        self._kv = kv
+    js: JetStreamContext
+    kv: KeyValue
 
     @classmethod
     async def open(cls, client: Client, ttl_s: float) -> ConnectionRecorder:
@@ -63,7 +64,7 @@ class ConnectionRecorder:
             extra={"session": session_id, "target": target, "allowed": refused is None},
         )
         await publish_audit(
-            self._js,
+            self.js,
             AuditRecord(
                 action="egress",
                 session_id=session_id,
@@ -87,9 +88,9 @@ class ConnectionRecorder:
                 log = ConnectionLog(grant_id=grant_id, lines=log.lines, more=log.more + 1)
             try:
                 if revision is None:
-                    await self._kv.create(grant_id, encode(log))
+                    await self.kv.create(grant_id, encode(log))
                 else:
-                    await self._kv.update(grant_id, encode(log), last=revision)
+                    await self.kv.update(grant_id, encode(log), last=revision)
                 return
             except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.BadRequestError):
                 continue
@@ -99,7 +100,7 @@ class ConnectionRecorder:
 
     async def _read(self, grant_id: str) -> tuple[ConnectionLog, int | None]:
         try:
-            entry = await self._kv.get(grant_id)
+            entry = await self.kv.get(grant_id)
         except nats.js.errors.KeyNotFoundError:
             return ConnectionLog(grant_id=grant_id), None
         assert entry.value is not None

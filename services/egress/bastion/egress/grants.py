@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import nats.js.errors
@@ -64,13 +65,13 @@ def credentials(header: str | None) -> tuple[str, str]:
     return grant_id, secret
 
 
+@dataclass(eq=False)
 class GrantStore:
     """Grants in the KV bucket `bastion_egress_grants`; the bucket's TTL bounds every grant."""
 
-    def __init__(self, kv: KeyValue, max_ttl_s: float, proxy: str) -> None:
-        self._kv = kv
-        self._max_ttl_s = max_ttl_s
-        self.proxy = proxy
+    kv: KeyValue
+    max_ttl_s: float
+    proxy: str
 
     @classmethod
     async def open(cls, client: Client, max_ttl_s: float, proxy: str) -> GrantStore:
@@ -92,7 +93,7 @@ class GrantStore:
                     "*.name or name:port"
                 ) from None
         grant_id, secret = secrets.token_hex(16), secrets.token_urlsafe(32)
-        ttl = min(request.ttl_s, self._max_ttl_s)
+        ttl = min(request.ttl_s, self.max_ttl_s)
         expires_at = datetime.now(UTC) + timedelta(seconds=ttl)
         record = GrantRecord(
             grant_id=grant_id,
@@ -106,14 +107,14 @@ class GrantStore:
             cut_salt=request.cut_salt,
             cuts=request.cuts,
         )
-        await self._kv.put(grant_id, encode(record))
+        await self.kv.put(grant_id, encode(record))
         return EgressGrant(
             grant_id=grant_id, secret=secret, expires_at=expires_at, proxy=self.proxy
         )
 
     async def revoke(self, grant_id: str) -> None:
         """End a grant before its TTL: its call is over. An unknown grant is no error."""
-        await self._kv.delete(grant_id)
+        await self.kv.delete(grant_id)
 
     async def check(self, grant_id: str, secret: str) -> GrantRecord:
         """The grant these credentials name, if they are its own and it has not expired.
@@ -124,7 +125,7 @@ class GrantStore:
         record: GrantRecord | None = None
         if len(grant_id) == 32 and all(c in "0123456789abcdef" for c in grant_id):
             try:
-                entry = await self._kv.get(grant_id)
+                entry = await self.kv.get(grant_id)
             except nats.js.errors.KeyNotFoundError:
                 entry = None
             if entry is not None and entry.value:

@@ -7,6 +7,7 @@ the keyed digests of their forms (`bastion.shared.hostcuts`): never a value.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from bastion.proto import subjects
 from bastion.proto.egress import ConnectionLog, ConnectionsRequest, EgressGrant, GrantRequest
@@ -19,12 +20,12 @@ GRANT_MARGIN_S = 30.0
 """A grant outlives its command's wall clock by this much; it is revoked when it ends."""
 
 
+@dataclass(eq=False)
 class EgressClient:
     """Asks the egress service for one call's grant, and ends it with its connection line."""
 
-    def __init__(self, client: Client, timeout_s: float) -> None:
-        self._client = client
-        self._timeout_s = timeout_s
+    client: Client
+    timeout_s: float
 
     async def grant(
         self,
@@ -41,7 +42,7 @@ class EgressClient:
         named = tuple(host for host in hosts if host != "true")
         salt = new_salt()
         grant: EgressGrant = await request(
-            self._client,
+            self.client,
             subjects.EGRESS_GRANT,
             GrantRequest(
                 session_id=session_id,
@@ -54,17 +55,17 @@ class EgressClient:
                 cuts=form_digests(cuts, salt),
             ),
             EgressGrant,
-            timeout_s=self._timeout_s,
+            timeout_s=self.timeout_s,
         )
         return grant
 
     async def close(self, grant_id: str) -> str:
         """Revoke the grant (its call is over) and say what it connected to."""
         log: ConnectionLog = await request(
-            self._client,
+            self.client,
             subjects.EGRESS_CONNECTIONS,
             ConnectionsRequest(grant_id=grant_id, revoke=True),
             ConnectionLog,
-            timeout_s=self._timeout_s,
+            timeout_s=self.timeout_s,
         )
         return log.summary()

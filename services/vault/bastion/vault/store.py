@@ -7,6 +7,8 @@ no dot, so the last dot splits them). Nothing in either is readable without the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import nats.js.errors
 from nats.js.kv import KeyValue
 
@@ -19,13 +21,13 @@ from bastion.shared.kv import bucket_keys, open_bucket
 __all__ = ["VaultStore"]
 
 
+@dataclass(eq=False)
 class VaultStore:
     """Reads and writes of wrapped keys and ciphertexts; no cryptography here."""
 
-    def __init__(self, client: Client, keys: KeyValue, secrets: KeyValue) -> None:
-        self._client = client
-        self._keys = keys
-        self._secrets = secrets
+    client: Client
+    keys: KeyValue
+    secrets: KeyValue
 
     @classmethod
     async def open(cls, client: Client) -> VaultStore:
@@ -39,7 +41,7 @@ class VaultStore:
     async def wrapped_key(self, tenant: str) -> tuple[WrappedKey, int] | None:
         """A tenant's wrapped data key and its revision, or None if it has none yet."""
         try:
-            entry = await self._keys.get(tenant)
+            entry = await self.keys.get(tenant)
         except nats.js.errors.NotFoundError:  # never kept, or purged
             return None
         assert entry.value is not None and entry.revision is not None
@@ -48,7 +50,7 @@ class VaultStore:
     async def create_wrapped_key(self, tenant: str, wrapped: WrappedKey) -> bool:
         """Keep a tenant's first data key; False if another instance kept one first."""
         try:
-            await self._keys.create(tenant, encode(wrapped))
+            await self.keys.create(tenant, encode(wrapped))
         except nats.js.errors.KeyWrongLastSequenceError:
             return False
         return True
@@ -56,24 +58,24 @@ class VaultStore:
     async def replace_wrapped_key(self, tenant: str, wrapped: WrappedKey, revision: int) -> bool:
         """Replace a tenant's wrapped key if still at `revision` (compare-and-set)."""
         try:
-            await self._keys.update(tenant, encode(wrapped), last=revision)
+            await self.keys.update(tenant, encode(wrapped), last=revision)
         except nats.js.errors.KeyWrongLastSequenceError:
             return False
         return True
 
     async def tenants(self) -> list[str]:
         """Every tenant that has a data key."""
-        return sorted(await bucket_keys(self._client, self._keys))
+        return sorted(await bucket_keys(self.client, self.keys))
 
     async def put_secret(self, tenant: str, name: str, stored: StoredSecret) -> bool:
         """Keep a secret; True if it replaced one of the same name."""
         replaced = await self.secret(tenant, name) is not None
-        await self._secrets.put(f"{tenant}.{name}", encode(stored))
+        await self.secrets.put(f"{tenant}.{name}", encode(stored))
         return replaced
 
     async def secret(self, tenant: str, name: str) -> StoredSecret | None:
         try:
-            entry = await self._secrets.get(f"{tenant}.{name}")
+            entry = await self.secrets.get(f"{tenant}.{name}")
         except nats.js.errors.NotFoundError:  # never kept, or purged
             return None
         assert entry.value is not None
@@ -82,7 +84,7 @@ class VaultStore:
 
     async def names(self, tenant: str) -> list[str]:
         """The names of a tenant's secrets, sorted."""
-        keys = await bucket_keys(self._client, self._secrets)
+        keys = await bucket_keys(self.client, self.secrets)
         return sorted(
             name for owner, _, name in (key.rpartition(".") for key in keys) if owner == tenant
         )
@@ -91,5 +93,5 @@ class VaultStore:
         """Forget a secret (its ciphertext purged); False if there was none."""
         if await self.secret(tenant, name) is None:
             return False
-        await self._secrets.purge(f"{tenant}.{name}")
+        await self.secrets.purge(f"{tenant}.{name}")
         return True
