@@ -230,3 +230,12 @@ async def test_a_bucket_holding_another_type_shares_the_bucket(client: Client) -
 
 class Mark(msgspec.Struct, frozen=True):
     text: str
+
+
+async def test_a_reader_opening_only_an_existing_bucket_creates_none(client: Client) -> None:
+    assert await TypedBucket.existing(client, "test_typed_not_there", Count) is None
+    assert await TypedBucket.existing(client, "test_typed_not_there", Count) is None
+    await (await TypedBucket.open(client, "test_typed_not_there", Count)).put("k", Count(1))
+    found = await TypedBucket.existing(client, "test_typed_not_there", Count)
+    assert found is not None
+    assert (await found.get("k")).value == Count(1)

@@ -173,6 +173,18 @@ class TypedBucket(Generic[T]):
         kv = await open_bucket(client, bucket, ttl_s=ttl_s)
         return cls(client, kv, bucket, value_type)
 
+    @classmethod
+    async def existing(
+        cls, client: Client, bucket: str, value_type: type[T]
+    ) -> TypedBucket[T] | None:
+        """The bucket `bucket` if it exists (None if not): for a reader that must not
+        create what the store that owns it creates."""
+        try:
+            kv = await client.jetstream().key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            return None
+        return cls(client, kv, bucket, value_type)
+
     def holding(self, value_type: type[U]) -> TypedBucket[U]:
         """This bucket, for values of another type kept beside these (under other keys)."""
         return TypedBucket(self._client, self._kv, self.name, value_type)
