@@ -23,7 +23,6 @@ from typing import Any
 
 import anyio
 from nats.aio.msg import Msg
-from nats.js.kv import KeyValue
 
 from bastion.cli.hookfile import CommandHook, UnsafeHooksFile, hooks_path, load_hooks
 from bastion.cli.hookrun import Ran, run_command
@@ -32,7 +31,7 @@ from bastion.proto.hooks import HOOK_EVENTS, HookAnswer, HookEvent, HookEventNam
 from bastion.shared.bus import Client, answer, connect
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
-from bastion.shared.kv import open_bucket
+from bastion.shared.kv import TypedBucket
 from bastion.shared.logs import configure_logging
 from bastion.shared.natsperms import HOOKS
 from bastion.shared.patterns import pattern_matches
@@ -139,17 +138,19 @@ def _log_failure(state_dir: Path, event: HookEvent, sentence: str) -> None:
 class HookRunner:
     """Keeps the registration in step with the file and answers the hook subjects."""
 
-    def __init__(self, client: Client, kv: KeyValue, state_dir: Path) -> None:
+    def __init__(
+        self, client: Client, bucket: TypedBucket[HookRegistration], state_dir: Path
+    ) -> None:
         self._client = client
-        self._kv = kv
+        self._bucket = bucket
         self._state_dir = state_dir
         self._registered: HookRegistration | None = None
         """What is in the bucket now, as this runner put it."""
 
     @classmethod
     async def open(cls, client: Client, state_dir: Path) -> HookRunner:
-        kv = await open_bucket(client, subjects.HOOKS_BUCKET)
-        return cls(client, kv, state_dir)
+        bucket = await TypedBucket.open(client, subjects.HOOKS_BUCKET, HookRegistration)
+        return cls(client, bucket, state_dir)
 
     async def register(self) -> None:
         """Register what the file asks for now (or refuse everything if it is unsafe)."""
@@ -159,11 +160,11 @@ class HookRunner:
             logger.error("the hooks file is refused: %s", error.message)
             wanted = registration(None)
         if wanted != self._registered:
-            await self._kv.put(NAME, encode(wanted))
+            await self._bucket.put(NAME, wanted)
             self._registered = wanted
 
     async def unregister(self) -> None:
-        await self._kv.delete(NAME)
+        await self._bucket.delete(NAME)
 
     async def _answer(self, msg: Msg) -> None:
         try:

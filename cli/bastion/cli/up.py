@@ -38,11 +38,13 @@ from bastion.cli.hookrunner import NAME as HOOK_RUNNER_NAME
 from bastion.cli.replicas import instance_env, instance_name
 from bastion.cli.status import SERVICES
 from bastion.proto import subjects
+from bastion.proto.hooks import HookRegistration
 from bastion.shared.bus import Client, connect
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError, InvalidInput
 from bastion.shared.httptokens import create_tokens_file, read_tokens, tokens_path
 from bastion.shared.keyfiles import create_key_file, read_x25519_key
+from bastion.shared.kv import TypedBucket
 from bastion.shared.natsconfig import (
     SERVER_FILE,
     ReplyWindow,
@@ -168,11 +170,10 @@ def as_user(env: dict[str, str], credentials: UserCredentials, url: str) -> dict
 
 async def _hooks_registered(client: Client) -> bool:
     try:
-        kv = await client.jetstream().key_value(subjects.HOOKS_BUCKET)
-        await kv.get(HOOK_RUNNER_NAME)
-    except nats.js.errors.Error:  # no bucket, or no key yet
+        hooks = await TypedBucket.existing(client, subjects.HOOKS_BUCKET, HookRegistration)
+        return hooks is not None and await hooks.find(HOOK_RUNNER_NAME) is not None
+    except nats.js.errors.Error:  # not readable yet
         return False
-    return True
 
 
 class StopSignal:

@@ -9,39 +9,35 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import nats.errors
-import nats.js.errors
 from nats.js.client import JetStreamContext
-from nats.js.kv import KeyValue
 
 from bastion.proto import subjects
 from bastion.proto.audit import MAX_SUMMARY, AuditRecord
 from bastion.proto.egress import MAX_CONNECTIONS, ConnectionLog
 from bastion.shared.audit import open_audit_stream, publish_audit
 from bastion.shared.bus import Client
-from bastion.shared.codec import decode, encode
-from bastion.shared.kv import open_bucket
+from bastion.shared.kv import KeptChanging, TypedBucket
 
 __all__ = ["ConnectionRecorder"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
 class ConnectionRecorder:
     """Records connections; a record that cannot be stored is logged, not raised."""
 
-    js: JetStreamContext
-    kv: KeyValue
+    def __init__(self, js: JetStreamContext, logs: TypedBucket[ConnectionLog]) -> None:
+        self._js = js
+        self._logs = logs
 
     @classmethod
     async def open(cls, client: Client, ttl_s: float) -> ConnectionRecorder:
         js = await open_audit_stream(client)
-        kv = await open_bucket(client, subjects.EGRESS_CONNECTIONS_BUCKET, ttl_s=ttl_s)
-        return cls(js, kv)
+        bucket = subjects.EGRESS_CONNECTIONS_BUCKET
+        return cls(js, await TypedBucket.open(client, bucket, ConnectionLog, ttl_s=ttl_s))
 
     async def record(
         self,
@@ -64,7 +60,7 @@ class ConnectionRecorder:
             extra={"session": session_id, "target": target, "allowed": refused is None},
         )
         await publish_audit(
-            self.js,
+            self._js,
             AuditRecord(
                 action="egress",
                 session_id=session_id,
@@ -79,33 +75,19 @@ class ConnectionRecorder:
         if grant_id:
             await self._append(grant_id, line[:600])
 
-    async def _append(self, grant_id: str, line: str, attempts: int = 10) -> None:
-        for _ in range(attempts):
-            log, revision = await self._read(grant_id)
+    async def _append(self, grant_id: str, line: str) -> None:
+        def appended(log: ConnectionLog | None) -> ConnectionLog:
+            log = log or ConnectionLog(grant_id=grant_id)
             if len(log.lines) < MAX_CONNECTIONS:
-                log = ConnectionLog(grant_id=grant_id, lines=(*log.lines, line), more=log.more)
-            else:
-                log = ConnectionLog(grant_id=grant_id, lines=log.lines, more=log.more + 1)
-            try:
-                if revision is None:
-                    await self.kv.create(grant_id, encode(log))
-                else:
-                    await self.kv.update(grant_id, encode(log), last=revision)
-                return
-            except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.BadRequestError):
-                continue
-            except (nats.errors.Error, TimeoutError):
-                break
-        logger.error("a connection was not added to its grant's log", extra={"grant": grant_id})
+                return ConnectionLog(grant_id=grant_id, lines=(*log.lines, line), more=log.more)
+            return ConnectionLog(grant_id=grant_id, lines=log.lines, more=log.more + 1)
 
-    async def _read(self, grant_id: str) -> tuple[ConnectionLog, int | None]:
         try:
-            entry = await self.kv.get(grant_id)
-        except nats.js.errors.KeyNotFoundError:
-            return ConnectionLog(grant_id=grant_id), None
-        assert entry.value is not None
-        return decode(entry.value, ConnectionLog), entry.revision
+            await self._logs.update(grant_id, appended, attempts=10)
+        except (KeptChanging, nats.errors.Error, TimeoutError):
+            logger.error("a connection was not added to its grant's log", extra={"grant": grant_id})
 
     async def connections(self, grant_id: str) -> ConnectionLog:
         """The grant's log so far (empty for a grant nothing connected with)."""
-        return (await self._read(grant_id))[0]
+        found = await self._logs.find(grant_id)
+        return ConnectionLog(grant_id=grant_id) if found is None else found.value

@@ -12,21 +12,16 @@ import binascii
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-
-import nats.js.errors
-from nats.js.kv import KeyValue
 
 from bastion.egress.errors import GrantRefused, Refused
 from bastion.egress.hosts import Declared
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, GrantRecord, GrantRequest
 from bastion.shared.bus import Client
-from bastion.shared.codec import decode, encode
 from bastion.shared.errors import InvalidInput
 from bastion.shared.hostcuts import DigestCutter
-from bastion.shared.kv import open_bucket
+from bastion.shared.kv import TypedBucket
 
 __all__ = ["GrantStore", "credentials", "cutter"]
 
@@ -65,18 +60,20 @@ def credentials(header: str | None) -> tuple[str, str]:
     return grant_id, secret
 
 
-@dataclass(eq=False)
 class GrantStore:
     """Grants in the KV bucket `bastion_egress_grants`; the bucket's TTL bounds every grant."""
 
-    kv: KeyValue
-    max_ttl_s: float
-    proxy: str
+    def __init__(self, bucket: TypedBucket[GrantRecord], max_ttl_s: float, proxy: str) -> None:
+        self._bucket = bucket
+        self._max_ttl_s = max_ttl_s
+        self.proxy = proxy
 
     @classmethod
     async def open(cls, client: Client, max_ttl_s: float, proxy: str) -> GrantStore:
-        kv = await open_bucket(client, subjects.EGRESS_GRANTS_BUCKET, ttl_s=max_ttl_s)
-        return cls(kv, max_ttl_s, proxy)
+        bucket = await TypedBucket.open(
+            client, subjects.EGRESS_GRANTS_BUCKET, GrantRecord, ttl_s=max_ttl_s
+        )
+        return cls(bucket, max_ttl_s, proxy)
 
     async def issue(self, request: GrantRequest) -> EgressGrant:
         """A new grant for `request`'s hosts, expiring after its TTL (at most the bucket's).
@@ -93,7 +90,7 @@ class GrantStore:
                     "*.name or name:port"
                 ) from None
         grant_id, secret = secrets.token_hex(16), secrets.token_urlsafe(32)
-        ttl = min(request.ttl_s, self.max_ttl_s)
+        ttl = min(request.ttl_s, self._max_ttl_s)
         expires_at = datetime.now(UTC) + timedelta(seconds=ttl)
         record = GrantRecord(
             grant_id=grant_id,
@@ -107,14 +104,14 @@ class GrantStore:
             cut_salt=request.cut_salt,
             cuts=request.cuts,
         )
-        await self.kv.put(grant_id, encode(record))
+        await self._bucket.put(grant_id, record)
         return EgressGrant(
             grant_id=grant_id, secret=secret, expires_at=expires_at, proxy=self.proxy
         )
 
     async def revoke(self, grant_id: str) -> None:
         """End a grant before its TTL: its call is over. An unknown grant is no error."""
-        await self.kv.delete(grant_id)
+        await self._bucket.delete(grant_id)
 
     async def check(self, grant_id: str, secret: str) -> GrantRecord:
         """The grant these credentials name, if they are its own and it has not expired.
@@ -124,12 +121,8 @@ class GrantStore:
         """
         record: GrantRecord | None = None
         if len(grant_id) == 32 and all(c in "0123456789abcdef" for c in grant_id):
-            try:
-                entry = await self.kv.get(grant_id)
-            except nats.js.errors.KeyNotFoundError:
-                entry = None
-            if entry is not None and entry.value:
-                record = decode(entry.value, GrantRecord)
+            found = await self._bucket.find(grant_id)
+            record = None if found is None else found.value
         if record is None or record.expires_at <= datetime.now(UTC):
             raise GrantRefused(
                 "the grant is unknown or has expired: each call gets its own grant, ask for a "

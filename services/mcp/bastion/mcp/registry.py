@@ -8,15 +8,11 @@ silently undo each other.
 
 from __future__ import annotations
 
-import nats.js.errors
-from nats.js.kv import KeyValue
-
 from bastion.proto import subjects
 from bastion.proto.mcp import McpServerRecord
 from bastion.shared.bus import Client
-from bastion.shared.codec import decode, encode
-from bastion.shared.errors import BastionError, NotFound
-from bastion.shared.kv import bucket_keys, open_bucket
+from bastion.shared.errors import BastionError
+from bastion.shared.kv import AlreadyStored, ChangedSince, TypedBucket
 
 __all__ = ["Registry", "ServerExists", "StaleReview"]
 
@@ -36,13 +32,12 @@ def _key(tenant: str, name: str) -> str:
 class Registry:
     """Read and write the servers of every tenant."""
 
-    def __init__(self, client: Client, kv: KeyValue) -> None:
-        self._client = client
-        self._kv = kv
+    def __init__(self, bucket: TypedBucket[McpServerRecord]) -> None:
+        self._bucket = bucket
 
     @classmethod
     async def open(cls, client: Client) -> Registry:
-        return cls(client, await open_bucket(client, subjects.MCP_SERVERS_BUCKET))
+        return cls(await TypedBucket.open(client, subjects.MCP_SERVERS_BUCKET, McpServerRecord))
 
     async def get(self, tenant: str, name: str) -> tuple[McpServerRecord, int]:
         """The server and its revision.
@@ -50,16 +45,13 @@ class Registry:
         Raises:
             NotFound: the tenant has no server of that name.
         """
-        try:
-            entry = await self._kv.get(_key(tenant, name))
-        except nats.js.errors.KeyNotFoundError:
-            raise NotFound(
-                f"there is no MCP server {name} for tenant {tenant}: add it with "
-                f"`bastion mcp add {name} -- COMMAND` (or `--url URL`); "
-                "`bastion mcp list` shows those there are"
-            ) from None
-        assert entry.value is not None and entry.revision is not None
-        return decode(entry.value, McpServerRecord), entry.revision
+        entry = await self._bucket.get(
+            _key(tenant, name),
+            missing=f"there is no MCP server {name} for tenant {tenant}: add it with "
+            f"`bastion mcp add {name} -- COMMAND` (or `--url URL`); "
+            "`bastion mcp list` shows those there are",
+        )
+        return entry.value, entry.revision
 
     async def add(self, record: McpServerRecord) -> None:
         """Keep a new server.
@@ -68,8 +60,8 @@ class Registry:
             ServerExists: the tenant has one of that name already.
         """
         try:
-            await self._kv.create(_key(record.tenant, record.name), encode(record))
-        except nats.js.errors.KeyWrongLastSequenceError:
+            await self._bucket.create(_key(record.tenant, record.name), record)
+        except AlreadyStored:
             raise ServerExists(
                 f"tenant {record.tenant} has an MCP server {record.name} already: review it "
                 f"with `bastion mcp review {record.name}`, or remove it first "
@@ -83,8 +75,8 @@ class Registry:
             StaleReview: someone else changed it since.
         """
         try:
-            await self._kv.update(_key(record.tenant, record.name), encode(record), last=revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
+            await self._bucket.replace(_key(record.tenant, record.name), record, revision)
+        except ChangedSince:
             raise StaleReview(
                 f"MCP server {record.name} was changed by someone else during this review: "
                 "review it again"
@@ -97,19 +89,15 @@ class Registry:
             NotFound: the tenant has no server of that name.
         """
         _, revision = await self.get(tenant, name)
-        await self._kv.delete(_key(tenant, name), last=revision)
+        await self._bucket.delete(_key(tenant, name), revision=revision)
 
     async def of_tenant(self, tenant: str) -> list[McpServerRecord]:
         """The tenant's servers, by name."""
         prefix = f"{tenant}."
-        records = []
-        for key in sorted(await bucket_keys(self._client, self._kv)):
-            if not key.startswith(prefix) or "." in key.removeprefix(prefix):
-                continue  # another tenant's (a tenant's name may hold dots; a server's not)
-            try:
-                entry = await self._kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                continue  # removed while listing
-            if entry.value is not None:
-                records.append(decode(entry.value, McpServerRecord))
-        return records
+        records = [
+            entry
+            async for entry in self._bucket.iterate(prefix)
+            # another tenant's (a tenant's name may hold dots; a server's not)
+            if "." not in entry.key.removeprefix(prefix)
+        ]
+        return [entry.value for entry in sorted(records, key=lambda entry: entry.key)]

@@ -8,34 +8,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import nats.js.errors
-from nats.js.kv import KeyValue
-
 from bastion.proto.approvals import ApprovalState, ParkedCall
 from bastion.shared.bus import Client
-from bastion.shared.codec import decode, encode
-from bastion.shared.errors import NotFound
-from bastion.shared.kv import bucket_keys, open_bucket
+from bastion.shared.kv import NotStored, TypedBucket
 from bastion.shared.metrics import approvals_waiting
 
 __all__ = ["ApprovalStore"]
+
+_ATTEMPTS = 50
+"""A move is read and tried again this often when other answers keep writing first."""
+
+
+def _missing(request_id: str) -> NotStored:
+    return NotStored(
+        f"there is no approval request {request_id}: list them with `bastion approvals list`"
+    )
 
 
 class ApprovalStore:
     """Create, read, list and move parked calls from one state to the next."""
 
-    def __init__(self, client: Client, kv: KeyValue) -> None:
-        self._client = client
-        self._kv = kv
+    def __init__(self, bucket: TypedBucket[ParkedCall]) -> None:
+        self._bucket = bucket
 
     @classmethod
     async def open(cls, client: Client, bucket: str) -> ApprovalStore:
         """The store on `bucket`, created (file storage, one revision kept) if missing."""
-        kv = await open_bucket(client, bucket)
-        return cls(client, kv)
+        return cls(await TypedBucket.open(client, bucket, ParkedCall))
 
     async def create(self, parked: ParkedCall) -> None:
-        await self._kv.create(parked.request_id, encode(parked))
+        await self._bucket.create(parked.request_id, parked)
         if parked.state == "pending":
             approvals_waiting.add(1)
 
@@ -45,15 +47,10 @@ class ApprovalStore:
         Raises:
             NotFound: no parked call has that id.
         """
-        try:
-            entry = await self._kv.get(request_id)
-        except nats.js.errors.KeyNotFoundError:
-            raise NotFound(
-                f"there is no approval request {request_id}: list them with "
-                "`bastion approvals list`"
-            ) from None
-        assert entry.value is not None and entry.revision is not None
-        return decode(entry.value, ParkedCall), entry.revision
+        found = await self._bucket.find(request_id)
+        if found is None:
+            raise _missing(request_id)
+        return found.value, found.revision
 
     async def move(
         self,
@@ -63,26 +60,20 @@ class ApprovalStore:
     ) -> ParkedCall | None:
         """`change` applied if the call is in one of the `expected` states when written
         (compare-and-set); None if it is not, or another writer got there first."""
-        while True:
-            parked, revision = await self.get(request_id)
-            if parked.state not in expected:
-                return None
-            changed = change(parked)
-            try:
-                await self._kv.update(request_id, encode(changed), last=revision)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue  # someone else wrote: look again at the state they left
-            if parked.state == "pending" and changed.state != "pending":
-                approvals_waiting.add(-1)
-            return changed
+        was: list[ApprovalState] = []
+
+        def moved(parked: ParkedCall | None) -> ParkedCall | None:
+            if parked is None:
+                raise _missing(request_id)
+            was[:] = [parked.state]
+            return change(parked) if parked.state in expected else None
+
+        changed = await self._bucket.update(request_id, moved, attempts=_ATTEMPTS)
+        if changed is not None and was == ["pending"] and changed.state != "pending":
+            approvals_waiting.add(-1)
+        return changed
 
     async def every(self) -> list[ParkedCall]:
         """Every parked call in the bucket, oldest first."""
-        found: list[ParkedCall] = []
-        for key in await bucket_keys(self._client, self._kv):
-            try:
-                parked, _ = await self.get(key)
-            except NotFound:
-                continue  # removed between the listing and the read
-            found.append(parked)
+        found = [entry.value async for entry in self._bucket.iterate()]
         return sorted(found, key=lambda p: p.created_at)

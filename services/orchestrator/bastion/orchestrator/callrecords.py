@@ -28,8 +28,6 @@ import logging
 from datetime import UTC, datetime
 
 import msgspec
-import nats.js.errors
-from nats.js.kv import KeyValue
 
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
@@ -38,8 +36,7 @@ from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.tools import CallResult, ToolOutput
 from bastion.shared.bus import Client
-from bastion.shared.codec import decode, encode
-from bastion.shared.kv import open_bucket
+from bastion.shared.kv import AlreadyStored, ChangedSince, TypedBucket
 
 __all__ = ["MAX_RECORDED_TEXT", "CallRecords", "Started", "record_key"]
 
@@ -76,29 +73,20 @@ class Started(msgspec.Struct, frozen=True):
 class CallRecords:
     """Look up, start and finish calls' records in the `bastion_calls` bucket."""
 
-    def __init__(self, kv: KeyValue, holder: str) -> None:
-        self._kv = kv
+    def __init__(self, bucket: TypedBucket[CallRecord], holder: str) -> None:
+        self._bucket = bucket
         self._holder = holder
 
     @classmethod
     async def open(cls, client: Client, bucket: str, ttl_s: float, holder: str) -> CallRecords:
         """The records on `bucket` (created if missing, entries kept `ttl_s`), started as
         `holder` (this orchestrator's turn holder)."""
-        kv = await open_bucket(client, bucket, ttl_s=ttl_s)
-        return cls(kv, holder)
-
-    async def _get(self, key: str) -> tuple[CallRecord, int] | None:
-        try:
-            found = await self._kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        assert found.value is not None and found.revision is not None
-        return decode(found.value, CallRecord), found.revision
+        return cls(await TypedBucket.open(client, bucket, CallRecord, ttl_s=ttl_s), holder)
 
     async def running(self, session_id: str, call_id: str) -> bool:
         """Whether the call made with this call id has no outcome yet."""
-        found = await self._get(record_key(session_id, call_id))
-        return found is not None and found[0].state == "running"
+        found = await self._bucket.find(record_key(session_id, call_id))
+        return found is not None and found.value.state == "running"
 
     async def recall(self, session_id: str, call_id: str) -> CallResult | None:
         """The outcome of the call made earlier with this call id, or None if none was.
@@ -107,10 +95,10 @@ class CallRecords:
         stopped mid-call, so it is made `uncertain` here, once and for good.
         """
         key = record_key(session_id, call_id)
-        found = await self._get(key)
+        found = await self._bucket.find(key)
         if found is None:
             return None
-        record, revision = found
+        record = found.value
         if record.state == "running":
             error = ErrorReply(
                 code=codes.UNCERTAIN,
@@ -127,7 +115,7 @@ class CallRecords:
                 "a call was running when its orchestrator stopped: uncertain",
                 extra={"session": session_id, "holder": record.holder},
             )
-            await self._write(key, record, revision)
+            await self._write(key, record, found.revision)
         return self._outcome(record)
 
     @staticmethod
@@ -161,8 +149,8 @@ class CallRecords:
             decision=decision,
         )
         try:
-            revision = await self._kv.create(key, encode(record))
-        except nats.js.errors.KeyWrongLastSequenceError:
+            revision = await self._bucket.create(key, record)
+        except AlreadyStored:
             return None
         return Started(key, record, revision)
 
@@ -178,13 +166,13 @@ class CallRecords:
     async def drop(self, started: Started) -> None:
         """The call was answered with an error that says it changed nothing: no record."""
         try:
-            await self._kv.delete(started.key, last=started.revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
+            await self._bucket.delete(started.key, revision=started.revision)
+        except ChangedSince:
             logger.warning("a call's record changed before it was dropped")
 
     async def _write(self, key: str, record: CallRecord, revision: int) -> None:
         try:
-            await self._kv.update(key, encode(record), last=revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
+            await self._bucket.replace(key, record, revision)
+        except ChangedSince:
             logger.warning("a call's record changed under its update", extra={"key": key})
-            await self._kv.put(key, encode(record))
+            await self._bucket.put(key, record)

@@ -16,16 +16,14 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
-from nats.js.kv import KeyValue
 
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.hooks import HookAnswer, HookEvent, HookEventName, HookRegistration, RunMark
 from bastion.proto.session import SessionInfo
 from bastion.shared.bus import Client, request
-from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError
-from bastion.shared.kv import open_bucket
+from bastion.shared.kv import TypedBucket
 from bastion.shared.patterns import pattern_matches
 
 __all__ = ["HookBlocked", "Hooks"]
@@ -42,40 +40,23 @@ class HookBlocked(BastionError):
 class Hooks:
     """The registered hooks, kept current from the bucket, and asking them."""
 
-    def __init__(self, client: Client, kv: KeyValue) -> None:
+    def __init__(self, client: Client, bucket: TypedBucket[HookRegistration]) -> None:
         self._client = client
-        self._kv = kv
+        self._bucket = bucket
         self._registered: dict[str, HookRegistration] = {}
 
     @classmethod
     async def open(cls, client: Client, bucket: str) -> Hooks:
-        kv = await open_bucket(client, bucket)
-        return cls(client, kv)
+        return cls(client, await TypedBucket.open(client, bucket, HookRegistration))
 
     async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Follow the bucket until cancelled; started once the registrations so far are read."""
-        watcher = await self._kv.watchall()
-        started = False
-        try:
-            async for entry in watcher:
-                if entry is not None:
-                    self._apply(entry.key, entry.operation, entry.value)
-                if not started and (entry is None or entry.delta == 0):
-                    started = True
-                    task_status.started()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await watcher.stop()  # type: ignore[no-untyped-call]
-
-    def _apply(self, key: str, operation: str | None, value: bytes | None) -> None:
-        if operation in ("DEL", "PURGE") or not value:
-            self._registered.pop(key, None)
-            return
-        try:
-            self._registered[key] = decode(value, HookRegistration)
-        except BastionError:
-            logger.error("a hook registration does not decode; it is ignored", extra={"key": key})
-            self._registered.pop(key, None)
+        """Follow the bucket until cancelled; started once the registrations so far are read.
+        A registration that does not decode is ignored (and logged)."""
+        async for change in self._bucket.watch(ready=task_status.started):
+            if change.value is None:
+                self._registered.pop(change.key, None)
+            else:
+                self._registered[change.key] = change.value
 
     def _matching(self, event: HookEventName, tenant: str, tool: str) -> list[HookRegistration]:
         return [

@@ -18,8 +18,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import msgspec
-import nats.js.errors
-from nats.js.kv import KeyValue
 
 from bastion.orchestrator.catalogue import is_journaled
 from bastion.proto import errors as codes
@@ -28,9 +26,8 @@ from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client
-from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError, Unavailable
-from bastion.shared.kv import open_bucket
+from bastion.shared.kv import AlreadyStored, ChangedSince, TypedBucket
 
 __all__ = ["MAX_KEPT_TEXT", "Journal", "UncertainCall", "call_key"]
 
@@ -88,22 +85,13 @@ def _unanswered(error: BastionError) -> bool:
 class Journal:
     """Look up, record and answer journaled calls in the `bastion_journal` bucket."""
 
-    def __init__(self, kv: KeyValue) -> None:
-        self._kv = kv
+    def __init__(self, bucket: TypedBucket[JournalEntry]) -> None:
+        self._bucket = bucket
 
     @classmethod
     async def open(cls, client: Client, bucket: str, ttl_s: float) -> Journal:
         """The journal on `bucket`, created (file storage, entries kept `ttl_s`) if missing."""
-        kv = await open_bucket(client, bucket, ttl_s=ttl_s)
-        return cls(kv)
-
-    async def entry(self, key: str) -> tuple[JournalEntry, int] | None:
-        try:
-            found = await self._kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        assert found.value is not None and found.revision is not None
-        return decode(found.value, JournalEntry), found.revision
+        return cls(await TypedBucket.open(client, bucket, JournalEntry, ttl_s=ttl_s))
 
     async def recall(
         self, session: SessionInfo, tool: ToolSpec, tool_input: msgspec.Struct, call_id: str
@@ -116,10 +104,10 @@ class Journal:
         if not is_journaled(tool):
             return None
         key = call_key(session.session_id, tool.name, tool_input)
-        found = await self.entry(key)
+        found = await self._bucket.find(key)
         if found is None:
             return None
-        entry, revision = found
+        entry, revision = found.value, found.revision
         if entry.state != "done":
             if entry.state == "started":
                 # Nobody is waiting on it any more (a session's calls run one at a time, in its
@@ -185,8 +173,8 @@ class Journal:
             decision=decision,
         )
         try:
-            revision = await self._kv.create(key, encode(entry))
-        except nats.js.errors.KeyWrongLastSequenceError:
+            revision = await self._bucket.create(key, entry)
+        except AlreadyStored:
             raise UncertainCall(
                 f"an identical {tool.name} call is already being made: {_check_advice(tool)}"
             ) from None
@@ -196,7 +184,7 @@ class Journal:
             if not _unanswered(error):
                 # An answer, though a refusal: the call changed nothing, so the same call
                 # may be made again once the model has changed what made it fail.
-                await self._kv.delete(key, last=revision)
+                await self._bucket.delete(key, revision=revision)
                 raise
             entry = msgspec.structs.replace(
                 entry, state="uncertain", finished_at=datetime.now(UTC), why=error.message
@@ -218,7 +206,7 @@ class Journal:
 
     async def _write(self, key: str, entry: JournalEntry, revision: int) -> None:
         try:
-            await self._kv.update(key, encode(entry), last=revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
+            await self._bucket.replace(key, entry, revision)
+        except ChangedSince:
             logger.warning("a journal entry changed under its update", extra={"state": entry.state})
-            await self._kv.put(key, encode(entry))
+            await self._bucket.put(key, entry)

@@ -23,13 +23,10 @@ from typing import Final
 import anyio
 import msgspec
 import nats.errors
-import nats.js.errors
 
 from bastion.orchestrator.store import SessionStore
-from bastion.proto.errors import CONFLICT
 from bastion.proto.session import SessionInfo
-from bastion.shared.codec import decode, encode
-from bastion.shared.errors import BastionError, NotFound, QuotaExceeded, RemoteError
+from bastion.shared.errors import BastionError, NotFound, QuotaExceeded
 
 __all__ = ["OpenCaps"]
 
@@ -68,7 +65,7 @@ class OpenCaps:
 
     def __init__(self, store: SessionStore, per_tenant: int, per_token: int) -> None:
         self._store = store
-        self._kv = store.kv
+        self._counts = store.bucket.holding(_Open)
         self._per_tenant = per_tenant
         self._per_token = per_token
         self._locks: dict[str, anyio.Lock] = {}
@@ -162,31 +159,19 @@ class OpenCaps:
     async def _change(self, key: str, change: _Change) -> None:
         """Apply `change` to the record at `key` by compare-and-set, one change at a time
         in this instance and retried when another replica's came first."""
+
+        async def changed(found: _Open | None) -> _Open:
+            return await change(_Open() if found is None else found)
+
         lock = self._locks.setdefault(key, anyio.Lock())
         try:
             async with lock:
-                await self._changed(key, change)
+                await self._counts.update(
+                    key,
+                    changed,
+                    attempts=_ATTEMPTS,
+                    conflict=f"the count of open sessions ({key}) kept changing; retry",
+                )
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._locks.pop(key, None)
-
-    async def _changed(self, key: str, change: _Change) -> None:
-        for attempt in range(_ATTEMPTS):
-            try:
-                entry = await self._kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                found, revision = _Open(), None
-            else:
-                assert entry.value is not None
-                found, revision = decode(entry.value, _Open), entry.revision
-            changed = await change(found)
-            try:
-                if revision is None:
-                    await self._kv.create(key, encode(changed))
-                else:
-                    await self._kv.update(key, encode(changed), last=revision)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                await anyio.sleep(0.005 * (attempt % 10))
-                continue
-            return
-        raise RemoteError(CONFLICT, f"the count of open sessions ({key}) kept changing; retry")

@@ -24,13 +24,11 @@ from contextlib import asynccontextmanager
 import anyio
 import msgspec
 import nats.errors
-import nats.js.errors
-from nats.js.kv import KeyValue
 
 from bastion.proto import errors as codes
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError
-from bastion.shared.kv import open_bucket
+from bastion.shared.kv import AlreadyStored, ChangedSince, TypedBucket
 
 __all__ = ["TurnRecord", "TurnTimeout", "Turns"]
 
@@ -63,15 +61,11 @@ class TurnTimeout(BastionError):
     code = codes.UNAVAILABLE
 
 
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(TurnRecord)
-
-
 class Turns:
     """Take, keep and give back session turns in the `bastion_turns` bucket."""
 
-    def __init__(self, kv: KeyValue, ttl_s: float, wait_s: float) -> None:
-        self._kv = kv
+    def __init__(self, bucket: TypedBucket[TurnRecord], ttl_s: float, wait_s: float) -> None:
+        self._bucket = bucket
         self._ttl_s = ttl_s
         self._wait_s = wait_s
         self.holder = f"{socket.gethostname()}:{secrets.token_hex(4)}"
@@ -80,30 +74,30 @@ class Turns:
     async def open(cls, client: Client, bucket: str, ttl_s: float, wait_s: float) -> Turns:
         """Turns in `bucket` (created if missing) that expire `ttl_s` after their last
         renewal; a call waits at most `wait_s` for a turn."""
-        kv = await open_bucket(client, bucket, ttl_s=max(_BUCKET_TTL_S, 3 * ttl_s))
-        return cls(kv, ttl_s, wait_s)
+        turns = await TypedBucket.open(
+            client, bucket, TurnRecord, ttl_s=max(_BUCKET_TTL_S, 3 * ttl_s)
+        )
+        return cls(turns, ttl_s, wait_s)
 
-    def _record(self) -> bytes:
-        return _encoder.encode(TurnRecord(holder=self.holder, expires_at=time.time() + self._ttl_s))
+    def _record(self) -> TurnRecord:
+        return TurnRecord(holder=self.holder, expires_at=time.time() + self._ttl_s)
 
     async def _try_take(self, session_id: str) -> tuple[int, bool] | None:
         """The revision of the turn if this instance took it now (and whether it took it over
         from a holder that let it expire), or None while someone else holds it."""
         try:
-            return await self._kv.create(session_id, self._record()), False
-        except nats.js.errors.KeyWrongLastSequenceError:
+            return await self._bucket.create(session_id, self._record()), False
+        except AlreadyStored:
             pass
-        try:
-            entry = await self._kv.get(session_id)
-        except nats.js.errors.KeyNotFoundError:
+        entry = await self._bucket.find(session_id)
+        if entry is None:
             return None  # given back between the two looks: try again
-        assert entry.value is not None and entry.revision is not None
-        held = _decoder.decode(entry.value)
+        held = entry.value
         if held.expires_at > time.time():
             return None
         try:
-            revision = await self._kv.update(session_id, self._record(), last=entry.revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
+            revision = await self._bucket.replace(session_id, self._record(), entry.revision)
+        except ChangedSince:
             return None  # another instance took it over first
         logger.warning(
             "took over a session's turn its holder let expire",
@@ -131,10 +125,10 @@ class Turns:
         while True:
             await anyio.sleep(self._ttl_s / 3)
             try:
-                held.revision = await self._kv.update(
-                    session_id, self._record(), last=held.revision
+                held.revision = await self._bucket.replace(
+                    session_id, self._record(), held.revision
                 )
-            except nats.js.errors.KeyWrongLastSequenceError:
+            except ChangedSince:
                 held.lost = True
                 logger.error(
                     "lost a session's turn while holding it", extra={"session": session_id}
@@ -180,8 +174,8 @@ class Turns:
 
     async def _give_back(self, session_id: str, revision: int) -> None:
         try:
-            await self._kv.delete(session_id, last=revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
+            await self._bucket.delete(session_id, revision=revision)
+        except ChangedSince:
             # taken over while this instance was stalled: no longer ours to give back
             logger.warning(
                 "a session's turn changed before it was given back", extra={"session": session_id}

@@ -8,15 +8,12 @@ from datetime import UTC, datetime
 from typing import Final
 
 import nats.errors
-import nats.js.errors
-from nats.js.kv import KeyValue
 
 from bastion.proto import subjects
 from bastion.proto.frontdoor import CreateToken, TokenCreated, TokenInfo
 from bastion.shared.bus import Client
-from bastion.shared.codec import decode, encode
 from bastion.shared.errors import NotFound, Unavailable
-from bastion.shared.kv import bucket_keys, open_bucket
+from bastion.shared.kv import TypedBucket
 
 __all__ = ["TOKEN_PREFIX", "TokenStore", "hash_of"]
 
@@ -39,13 +36,12 @@ class TokenStore:
     """Create, find, list and revoke tokens; the bucket, not a process's memory, is the truth,
     so a token revoked through one replica is refused by every other at its next request."""
 
-    def __init__(self, client: Client, kv: KeyValue) -> None:
-        self._client = client
-        self._kv = kv
+    def __init__(self, bucket: TypedBucket[TokenInfo]) -> None:
+        self._bucket = bucket
 
     @classmethod
     async def open(cls, client: Client) -> TokenStore:
-        return cls(client, await open_bucket(client, subjects.FRONTDOOR_TOKENS_BUCKET))
+        return cls(await TypedBucket.open(client, subjects.FRONTDOOR_TOKENS_BUCKET, TokenInfo))
 
     async def create(self, ask: CreateToken) -> TokenCreated:
         """A new token for `ask`'s agent; the token itself is in the answer and nowhere else."""
@@ -62,7 +58,7 @@ class TokenStore:
             mcp=ask.mcp,
             created_at=datetime.now(UTC),
         )
-        await self._kv.create(digest, encode(info))
+        await self._bucket.create(digest, info)
         return TokenCreated(token=token, info=info)
 
     async def find(self, token: str) -> tuple[str, TokenInfo] | None:
@@ -71,29 +67,18 @@ class TokenStore:
             return None
         digest = hash_of(token)
         try:
-            entry = await self._kv.get(digest)
-        except nats.js.errors.KeyNotFoundError:
-            return None
+            found = await self._bucket.find(digest)
         except (nats.errors.Error, TimeoutError):
             raise Unavailable("the agent tokens could not be read from NATS: retry") from None
-        if entry.value is None:
-            return None
-        info: TokenInfo = decode(entry.value, TokenInfo)
-        return digest, info
+        return None if found is None else (digest, found.value)
 
     async def every(self, tenant: str | None = None) -> list[TokenInfo]:
         """Every live token (of `tenant`, when given), oldest first."""
-        found = []
-        for key in await bucket_keys(self._client, self._kv):
-            try:
-                entry = await self._kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                continue
-            if entry.value is None:
-                continue
-            info: TokenInfo = decode(entry.value, TokenInfo)
-            if tenant is None or info.tenant == tenant:
-                found.append(info)
+        found = [
+            entry.value
+            async for entry in self._bucket.iterate()
+            if tenant is None or entry.value.tenant == tenant
+        ]
         return sorted(found, key=lambda i: i.created_at)
 
     async def revoke(self, token_id: str) -> tuple[str, TokenInfo]:
@@ -102,15 +87,12 @@ class TokenStore:
         Raises:
             NotFound: no live token has that id.
         """
-        for key in await bucket_keys(self._client, self._kv):
+        for key in await self._bucket.keys():
             if _id_of(key) != token_id:
                 continue
-            try:
-                entry = await self._kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
+            found = await self._bucket.find(key)
+            if found is None:
                 continue
-            assert entry.value is not None
-            info: TokenInfo = decode(entry.value, TokenInfo)
-            await self._kv.delete(key)
-            return key, info
+            await self._bucket.delete(key)
+            return key, found.value
         raise NotFound(f"there is no token {token_id}: `bastion token list` shows the live ones")
