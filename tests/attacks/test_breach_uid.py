@@ -25,8 +25,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bastion.mcp.upstream.errors import UpstreamUnreachable
-from bastion.mcp.upstream.launch import launching
+from bastion.mcp.gateway.upstream.errors import UpstreamUnreachable
+from bastion.mcp.gateway.upstream.launch import launching
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.mcp import McpServerSpec

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from opentelemetry.trace import SpanKind
 
-from bastion.mcp.httpsettings import McpSettings, UnsafeListen
+from bastion.mcp.frontdoor.httpsettings import McpSettings, UnsafeListen
 from bastion.mcp.service import setup as mcp_setup
 from bastion.proto.approvals import ApprovalAnswered, ApprovalList
 from bastion.proto.errors import ErrorReply

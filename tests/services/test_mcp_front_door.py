@@ -18,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequestParams, ElicitResult, TextContent, TextResourceContents
 
-from bastion.mcp.httpsettings import McpSettings
+from bastion.mcp.frontdoor.httpsettings import McpSettings
 from bastion.mcp.service import setup as mcp_setup
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord

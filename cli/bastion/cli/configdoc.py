@@ -24,7 +24,7 @@ import msgspec
 from bastion.cli import up
 from bastion.cli.hookrunner import RunnerSettings
 from bastion.egress.settings import EgressSettings
-from bastion.mcp.httpsettings import McpSettings
+from bastion.mcp.frontdoor.httpsettings import McpSettings
 from bastion.orchestrator.service import OrchestratorSettings
 from bastion.policy.service import PolicySettings
 from bastion.sandbox.service import SandboxSettings

@@ -9,15 +9,15 @@ from contextlib import asynccontextmanager
 
 from nats.aio.msg import Msg
 
+from bastion.mcp.frontdoor.httpapp import build_app
+from bastion.mcp.frontdoor.httpserver import serving_http
+from bastion.mcp.frontdoor.httpsettings import McpSettings, front_door_of
 from bastion.mcp.frontdoor.server import open_mcp_endpoint
 from bastion.mcp.frontdoor.tokenapi import add_token_endpoints
-from bastion.mcp.gateway import Gateway
-from bastion.mcp.httpapp import build_app
-from bastion.mcp.httpserver import serving_http
-from bastion.mcp.httpsettings import McpSettings, front_door_of
-from bastion.mcp.pool import running_pool
-from bastion.mcp.registry import Registry
-from bastion.mcp.values import ValueSource
+from bastion.mcp.gateway.gateway import Gateway
+from bastion.mcp.gateway.pool import running_pool
+from bastion.mcp.gateway.registry import Registry
+from bastion.mcp.gateway.values import ValueSource
 from bastion.proto import subjects
 from bastion.proto.events import SessionClosed
 from bastion.proto.mcp import (

@@ -19,10 +19,14 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from bastion.mcp.upstream.errors import UpstreamNoAnswer, UpstreamRefused, UpstreamUnreachable
-from bastion.mcp.upstream.handlers import Asking
-from bastion.mcp.upstream.limits import UpstreamLimits
-from bastion.mcp.upstream.link import Link
+from bastion.mcp.gateway.upstream.errors import (
+    UpstreamNoAnswer,
+    UpstreamRefused,
+    UpstreamUnreachable,
+)
+from bastion.mcp.gateway.upstream.handlers import Asking
+from bastion.mcp.gateway.upstream.limits import UpstreamLimits
+from bastion.mcp.gateway.upstream.link import Link
 
 __all__ = ["LIST_TIMEOUT_S", "Upstream"]
 

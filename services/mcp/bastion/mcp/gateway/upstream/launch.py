@@ -29,7 +29,7 @@ from typing import Final
 
 import anyio
 
-from bastion.mcp.upstream.errors import UpstreamUnreachable
+from bastion.mcp.gateway.upstream.errors import UpstreamUnreachable
 from bastion.proto.mcp import McpServerSpec
 from bastion.proto.sandbox import Limits
 from bastion.shared.errors import InvalidInput, NotImplementedYet
