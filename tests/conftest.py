@@ -15,8 +15,8 @@ import pytest
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
+from bastion.cli.natsserver import running_nats_server
 from bastion.shared.bus import Client, connect
-from bastion.shared.natsserver import running_nats_server
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 

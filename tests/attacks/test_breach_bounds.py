@@ -14,6 +14,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from bastion.cli.natsserver import free_port
 from bastion.mcp.service import McpSettings
 from bastion.mcp.service import setup as mcp_setup
 from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
@@ -29,7 +30,6 @@ from bastion.sandbox.usage import LEAST_FILE_BYTES, workspace_bytes
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import MAX_NESTING, decode, encode
 from bastion.shared.errors import RemoteError
-from bastion.shared.natsserver import free_port
 from bastion.shared.sandboxing.cgroup import cgroup_prefix, find_cgroup_root, tenant_group_name
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings

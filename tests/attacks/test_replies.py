@@ -23,6 +23,8 @@ import nats
 import pytest
 from anyio.abc import SocketStream, TaskStatus
 
+from bastion.cli.discovery import list_instances
+from bastion.cli.natsserver import free_port, serving
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
 from bastion.mcp.service import McpSettings
@@ -36,10 +38,8 @@ from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, connect, request
-from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
-from bastion.shared.natsserver import free_port, serving
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.shared.statedir import find_bus_settings, read_run_record

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 from opentelemetry.trace import SpanKind
 
+from bastion.cli.natsserver import free_port
 from bastion.mcp.frontdoor.httpsettings import McpSettings, UnsafeListen
 from bastion.mcp.service import setup as mcp_setup
 from bastion.proto.approvals import ApprovalAnswered, ApprovalList
@@ -19,7 +20,6 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client
 from bastion.shared.httptokens import UnsafeTokensFile
-from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.services.test_approvals import Plane, pending, plane_of, session_of, workspace

@@ -18,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequestParams, ElicitResult, TextContent, TextResourceContents
 
+from bastion.cli.natsserver import free_port
 from bastion.mcp.frontdoor.httpsettings import McpSettings
 from bastion.mcp.service import setup as mcp_setup
 from bastion.proto import subjects
@@ -36,7 +37,6 @@ from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
 from bastion.shared.codec import decode
 from bastion.shared.errors import Unavailable
-from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.services.test_approvals import (

@@ -33,13 +33,15 @@ import msgspec
 import nats.js.errors
 
 from bastion.cli.common import fail, state_dir_of
+from bastion.cli.discovery import list_instances
 from bastion.cli.hookfile import hooks_path
 from bastion.cli.hookrunner import NAME as HOOK_RUNNER_NAME
+from bastion.cli.natsserver import free_port, nats_server_binary, port_answers
+from bastion.cli.natsstore import move_to_accounts
 from bastion.cli.replicas import instance_env, instance_name
 from bastion.cli.status import SERVICES
 from bastion.proto import subjects
 from bastion.shared.bus import Client, connect
-from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError, InvalidInput
 from bastion.shared.httptokens import create_tokens_file, read_tokens, tokens_path
 from bastion.shared.keyfiles import create_key_file, read_x25519_key
@@ -50,8 +52,6 @@ from bastion.shared.natsconfig import (
     write_nats_config,
 )
 from bastion.shared.natsperms import OPERATOR
-from bastion.shared.natsserver import free_port, nats_server_binary, port_answers
-from bastion.shared.natsstore import move_to_accounts
 from bastion.shared.sealing import public_bytes
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.shared.statedir import RunRecord, nats_dir, run_record_path
