@@ -21,7 +21,7 @@ import anyio
 import msgspec
 import pytest
 
-from bastion.cli.hookrun import run_command
+from bastion.hooks.command import run_command
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.sandbox import ApplyPatch, EditFile, ExecResult, FileResult, WriteFile

@@ -14,14 +14,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bastion.cli.hookfile import CommandHook, hooks_path, save_hooks
-from bastion.cli.hookrunner import HookRunner, answer_event
+from bastion.hooks.service import HookRunner, answer_event
 from bastion.policy.service import policy_service
 from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import HookEvent
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
+from bastion.shared.hookfile import CommandHook, hooks_path, save_hooks
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.owners import owned
