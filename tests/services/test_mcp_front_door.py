@@ -19,8 +19,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequestParams, ElicitResult, TextContent, TextResourceContents
 
 from bastion.cli.natsserver import free_port
-from bastion.mcp.frontdoor.httpsettings import McpSettings
-from bastion.mcp.service import setup as mcp_setup
+from bastion.mcp.service import mcp_service
+from bastion.mcp.settings import McpSettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.events import SessionClosed
@@ -69,7 +69,7 @@ def door_of(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Pat
             http_tokens_file=str(tokens_file),
             **settings,
         )
-        async with run_service(mcp_setup, mcp):
+        async with run_service(mcp_service, mcp):
             yield f"http://127.0.0.1:{port}"
 
     return running

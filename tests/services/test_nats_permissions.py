@@ -22,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from nats.aio.client import Client
 
 from bastion.cli.natsserver import free_port, serving
-from bastion.policy.service import PolicySettings, policy_service
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.policy import PolicyStatus, PolicyStatusQuery

@@ -24,10 +24,10 @@ import msgspec
 from bastion.cli import up
 from bastion.egress.settings import EgressSettings
 from bastion.hooks.settings import HooksSettings
-from bastion.mcp.frontdoor.httpsettings import McpSettings
-from bastion.orchestrator.service import OrchestratorSettings
-from bastion.policy.service import PolicySettings
-from bastion.sandbox.service import SandboxSettings
+from bastion.mcp.settings import McpSettings
+from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.policy.settings import PolicySettings
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.errors import BastionError
 from bastion.shared.settings import ENV_PREFIX, BusSettings
 from bastion.vault.settings import VaultSettings
