@@ -24,6 +24,7 @@ from bastion.proto.mcp import (
     ReviewedTool,
     ReviewStatus,
     ToolPin,
+    UpstreamKind,
 )
 from bastion.proto.policy import Effect
 
@@ -227,28 +228,27 @@ _READ_RESOURCE_INPUT: Final = {
 }
 
 
+def _resources_tool(
+    server: str, kind: UpstreamKind, description: str, schema: dict[str, object]
+) -> OfferedTool:
+    return OfferedTool(
+        name=f"{server}_{kind}",
+        server=server,
+        upstream="",
+        upstream_kind=kind,
+        description=description,
+        effect="read",
+        input_schema_json=canonical_json(schema),
+        taints=True,
+    )
+
+
 def _resources_tools(server: str) -> list[OfferedTool]:
+    listing = f"List the resources MCP server {server} offers: their URIs and names."
+    reading = f"Read a resource of MCP server {server} by its URI."
     return [
-        OfferedTool(
-            name=f"{server}_resources",
-            server=server,
-            upstream="",
-            upstream_kind="resources",
-            description=f"List the resources MCP server {server} offers: their URIs and names.",
-            effect="read",
-            input_schema_json=canonical_json(_RESOURCES_INPUT),
-            taints=True,
-        ),
-        OfferedTool(
-            name=f"{server}_read_resource",
-            server=server,
-            upstream="",
-            upstream_kind="read_resource",
-            description=f"Read a resource of MCP server {server} by its URI.",
-            effect="read",
-            input_schema_json=canonical_json(_READ_RESOURCE_INPUT),
-            taints=True,
-        ),
+        _resources_tool(server, "resources", listing, _RESOURCES_INPUT),
+        _resources_tool(server, "read_resource", reading, _READ_RESOURCE_INPUT),
     ]
 
 
