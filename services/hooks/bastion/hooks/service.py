@@ -1,15 +1,14 @@
 """The hooks service: answer hook events by running the operator's command hooks.
 
-`bastion up` starts it (`python -m bastion.hooks`, supervised like the six services, but
-no NATS micro service: discovery does not list it) when
-`<state dir>/hooks.json` exists. It registers in the `bastion_hooks` bucket as the hook
-`commands`, for the events and tool patterns the file names, answers
-`bastion.v1.hooks.<event>.<tenant>.commands`, and re-registers when the file changes. A
-hooks file that others may change registers for every event and blocks every call until
-it is fixed. Hooks run outside any sandbox, in the
+`bastion up` starts it (`python -m bastion.hooks`, supervised like the six services, but no
+NATS micro service: discovery does not list it) when `<state dir>/hooks.json` exists. It
+registers in the `bastion_hooks` bucket as the hook `commands`, for the events and tool
+patterns the file names, answers `bastion.v1.hooks.<event>.<tenant>.commands`, and
+re-registers when the file changes. A hooks file that others may change registers for
+every event and blocks every call until it is fixed. Hooks run outside any sandbox, in the
 session's workspace when it has one, with git's configuration locked down
-(`gitguard.LOCKED_GIT_ENVIRONMENT`: no program named by a git setting runs). Failures
-of hooks that do not block go to `<state dir>/hooks.log`.
+(`gitguard.LOCKED_GIT_ENVIRONMENT`: no program named by a git setting runs). Failures of
+hooks that do not block go to `<state dir>/hooks.log`.
 """
 
 from __future__ import annotations
