@@ -25,13 +25,13 @@ from pathlib import Path
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
+from bastion.cli.natsserver import running_nats_server
 from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, GrantRequest
 from bastion.shared.bus import connect, request
-from bastion.shared.natsserver import running_nats_server
 from bench.common import percentile
 
 CHUNK = b"\0" * (1024 * 1024)

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import anyio
 
+from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.proto.tools import CallResult, ToolCall
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import BastionError
-from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import read_run_record
 from bench.common import bastion_up, percentile, sandbox_workspace

@@ -26,13 +26,13 @@ import anyio
 import nats
 from nats.aio.msg import Msg
 
+from bastion.cli.natsserver import running_nats_server
 from bastion.policy.cedar_store import OperatorPolicies
 from bastion.policy.decide import decide
 from bastion.proto import subjects
 from bastion.proto.policy import PolicyDecision, PolicyRequest, PolicyStatus, PolicyStatusQuery
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import Unavailable
-from bastion.shared.natsserver import running_nats_server
 from bastion.shared.settings import BusSettings
 from bench.common import percentile
 

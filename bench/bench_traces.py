@@ -29,7 +29,7 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from bastion.shared.natsserver import free_port
+from bastion.cli.natsserver import free_port
 from bench.common import bastion_up, percentile, sandbox_workspace
 from tests.otlp import ReceivedSpan, otlp_receiver
 

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
+from bastion.cli.natsserver import running_nats_server
 from bastion.shared.bus import Client, connect
-from bastion.shared.natsserver import running_nats_server
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 
@@ -99,10 +100,15 @@ async def client(bus_settings: BusSettings) -> AsyncIterator[Client]:
 
 @pytest.fixture
 def run_service(bus_settings: BusSettings) -> ServiceRunner:
-    """`async with run_service(setup, settings)`: serve a service in this process until exit."""
+    """`async with run_service(setup, settings)`: serve a service in this process until exit.
+
+    `settings` may be a settings type instead: its defaults, on this test's bus.
+    """
 
     @asynccontextmanager
     async def runner(setup: Any, settings: Any = None) -> AsyncIterator[Service]:
+        if isinstance(settings, type):
+            settings = settings(**msgspec.structs.asdict(bus_settings))
         settings = settings if settings is not None else bus_settings
         async with (
             connect(settings, "test-service") as nc,

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from bastion.shared.natsserver import free_port
+from bastion.cli.natsserver import free_port
 
 __all__ = ["running_up"]
 

@@ -12,7 +12,8 @@ import pytest
 
 from bastion.proto import subjects
 from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, ReadFile, WriteFile
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 
 # The Docker fixtures, for the Docker containment suite: they skip saying why when no engine

@@ -14,22 +14,25 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from bastion.mcp.service import McpSettings
-from bastion.mcp.service import setup as mcp_setup
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.cli.natsserver import free_port
+from bastion.mcp.service import mcp_service
+from bastion.mcp.settings import McpSettings
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, SearchFiles, WriteFile
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.usage import LEAST_FILE_BYTES, workspace_bytes
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import MAX_NESTING, decode, encode
 from bastion.shared.errors import RemoteError
-from bastion.shared.natsserver import free_port
 from bastion.shared.sandboxing.cgroup import cgroup_prefix, find_cgroup_root, tenant_group_name
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
@@ -63,7 +66,7 @@ async def test_input_nested_too_deep_is_a_bad_request_on_each_service(
             nested(depth, "tool.call", tool="shell", input={"x": None}),
         ),
         (
-            mcp_setup,
+            mcp_service,
             McpSettings(nats_url=bus_settings.nats_url, http_listen="127.0.0.1:0"),
             subjects.MCP_CALL,
             nested(
@@ -200,7 +203,7 @@ async def test_a_sessions_searches_count_against_its_own_tenant_through_the_orch
     async with (
         run_service(sandbox_service, sandbox) as sandboxes,
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
     ):
         a1, a2, g1 = [
             await request(
@@ -294,9 +297,9 @@ async def test_a_token_opening_mcp_sessions_through_the_front_door_meets_its_cap
             orchestrator_service,
             OrchestratorSettings(nats_url=bus_settings.nats_url, max_sessions_per_token=1),
         ),
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(
-            mcp_setup,
+            mcp_service,
             McpSettings(
                 nats_url=bus_settings.nats_url,
                 http_listen=f"127.0.0.1:{port}",

@@ -21,11 +21,12 @@ import anyio
 import msgspec
 import pytest
 
-from bastion.cli.hookrun import run_command
+from bastion.hooks.command import run_command
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.sandbox import ApplyPatch, EditFile, ExecResult, FileResult, WriteFile
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings

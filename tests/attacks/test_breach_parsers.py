@@ -16,7 +16,12 @@ from anyio.abc import SocketStream
 from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
-from bastion.mcp.upstream import UpstreamHandlers, asks_for_secret, host_and_port, open_upstream
+from bastion.mcp.gateway.upstream import (
+    UpstreamHandlers,
+    asks_for_secret,
+    host_and_port,
+    open_upstream,
+)
 from bastion.policy.preapproval import covers, parse_rule
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, FetchedPage, GrantRequest

@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.preapproval import covers, parse_rule
-from bastion.policy.service import PolicySettings, policy_service
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import CallResult, ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner

@@ -25,8 +25,10 @@ from nats.aio.msg import Msg
 from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.errors import ErrorReply
@@ -41,7 +43,8 @@ from bastion.proto.sandbox import (
     SearchFiles,
 )
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
@@ -372,7 +375,7 @@ async def test_what_a_session_is_shown_journaled_and_audited_has_the_tenants_val
     async with (
         connect(bus_settings, "recorder") as recorder,
         run_service(vault_service, vault_settings(nats_url, key_file(tmp_path / "vault"))),
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(sandbox_service, sandbox),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=nats_url)),
     ):

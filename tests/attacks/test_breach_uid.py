@@ -25,8 +25,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bastion.mcp.upstream.errors import UpstreamUnreachable
-from bastion.mcp.upstream.launch import launching
+from bastion.mcp.gateway.upstream.errors import UpstreamUnreachable
+from bastion.mcp.gateway.upstream.launch import launching
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.mcp import McpServerSpec
@@ -38,7 +38,8 @@ from bastion.proto.sandbox import (
     SandboxReady,
     WriteSkill,
 )
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings

@@ -22,7 +22,8 @@ import pytest
 
 from bastion.proto import errors as codes
 from bastion.proto.sandbox import Limits
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from bastion.mcp.upstream import open_upstream
+from bastion.mcp.gateway.upstream import open_upstream
 from tests.owners import owned
 from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
 

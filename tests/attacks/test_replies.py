@@ -23,23 +23,26 @@ import nats
 import pytest
 from anyio.abc import SocketStream, TaskStatus
 
+from bastion.cli.discovery import list_instances
+from bastion.cli.natsserver import free_port, serving
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
-from bastion.mcp.service import McpSettings
-from bastion.mcp.service import setup as mcp_setup
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
-from bastion.policy.service import PolicySettings, policy_service
+from bastion.mcp.service import mcp_service
+from bastion.mcp.settings import McpSettings
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.mcp import AddServer, McpReview
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, connect, request
-from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
-from bastion.shared.natsserver import free_port, serving
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.shared.statedir import find_bus_settings, read_run_record
@@ -208,7 +211,7 @@ async def test_an_upstream_tool_slower_than_the_reply_window_answers(
     directory = tmp_path / "slow"
     directory.mkdir()
     spec = stdio_spec(SERVERS / "slow.py", directory)
-    async with plane(secured, tmp_path, (mcp_setup, mcp)) as operator:
+    async with plane(secured, tmp_path, (mcp_service, mcp)) as operator:
         added: McpReview = await request(
             operator, subjects.MCP_ADD, AddServer(name="slow", spec=spec), McpReview, timeout_s=60
         )
@@ -230,7 +233,7 @@ async def in_process(
     """Policy, sandbox and orchestrator on the test's NATS (no users)."""
     sandbox = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"))
     async with (
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(sandbox_service, sandbox),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
     ):
@@ -290,7 +293,7 @@ async def test_a_call_sent_again_to_another_replica_while_it_runs_waits_for_its_
             await stop.wait()
 
     async with (
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(sandbox_service, sandbox),
         anyio.create_task_group() as both,
     ):

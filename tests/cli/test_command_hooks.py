@@ -14,14 +14,16 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bastion.cli.hookfile import CommandHook, hooks_path, save_hooks
-from bastion.cli.hookrunner import HookRunner, answer_event
+from bastion.hooks.service import HookRunner, answer_event
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import HookEvent
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
+from bastion.shared.hookfile import CommandHook, hooks_path, save_hooks
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.owners import owned
@@ -205,7 +207,7 @@ async def plane(
     run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> AsyncIterator[None]:
     settings = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "sbx"))
-    async with run_service(policy_service), run_service(sandbox_service, settings):
+    async with run_service(policy_service, PolicySettings), run_service(sandbox_service, settings):
         yield
 
 

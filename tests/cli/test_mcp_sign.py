@@ -12,8 +12,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from bastion.cli.main import main
-from bastion.mcp.pins import review
-from bastion.mcp.signing import SIGNATURE_KEY, SignatureCheck, key_fingerprint, load_public_key
+from bastion.mcp.gateway.pins import review
+from bastion.mcp.gateway.signing import (
+    SIGNATURE_KEY,
+    SignatureCheck,
+    key_fingerprint,
+    load_public_key,
+)
 
 TOOLS = [
     {

@@ -11,9 +11,9 @@ from pathlib import Path
 import nats
 import pytest
 
+from bastion.cli.natsserver import free_port, serving
 from bastion.shared.natsconfig import read_env_file
 from bastion.shared.natsperms import GRANTS
-from bastion.shared.natsserver import free_port, serving
 from bastion.shared.statedir import find_bus_settings
 
 pytestmark = pytest.mark.anyio

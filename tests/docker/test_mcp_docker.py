@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from mcp.types import TextContent
 
-from bastion.mcp.upstream import UpstreamUnreachable, open_upstream
+from bastion.mcp.gateway.upstream import UpstreamUnreachable, open_upstream
 from bastion.proto.mcp import McpServerSpec
 from tests.docker.conftest import OWNER_UID, workspace
 

@@ -17,7 +17,8 @@ from bastion.proto.sandbox import (
     SandboxRelease,
     SandboxReleased,
 )
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.sandboxing import DockerSandboxes, SandboxSpec, parse_docker_backend

@@ -7,12 +7,15 @@ from typing import Any
 
 import msgspec
 
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import ToolCall, ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
@@ -33,7 +36,7 @@ async def test_closing_a_docker_session_removes_its_container(
         nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"), docker_owner=owner
     )
     async with (
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(sandbox_service, sandbox_settings),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
     ):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault")
+SERVICES = ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault", "hooks")
 SOURCE_ROOTS = (
     ROOT / "proto",
     ROOT / "shared",

@@ -16,12 +16,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import connect, request
 from bastion.shared.errors import BastionError
-from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
 from tests.owners import owned
 

@@ -22,6 +22,7 @@ import anyio
 import pytest
 from nats.aio.msg import Msg
 
+from bastion.cli.discovery import list_instances
 from bastion.cli.status import SERVICES
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
@@ -29,7 +30,6 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, connect, request
-from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
 from bastion.shared.statedir import find_bus_settings, read_run_record
 from tests.e2e.test_bastion_up import bastion

@@ -16,10 +16,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.shared.bus import connect, request
-from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
 from tests.e2e.test_bastion_up import BASTION, bastion
 from tests.running_up import running_up

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bastion.shared.natsserver import free_port
+from bastion.cli.natsserver import free_port
 
 # The first run builds the images (a few minutes on two cores); later runs find them by tag.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

@@ -13,6 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from bastion.cli.discovery import list_instances
+from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.journal import JournalEntry
@@ -20,9 +22,7 @@ from bastion.proto.session import OpenSession, SessionInfo
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.codec import decode
-from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
-from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
 from tests.e2e.test_bastion_up import BASTION, Up, bastion
 from tests.owners import owned

@@ -23,7 +23,7 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from bastion.mcp.signing import load_private_key, sign_tools
+from bastion.mcp.gateway.signing import load_private_key, sign_tools
 
 TOOLS = [
     Tool(

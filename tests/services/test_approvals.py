@@ -12,8 +12,10 @@ import msgspec
 import pytest
 
 from bastion.orchestrator.approvalstore import ApprovalStore
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.approvals import (
     ApprovalAnswer,
@@ -25,7 +27,8 @@ from bastion.proto.approvals import (
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
@@ -73,7 +76,7 @@ def plane_of(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Pa
             run_service(orchestrator_service, orchestrator),
         ):
             if policy:
-                async with run_service(policy_service):
+                async with run_service(policy_service, PolicySettings):
                     yield
             else:
                 yield

@@ -10,9 +10,11 @@ import nats.js.errors
 import pytest
 
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.settings import BusSettings
@@ -26,7 +28,7 @@ async def plane(
     run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> AsyncIterator[None]:
     settings = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"))
-    async with run_service(policy_service), run_service(sandbox_service, settings):
+    async with run_service(policy_service, PolicySettings), run_service(sandbox_service, settings):
         yield
 
 

@@ -10,7 +10,8 @@ import msgspec
 import pytest
 
 from bastion.policy.cedar_engine import compile_files, evaluate
-from bastion.policy.service import PolicySettings, policy_service
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.policy import (
     Autonomy,

@@ -17,7 +17,8 @@ from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.sandbox import CodeCheck, CodeReport, Limits
 from bastion.sandbox.checkparse import problems, tally_tests
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings

@@ -21,7 +21,8 @@ from bastion.proto.sandbox import (
     SearchFiles,
 )
 from bastion.sandbox.finding import MAX_FOUND, MAX_MATCHES
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings

@@ -11,7 +11,8 @@ import anyio
 import pytest
 from anyio.abc import SocketStream
 
-from bastion.egress.service import EgressSettings, egress_service
+from bastion.egress.service import egress_service
+from bastion.egress.settings import EgressSettings
 from bastion.shared.bus import Client
 from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
 from tests.attacks.test_egress_ssrf import RESOLVER, Egress

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from bastion.egress.service import egress_service
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import SessionInfo, SessionRef
@@ -28,7 +30,7 @@ async def test_fetch_url_is_offered_with_web_only_and_taints_the_session(
     off_loopback = guard_network(monkeypatch)
     orchestrator_settings = OrchestratorSettings(nats_url=bus_settings.nats_url)
     async with (
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(orchestrator_service, orchestrator_settings),
         run_service(egress_service(RESOLVER), _settings(bus_settings.nats_url, "127.0.0.0/8")),
         web_server() as server,

@@ -12,11 +12,13 @@ from nats.aio.msg import Msg
 
 from bastion.orchestrator.hooks import Hooks
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import HookAnswer, HookEvent, HookRegistration, RunMark, RunMarked
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode, encode
 from bastion.shared.patterns import pattern_matches
@@ -33,7 +35,7 @@ async def plane(
     run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> AsyncIterator[None]:
     settings = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"))
-    async with run_service(policy_service), run_service(sandbox_service, settings):
+    async with run_service(policy_service, PolicySettings), run_service(sandbox_service, settings):
         yield
 
 

@@ -12,14 +12,15 @@ import msgspec
 import pytest
 from opentelemetry.trace import SpanKind
 
-from bastion.mcp.httpsettings import McpSettings, UnsafeListen
-from bastion.mcp.service import setup as mcp_setup
+from bastion.cli.natsserver import free_port
+from bastion.mcp.frontdoor.httpsettings import UnsafeListen
+from bastion.mcp.service import mcp_service
+from bastion.mcp.settings import McpSettings
 from bastion.proto.approvals import ApprovalAnswered, ApprovalList
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client
 from bastion.shared.httptokens import UnsafeTokensFile
-from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.services.test_approvals import Plane, pending, plane_of, session_of, workspace
@@ -69,7 +70,7 @@ def door_of(run_service: ServiceRunner, bus_settings: BusSettings, tokens_file: 
         url = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with (
-            run_service(mcp_setup, mcp),
+            run_service(mcp_service, mcp),
             httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as http,
         ):
             yield Door(url, http)
@@ -334,6 +335,6 @@ async def test_the_service_refuses_a_non_loopback_address_without_tokens(
         http_tokens_file=str(tmp_path / "none"),
     )
     with pytest.raises(UnsafeListen) as refused:
-        async with run_service(mcp_setup, mcp):
+        async with run_service(mcp_service, mcp):
             pass
     assert "not a loopback address, with no token configured" in refused.value.message

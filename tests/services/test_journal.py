@@ -13,15 +13,18 @@ import pytest
 from nats.aio.msg import Msg
 
 from bastion.orchestrator.journal import call_key
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.journal import JournalEntry
 from bastion.proto.sandbox import ResolvedPaths, ResolvePaths, SandboxReady
 from bastion.proto.toolinput import EditFileInput, WriteFileInput
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.settings import BusSettings
@@ -37,7 +40,7 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def policy(run_service: ServiceRunner) -> AsyncIterator[None]:
-    async with run_service(policy_service):
+    async with run_service(policy_service, PolicySettings):
         yield
 
 

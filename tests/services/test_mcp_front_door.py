@@ -18,8 +18,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequestParams, ElicitResult, TextContent, TextResourceContents
 
-from bastion.mcp.httpsettings import McpSettings
-from bastion.mcp.service import setup as mcp_setup
+from bastion.cli.natsserver import free_port
+from bastion.mcp.service import mcp_service
+from bastion.mcp.settings import McpSettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.events import SessionClosed
@@ -36,7 +37,6 @@ from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
 from bastion.shared.codec import decode
 from bastion.shared.errors import Unavailable
-from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.services.test_approvals import (
@@ -69,7 +69,7 @@ def door_of(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Pat
             http_tokens_file=str(tokens_file),
             **settings,
         )
-        async with run_service(mcp_setup, mcp):
+        async with run_service(mcp_service, mcp):
             yield f"http://127.0.0.1:{port}"
 
     return running

@@ -16,10 +16,12 @@ import msgspec
 import pytest
 from opentelemetry.trace import SpanKind
 
-from bastion.mcp.service import McpSettings
-from bastion.mcp.service import setup as mcp_setup
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.mcp.service import mcp_service
+from bastion.mcp.settings import McpSettings
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.mcp import AddServer, McpReview, McpServerSpec, ReviewServer
@@ -65,10 +67,10 @@ async def plane(
     run_service: ServiceRunner, bus_settings: BusSettings, state_dir: Path
 ) -> AsyncIterator[None]:
     async with (
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
         run_service(
-            mcp_setup,
+            mcp_service,
             McpSettings(
                 nats_url=bus_settings.nats_url, http_listen="127.0.0.1:0", state_dir=str(state_dir)
             ),
@@ -351,9 +353,9 @@ async def test_a_server_gets_its_variables_from_the_vault_and_never_shows_them_t
     vault = vault_settings(bus_settings.nats_url, key_file(tmp_path), vault_lease_keys=public)
     async with (
         run_service(vault_service, vault),
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
-        run_service(mcp_setup, mcp_settings),
+        run_service(mcp_service, mcp_settings),
     ):
         await add_secret(client, "NOTES_TOKEN", b"not-a-real-token-0451")
         await add(client, "bad", spec)
@@ -382,9 +384,9 @@ async def test_a_value_of_the_tenants_never_given_to_the_server_is_cut_from_its_
     value = "deploy-" + base64.b32encode(bytes(range(20))).decode()
     async with (
         run_service(vault_service, vault),
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
-        run_service(mcp_setup, mcp_settings),
+        run_service(mcp_service, mcp_settings),
     ):
         await add_secret(client, "DEPLOY_TOKEN", value.encode())
         await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))

@@ -8,9 +8,9 @@ from typing import Any
 import mcp.types
 import pytest
 
-from bastion.mcp.pins import (
+from bastion.mcp.gateway.canonical import canonical_tool_json, tool_digest
+from bastion.mcp.gateway.pins import (
     accepted_pins,
-    canonical_tool_json,
     effect_of,
     journaled,
     offer,
@@ -18,7 +18,6 @@ from bastion.mcp.pins import (
     review,
     suspicious_text,
     taints,
-    tool_digest,
 )
 from bastion.proto.mcp import MAX_DESCRIPTION, MAX_SCHEMA_JSON, EffectOverride
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from bastion.mcp.signing import generate_private_key, private_key_pem, public_key_pem
+from bastion.mcp.gateway.signing import generate_private_key, private_key_pem, public_key_pem
 from bastion.proto.errors import ErrorReply
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings

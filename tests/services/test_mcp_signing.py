@@ -11,8 +11,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from bastion.mcp.pins import accepted_pins, offer, review, tool_digest
-from bastion.mcp.signing import (
+from bastion.mcp.gateway.canonical import tool_digest
+from bastion.mcp.gateway.pins import accepted_pins, offer, review
+from bastion.mcp.gateway.signing import (
     SIGNATURE_KEY,
     KeyChanged,
     SignatureCheck,

@@ -8,7 +8,7 @@ import anyio
 import pytest
 from mcp import types
 
-from bastion.mcp.upstream import UpstreamRefused, UpstreamUnreachable, open_upstream
+from bastion.mcp.gateway.upstream import UpstreamRefused, UpstreamUnreachable, open_upstream
 from bastion.proto.mcp import McpServerSpec
 from tests.owners import owned
 from tests.services.mcp_upstream_helpers import NOTES, stdio_spec

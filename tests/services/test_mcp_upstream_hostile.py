@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import types
 
-from bastion.mcp.upstream import (
+from bastion.mcp.gateway.upstream import (
     Upstream,
     UpstreamHandlers,
     UpstreamLimits,

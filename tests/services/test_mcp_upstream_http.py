@@ -11,7 +11,7 @@ from mcp import types
 
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
-from bastion.mcp.upstream import (
+from bastion.mcp.gateway.upstream import (
     UpstreamNoAnswer,
     UpstreamUnreachable,
     grant_for,

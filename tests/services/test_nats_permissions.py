@@ -21,7 +21,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from nats.aio.client import Client
 
-from bastion.policy.service import PolicySettings, policy_service
+from bastion.cli.natsserver import free_port, serving
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.policy import PolicyStatus, PolicyStatusQuery
@@ -40,7 +42,6 @@ from bastion.shared.errors import RemoteError
 from bastion.shared.leasing import redaction_context
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
 from bastion.shared.natsperms import GRANTS, STREAM_SUBJECTS
-from bastion.shared.natsserver import free_port, serving
 from bastion.shared.sealing import open_sealed, public_bytes
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.vault.leasing import lease_context

@@ -11,14 +11,17 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.events import CallDecided, CallFinished, Event, SessionOpened
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError, Unavailable
@@ -41,7 +44,10 @@ async def plane(
     sandbox_settings = SandboxSettings(
         nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state")
     )
-    async with run_service(policy_service), run_service(sandbox_service, sandbox_settings):
+    async with (
+        run_service(policy_service, PolicySettings),
+        run_service(sandbox_service, sandbox_settings),
+    ):
         yield
 
 

@@ -10,7 +10,8 @@ import pytest
 from bastion.proto import subjects
 from bastion.proto.sandbox import ResolvedPaths, ResolvePaths
 from bastion.sandbox.resolving import resolve_paths
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import InvalidInput
 from bastion.shared.settings import BusSettings

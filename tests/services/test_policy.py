@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bastion.policy.levels import LEVEL_TABLE
-from bastion.policy.service import PolicySettings, policy_service
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.policy import AUTONOMY_LEVELS, Effect, PolicyDecision, PolicyRequest
 from bastion.shared.bus import Client, request
@@ -52,7 +53,7 @@ async def test_every_level_and_effect_is_decided_as_the_design_table_says(
 async def test_a_refusal_or_a_question_says_which_level_would_run_the_call(
     client: Client, run_service: ServiceRunner, level: str, effect: Effect, words: str
 ) -> None:
-    async with run_service(policy_service):
+    async with run_service(policy_service, PolicySettings):
         decision = await request(
             client, subjects.POLICY_DECIDE, ask(level, effect), PolicyDecision, timeout_s=5
         )

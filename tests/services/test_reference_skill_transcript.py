@@ -23,10 +23,13 @@ from anyio.abc import SocketAttribute, SocketStream
 from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.vault.service import vault_service
 from tests.attacks.egress_helpers import guard_network
@@ -129,7 +132,7 @@ async def test_the_reference_pypi_version_transcript_replays_through_the_plane(
         run_service(egress_service(RESOLVER), egress),
         run_service(sandbox_service, sandbox),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=nats_url)),
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
     ):
         skills_dir = write_skill(tmp_path / "skills", port)
         await add(client, "PYPI_TOKEN", TOKEN.encode())

@@ -12,7 +12,8 @@ import msgspec
 import pytest
 
 from bastion.orchestrator.approvalstore import ApprovalStore
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.orchestrator.turns import TurnRecord, Turns, TurnTimeout
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply

@@ -23,7 +23,8 @@ from bastion.proto.sandbox import (
     SandboxReady,
     WriteFile,
 )
-from bastion.sandbox.service import SandboxSettings, output_cap, sandbox_service
+from bastion.sandbox.service import output_cap, sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError

@@ -13,7 +13,8 @@ from nats.aio.msg import Msg
 
 from bastion.proto import subjects
 from bastion.proto.sandbox import EditFile, ExecRequest, ExecResult, FileResult, ReadFile
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.redaction import forms

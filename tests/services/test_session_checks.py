@@ -10,14 +10,17 @@ import msgspec
 import pytest
 
 from bastion.orchestrator.execute import format_exec_result
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.sandbox import ExecResult
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.proto.tools import ToolCall, ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
@@ -50,7 +53,7 @@ async def plane(
     run_service: ServiceRunner, bus_settings: BusSettings, dirs: dict[str, Path]
 ) -> AsyncIterator[None]:
     async with (
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(sandbox_service, sandbox_settings(bus_settings, dirs)),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
     ):
@@ -100,7 +103,7 @@ async def test_a_sandbox_that_fails_a_trivial_command_stops_the_session_saying_w
 ) -> None:
     broken = msgspec.structs.replace(sandbox_settings(bus_settings, dirs), bwrap="/bin/false")
     async with (
-        run_service(policy_service),
+        run_service(policy_service, PolicySettings),
         run_service(sandbox_service, broken),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
     ):

@@ -10,13 +10,16 @@ from pathlib import Path
 import pytest
 from nats.aio.msg import Msg
 
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.sandbox import RunSkill
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.skillrun import interpreter, skill_script
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode
@@ -91,7 +94,7 @@ def plane(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path)
                 sandbox_service, SandboxSettings(nats_url=url, state_dir=str(tmp_path / "st"))
             ),
             run_service(orchestrator_service, OrchestratorSettings(nats_url=url)),
-            run_service(policy_service),
+            run_service(policy_service, PolicySettings),
         ):
             yield
 

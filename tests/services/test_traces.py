@@ -23,13 +23,13 @@ from mcp_types import TextContent
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
+from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import connect, request
 from bastion.shared.errors import RemoteError
-from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
 from tests.otlp import MetricPoint, ReceivedSpan, Receiver, otlp_receiver
 from tests.owners import owned

@@ -14,8 +14,10 @@ from bastion.egress.providers import provider_from
 from bastion.egress.service import egress_service, keep_chars
 from bastion.egress.settings import EgressSettings
 from bastion.orchestrator.catalogue import catalogue_for
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.egress import SearchRequest, SearchResults
 from bastion.proto.errors import ErrorReply
@@ -149,7 +151,7 @@ async def test_web_search_through_the_plane_is_a_numbered_list_and_taints(
     async with fake_provider() as fake:
         spec = f"searxng:http://public.test:{fake.port}"
         async with (
-            run_service(policy_service),
+            run_service(policy_service, PolicySettings),
             run_service(
                 orchestrator_service,
                 OrchestratorSettings(nats_url=bus_settings.nats_url, search=spec),

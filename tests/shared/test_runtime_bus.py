@@ -5,10 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from bastion.cli.natsserver import free_port
 from bastion.proto.policy import PolicyDecision
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import BadRequest, Timeout, Unavailable
-from bastion.shared.natsserver import free_port
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.shared.conftest import SUBJECT, Echo, Echoed, Harness

@@ -11,8 +11,8 @@ import anyio
 import nats.errors
 from anyio.abc import Process
 
+from bastion.cli.natsserver import free_port
 from bastion.shared.bus import Client
-from bastion.shared.natsserver import free_port
 
 
 def service_env(nats_url: str, **extra: str) -> dict[str, str]:

@@ -22,12 +22,12 @@ from typing import Any
 import msgspec
 
 from bastion.cli import up
-from bastion.cli.hookrunner import RunnerSettings
 from bastion.egress.settings import EgressSettings
-from bastion.mcp.httpsettings import McpSettings
-from bastion.orchestrator.service import OrchestratorSettings
-from bastion.policy.service import PolicySettings
-from bastion.sandbox.service import SandboxSettings
+from bastion.hooks.settings import HooksSettings
+from bastion.mcp.settings import McpSettings
+from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.policy.settings import PolicySettings
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.errors import BastionError
 from bastion.shared.settings import ENV_PREFIX, BusSettings
 from bastion.vault.settings import VaultSettings
@@ -42,7 +42,7 @@ SETTINGS: tuple[tuple[type[msgspec.Struct], str], ...] = (
     (EgressSettings, "egress"),
     (McpSettings, "mcp"),
     (VaultSettings, "vault"),
-    (RunnerSettings, "hook runner"),
+    (HooksSettings, "hook runner"),
 )
 """Every settings struct of a process, and the process that reads it."""
 
@@ -142,7 +142,7 @@ GIVEN_TO_HOOKS: tuple[tuple[str, str], ...] = (
     ("BASTION_SESSION", "The id of the session the event is about."),
 )
 """Variables the hook runner sets for a command hook, which gets no other `BASTION_*`
-variable (`bastion.cli.hookrun`)."""
+variable (`bastion.hooks.command`)."""
 
 
 class UndocumentedSetting(BastionError):

@@ -1,7 +1,7 @@
 """`bastion hooks add|list|remove`: commands of the operator's run around calls and runs.
 
 They are kept in `<state dir>/hooks.json` and run by the hook runner that `bastion up`
-starts when that file exists (see `bastion.cli.hookrunner`).
+starts when that file exists (see `bastion.hooks`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from bastion.cli.common import fail, state_dir_of
-from bastion.cli.hookfile import (
+from bastion.shared.hookfile import (
     EVENTS,
     CommandHook,
     UnsafeHooksFile,

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bastion.mcp.signing import (
+from bastion.mcp.gateway.signing import (
     generate_private_key,
     key_fingerprint,
     load_private_key,

@@ -10,7 +10,7 @@ import time
 import anyio
 
 from bastion.cli.common import add_location_options, bus
-from bastion.shared.discovery import Instance, list_instances
+from bastion.cli.discovery import Instance, list_instances
 from bastion.shared.errors import Unavailable
 
 __all__ = ["SERVICES", "add_parser"]

@@ -33,15 +33,17 @@ import msgspec
 import nats.js.errors
 
 from bastion.cli.common import fail, state_dir_of
-from bastion.cli.hookfile import hooks_path
-from bastion.cli.hookrunner import NAME as HOOK_RUNNER_NAME
+from bastion.cli.discovery import list_instances
+from bastion.cli.natsserver import free_port, nats_server_binary, port_answers
+from bastion.cli.natsstore import move_to_accounts
 from bastion.cli.replicas import instance_env, instance_name
 from bastion.cli.status import SERVICES
+from bastion.hooks.service import NAME as HOOK_RUNNER_NAME
 from bastion.proto import subjects
 from bastion.proto.hooks import HookRegistration
 from bastion.shared.bus import Client, connect
-from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError, InvalidInput
+from bastion.shared.hookfile import hooks_path
 from bastion.shared.httptokens import create_tokens_file, read_tokens, tokens_path
 from bastion.shared.keyfiles import create_key_file, read_x25519_key
 from bastion.shared.kv import TypedBucket
@@ -52,8 +54,6 @@ from bastion.shared.natsconfig import (
     write_nats_config,
 )
 from bastion.shared.natsperms import OPERATOR
-from bastion.shared.natsserver import free_port, nats_server_binary, port_answers
-from bastion.shared.natsstore import move_to_accounts
 from bastion.shared.sealing import public_bytes
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.shared.statedir import RunRecord, nats_dir, run_record_path
@@ -359,8 +359,8 @@ def _children(
                 )
             )
     if hooks:
-        # Not a service: it runs the operator's command hooks (bastion.cli.hookrunner).
-        runner = [sys.executable, "-m", "bastion.cli.hookrunner"]
+        # Not one of the six: the hooks service runs the operator's command hooks.
+        runner = [sys.executable, "-m", "bastion.hooks"]
         hooks_env = as_user(env_for("hooks", env), users["hooks"], url)
         children.insert(0, Child("hooks", runner, logs / "hookrunner.log", hooks_env))
     return children

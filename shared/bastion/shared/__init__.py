@@ -10,5 +10,4 @@ Modules:
 - `logs`: structured JSON logs carrying the trace id.
 - `runner`: a service's `main`, with SIGTERM draining in-flight work.
 - `statedir`: where a local Bastion keeps its state and how commands find a running one.
-- `discovery`: finding every running service instance (ping / info / stats).
 """

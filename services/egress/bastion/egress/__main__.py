@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bastion.egress.service import setup
+from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
 from bastion.shared.runner import run_service
 
 if __name__ == "__main__":
-    run_service("egress", EgressSettings, setup)
+    run_service("egress", EgressSettings, egress_service())

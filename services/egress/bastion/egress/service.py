@@ -34,7 +34,7 @@ from bastion.shared.netclass import parse_ranges
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.version import VERSION
 
-__all__ = ["egress_service", "keep_chars", "setup"]
+__all__ = ["egress_service", "keep_chars"]
 
 Setup = Callable[[Client, EgressSettings], AbstractAsyncContextManager[Service]]
 
@@ -135,6 +135,3 @@ def egress_service(
             yield service
 
     return setup
-
-
-setup = egress_service()

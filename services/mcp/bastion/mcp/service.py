@@ -1,5 +1,5 @@
-"""The mcp service's setup: upstream servers (added, reviewed, offered, called) and agents'
-tokens on the bus; the front door's HTTP API and MCP endpoint beside them."""
+"""The mcp service's entry point: upstream servers (added, reviewed, offered, called) and
+agents' tokens on the bus; the front door's HTTP API and MCP endpoint beside them."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ from contextlib import asynccontextmanager
 
 from nats.aio.msg import Msg
 
+from bastion.mcp.frontdoor.httpapp import build_app
+from bastion.mcp.frontdoor.httpserver import serving_http
+from bastion.mcp.frontdoor.httpsettings import front_door_of
 from bastion.mcp.frontdoor.server import open_mcp_endpoint
 from bastion.mcp.frontdoor.tokenapi import add_token_endpoints
-from bastion.mcp.gateway import Gateway
-from bastion.mcp.httpapp import build_app
-from bastion.mcp.httpserver import serving_http
-from bastion.mcp.httpsettings import McpSettings, front_door_of
-from bastion.mcp.pool import running_pool
-from bastion.mcp.registry import Registry
-from bastion.mcp.values import ValueSource
+from bastion.mcp.gateway.gateway import Gateway
+from bastion.mcp.gateway.pool import running_pool
+from bastion.mcp.gateway.registry import Registry
+from bastion.mcp.gateway.values import ValueSource
+from bastion.mcp.settings import McpSettings
 from bastion.proto import subjects
 from bastion.proto.events import SessionClosed
 from bastion.proto.mcp import (
@@ -36,7 +37,7 @@ from bastion.shared.leasing import LeaseClient, lease_key
 from bastion.shared.service import Service
 from bastion.shared.version import VERSION
 
-__all__ = ["McpSettings", "setup"]
+__all__ = ["mcp_service"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def _endpoints(service: Service, gateway: Gateway) -> None:
 
 
 @asynccontextmanager
-async def setup(client: Client, settings: McpSettings) -> AsyncIterator[Service]:
+async def mcp_service(client: Client, settings: McpSettings) -> AsyncIterator[Service]:
     """The service, with the front door serving HTTP for as long as it runs.
 
     Raises:

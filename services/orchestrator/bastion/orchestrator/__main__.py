@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bastion.orchestrator.service import OrchestratorSettings, orchestrator_service
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.shared.runner import run_service
 
 if __name__ == "__main__":

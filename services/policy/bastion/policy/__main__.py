@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bastion.policy.service import PolicySettings, policy_service
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.shared.runner import run_service
 
 if __name__ == "__main__":

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import anyio
 import anyio.to_thread
-import msgspec
 
 from bastion.policy.cedar_store import OperatorPolicies
 from bastion.policy.decide import decide
 from bastion.policy.rulecheck import check_rule
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.policy import (
     PolicyDecision,
@@ -25,41 +24,15 @@ from bastion.proto.policy import (
 from bastion.shared.bus import Client
 from bastion.shared.metrics import decisions
 from bastion.shared.service import RequestContext, Service
-from bastion.shared.settings import BusSettings
-from bastion.shared.statedir import default_state_dir
 from bastion.shared.telemetry import annotate
 from bastion.shared.version import VERSION
 
-__all__ = ["PolicySettings", "policy_service"]
-
-
-def _default_state_dir() -> str:
-    return str(default_state_dir())
-
-
-class PolicySettings(BusSettings, frozen=True, kw_only=True):
-    """Where the operator's Cedar policies are, and how often to look for changes.
-
-    `policy_dir` (BASTION_POLICY_DIR) defaults to `<state dir>/policies`; a directory that
-    does not exist means no operator policies.
-    """
-
-    state_dir: str = msgspec.field(default_factory=_default_state_dir)
-    policy_dir: str = ""
-    policy_poll_s: float = 1.0
-
-    def policies_path(self) -> Path:
-        """The policy directory these settings name."""
-        chosen = self.policy_dir or str(Path(self.state_dir) / "policies")
-        return Path(chosen).expanduser().resolve()
+__all__ = ["policy_service"]
 
 
 @asynccontextmanager
-async def policy_service(_client: Client, settings: BusSettings) -> AsyncIterator[Service]:
+async def policy_service(_client: Client, settings: PolicySettings) -> AsyncIterator[Service]:
     """The policy service, its operator policies loaded, watching them until it stops."""
-    if not isinstance(settings, PolicySettings):
-        # Callers that only know the bus (tests of other services) get the defaults.
-        settings = PolicySettings(**msgspec.structs.asdict(settings))
     policies = OperatorPolicies(settings.policies_path())
     await anyio.to_thread.run_sync(policies.reload_if_changed)
 

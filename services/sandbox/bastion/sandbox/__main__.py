@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.runner import run_service
 
 if __name__ == "__main__":

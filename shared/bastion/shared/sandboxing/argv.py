@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -27,6 +28,7 @@ __all__ = [
     "PROGRAM_DIRS",
     "SKILL_ENVIRONMENT",
     "bwrap_argv",
+    "filled_pipes",
     "prlimit_argv",
     "secret_args",
     "shell_argv",
@@ -230,3 +232,22 @@ def secret_args(environment: Sequence[tuple[str, str]]) -> bytes:
     for name, value in environment:
         parts += ["--setenv", name, value]
     return b"".join(part.encode() + b"\0" for part in parts)
+
+
+@contextmanager
+def filled_pipes(contents: list[bytes]) -> Iterator[list[int]]:
+    """A pipe per content, already written and closed for writing: their read ends (the
+    `data_fds` and `args_fd` of `bwrap_argv`), closed on exit (the child has its own copies
+    by then). Generated files are a few hundred bytes, secrets' options at most ~50 KiB
+    (12 values of 4 KiB): below a pipe's 64 KiB buffer, so writing never blocks."""
+    read_ends: list[int] = []
+    try:
+        for content in contents:
+            read_end, write_end = os.pipe()
+            read_ends.append(read_end)
+            with os.fdopen(write_end, "wb") as writer:
+                writer.write(content)
+        yield read_ends
+    finally:
+        for fd in read_ends:
+            os.close(fd)

@@ -32,7 +32,13 @@ import anyio
 
 from bastion.proto._base import MAX_TEXT
 from bastion.proto.sandbox import ExecResult, Limits
-from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, secret_args, shell_argv
+from bastion.shared.sandboxing.argv import (
+    bwrap_argv,
+    filled_pipes,
+    prlimit_argv,
+    secret_args,
+    shell_argv,
+)
 from bastion.shared.sandboxing.bridge import BRIDGE_PROGRAM, BRIDGE_SCRIPT
 from bastion.shared.sandboxing.cgroup import (
     DEFAULT_CPU_WEIGHT,
@@ -67,26 +73,15 @@ _USERNS_HINT: Final = (
 
 @contextmanager
 def _pipes(contents: list[bytes]) -> Iterator[list[tuple[int, int]]]:
-    """Pipes already filled with `contents` and closed for writing, and one empty pipe
-    last (read end, write end); every end still open is closed on exit."""
-    opened: list[int] = []
-    pairs: list[tuple[int, int]] = []
-    try:
-        for content in contents:
-            read_end, write_end = os.pipe()
-            opened.append(read_end)
-            with os.fdopen(write_end, "wb") as writer:
-                # Generated files are a few hundred bytes, secrets' options at most ~50 KiB
-                # (12 values of 4 KiB): below a pipe's 64 KiB buffer, so this never blocks.
-                writer.write(content)
-            pairs.append((read_end, -1))
+    """Pipes already filled with `contents` and closed for writing (`filled_pipes`), and
+    one empty pipe last (read end, write end); every end still open is closed on exit."""
+    with filled_pipes(contents) as read_ends:
         read_end, write_end = os.pipe()
-        opened += [read_end, write_end]
-        pairs.append((read_end, write_end))
-        yield pairs
-    finally:
-        for fd in opened:
-            os.close(fd)
+        try:
+            yield [(fd, -1) for fd in read_ends] + [(read_end, write_end)]
+        finally:
+            os.close(read_end)
+            os.close(write_end)
 
 
 def _read_available(fd: int) -> bytes:

@@ -11,10 +11,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from bastion.mcp.frontdoor.httperrors import HttpError
+from bastion.mcp.frontdoor.httpguard import check_origin
+from bastion.mcp.frontdoor.httpsettings import FrontDoor
 from bastion.mcp.frontdoor.tokens import TokenStore
-from bastion.mcp.httperrors import HttpError
-from bastion.mcp.httpguard import check_origin
-from bastion.mcp.httpsettings import FrontDoor
 from bastion.proto.frontdoor import TokenInfo
 from bastion.shared.errors import Unavailable
 from bastion.shared.netclass import is_loopback_host

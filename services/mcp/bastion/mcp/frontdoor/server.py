@@ -13,12 +13,12 @@ from mcp.server.lowlevel.server import Server
 from bastion.mcp.frontdoor.asking import Asking
 from bastion.mcp.frontdoor.binding import Binding
 from bastion.mcp.frontdoor.guard import McpGuard
+from bastion.mcp.frontdoor.httpsettings import FrontDoor
 from bastion.mcp.frontdoor.manager import DoorManager
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.resources import ResourceHandlers
 from bastion.mcp.frontdoor.tokens import TokenStore
 from bastion.mcp.frontdoor.tools import ToolHandlers
-from bastion.mcp.httpsettings import FrontDoor
 from bastion.shared.bus import Client
 from bastion.shared.version import VERSION
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from bastion.mcp.upstream import Upstream
+from bastion.mcp.gateway.upstream import Upstream
 
 __all__ = ["ConnectionKey", "UpstreamPool", "running_pool"]
 

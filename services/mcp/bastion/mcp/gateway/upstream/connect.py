@@ -24,16 +24,16 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from bastion.mcp.upstream.egress import EgressRoute
-from bastion.mcp.upstream.errors import UpstreamUnreachable, quoted
-from bastion.mcp.upstream.handlers import Asking, UpstreamHandlers
-from bastion.mcp.upstream.http import HTTP_TRANSPORTS, http_transport
-from bastion.mcp.upstream.isolate import UNREACHED
-from bastion.mcp.upstream.launch import Launch, launching
-from bastion.mcp.upstream.limits import UpstreamLimits
-from bastion.mcp.upstream.link import Link
-from bastion.mcp.upstream.stdio import stdio_streams
-from bastion.mcp.upstream.upstream import Upstream
+from bastion.mcp.gateway.upstream.egress import EgressRoute
+from bastion.mcp.gateway.upstream.errors import UpstreamUnreachable, quoted
+from bastion.mcp.gateway.upstream.handlers import Asking, UpstreamHandlers
+from bastion.mcp.gateway.upstream.http import HTTP_TRANSPORTS, http_transport
+from bastion.mcp.gateway.upstream.isolate import UNREACHED
+from bastion.mcp.gateway.upstream.launch import Launch, launching
+from bastion.mcp.gateway.upstream.limits import UpstreamLimits
+from bastion.mcp.gateway.upstream.link import Link
+from bastion.mcp.gateway.upstream.stdio import stdio_streams
+from bastion.mcp.gateway.upstream.upstream import Upstream
 from bastion.proto.mcp import McpServerSpec
 from bastion.shared.version import VERSION
 

@@ -19,7 +19,7 @@ from anyio.abc import TaskStatus
 from mcp.client._transport import ReadStream, TransportStreams, WriteStream
 from mcp.shared.message import SessionMessage
 
-from bastion.mcp.upstream.link import Link
+from bastion.mcp.gateway.upstream.link import Link
 
 __all__ = ["UNREACHED", "isolated"]
 

@@ -16,7 +16,7 @@ import pydantic
 from mcp import types
 from mcp.client.session import ClientRequestContext
 
-from bastion.mcp.upstream.secretform import asks_for_secret
+from bastion.mcp.gateway.upstream.secretform import asks_for_secret
 from bastion.proto.mcp import MAX_DESCRIPTION, MAX_SCHEMA_JSON, ElicitAnswer, ElicitQuestion
 
 __all__ = ["Asking", "ElicitHandler", "SampleHandler", "UpstreamHandlers"]

@@ -6,8 +6,8 @@ import hmac
 
 from starlette.requests import Request
 
-from bastion.mcp.httperrors import HttpError
-from bastion.mcp.httpsettings import FrontDoor
+from bastion.mcp.frontdoor.httperrors import HttpError
+from bastion.mcp.frontdoor.httpsettings import FrontDoor
 
 __all__ = ["check_origin", "label_of"]
 

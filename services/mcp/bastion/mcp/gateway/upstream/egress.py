@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import httpcore2
 import httpx2
 
-from bastion.mcp.upstream.errors import UpstreamUnreachable
+from bastion.mcp.gateway.upstream.errors import UpstreamUnreachable
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, GrantRequest
 from bastion.shared.bus import Client, request

@@ -1,52 +1,16 @@
-"""The mcp service's settings, and the front door's HTTP address, tokens and origins from them."""
+"""The front door's HTTP address, tokens and origins, from the mcp service's settings."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-
+from bastion.mcp.settings import McpSettings
 from bastion.shared.errors import BastionError
 from bastion.shared.httptokens import read_tokens, tokens_path
 from bastion.shared.netclass import is_loopback_host
-from bastion.shared.settings import BusSettings
-from bastion.shared.statedir import default_state_dir
 
-__all__ = ["FrontDoor", "McpSettings", "UnsafeListen", "front_door_of"]
-
-
-def _default_state_dir() -> str:
-    return str(default_state_dir())
-
-
-class McpSettings(BusSettings, frozen=True, kw_only=True):
-    """The bus; the front door: `http_listen` (`host:port`), `http_tokens_file` (default
-    `<state_dir>/http-tokens`), `http_origins` (comma-separated; none by default, so a request
-    carrying an `Origin` is refused), how long an approval's answer may take, and the MCP
-    endpoint's waits; and the upstream servers' connections (`mcp_key_file`, `mcp_idle_s`,
-    `mcp_elicit_timeout_s`)."""
-
-    state_dir: str = msgspec.field(default_factory=_default_state_dir)
-    http_listen: str = "127.0.0.1:8787"
-    http_tokens_file: str = ""
-    http_origins: str = ""
-    http_answer_timeout_s: float = 900.0
-    http_max_body_bytes: int = 64 * 1024
-    mcp_key_file: str = ""
-    """The X25519 key the vault seals upstream servers' values to (`BASTION_MCP_KEY_FILE`);
-    empty: a new one for this process's life (the vault must list its public half)."""
-    mcp_idle_s: float = 600.0
-    """How long a session's upstream connection stays open with no call."""
-    mcp_elicit_timeout_s: float = 600.0
-    """How long an upstream server's question waits for an answer before it is cancelled."""
-    mcp_approval_wait_s: float = 30.0
-    """How long `/mcp` waits for a person to answer a parked call elsewhere (a client that
-    cannot be asked through elicitation) before it says how to answer."""
-    mcp_call_timeout_s: float = 3600.0
-    """The longest a `tools/call` through `/mcp` may take."""
-    mcp_session_idle_s: float = 1800.0
-    """An MCP session with no request for this long ends, and its Bastion session closes."""
+__all__ = ["FrontDoor", "UnsafeListen", "front_door_of"]
 
 
 class UnsafeListen(BastionError):

@@ -16,17 +16,22 @@ connection's state), `limits`, `errors`.
 
 from __future__ import annotations
 
-from bastion.mcp.upstream.connect import open_upstream
-from bastion.mcp.upstream.egress import EgressRoute, grant_for, host_and_port, is_loopback_url
-from bastion.mcp.upstream.errors import (
+from bastion.mcp.gateway.upstream.connect import open_upstream
+from bastion.mcp.gateway.upstream.egress import (
+    EgressRoute,
+    grant_for,
+    host_and_port,
+    is_loopback_url,
+)
+from bastion.mcp.gateway.upstream.errors import (
     UpstreamNoAnswer,
     UpstreamRefused,
     UpstreamUnreachable,
 )
-from bastion.mcp.upstream.handlers import ElicitHandler, SampleHandler, UpstreamHandlers
-from bastion.mcp.upstream.limits import UpstreamLimits
-from bastion.mcp.upstream.secretform import asks_for_secret
-from bastion.mcp.upstream.upstream import Upstream
+from bastion.mcp.gateway.upstream.handlers import ElicitHandler, SampleHandler, UpstreamHandlers
+from bastion.mcp.gateway.upstream.limits import UpstreamLimits
+from bastion.mcp.gateway.upstream.secretform import asks_for_secret
+from bastion.mcp.gateway.upstream.upstream import Upstream
 
 __all__ = [
     "EgressRoute",

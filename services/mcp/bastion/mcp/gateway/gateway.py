@@ -16,12 +16,18 @@ import msgspec
 import pydantic
 from opentelemetry.trace import SpanKind
 
-from bastion.mcp.pins import accepted_pins, offer, review, tool_digest
-from bastion.mcp.pool import UpstreamPool
-from bastion.mcp.registry import Registry
-from bastion.mcp.rendering import prompts_text, read_text, resources_text, result_text
-from bastion.mcp.signing import SignatureCheck, check_key_pin, key_fingerprint, load_public_key
-from bastion.mcp.upstream import (
+from bastion.mcp.gateway.canonical import tool_digest
+from bastion.mcp.gateway.pins import accepted_pins, offer, review
+from bastion.mcp.gateway.pool import UpstreamPool
+from bastion.mcp.gateway.registry import Registry
+from bastion.mcp.gateway.rendering import prompts_text, read_text, resources_text, result_text
+from bastion.mcp.gateway.signing import (
+    SignatureCheck,
+    check_key_pin,
+    key_fingerprint,
+    load_public_key,
+)
+from bastion.mcp.gateway.upstream import (
     SampleHandler,
     Upstream,
     UpstreamHandlers,
@@ -29,7 +35,7 @@ from bastion.mcp.upstream import (
     is_loopback_url,
     open_upstream,
 )
-from bastion.mcp.values import ValueSource
+from bastion.mcp.gateway.values import ValueSource
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.mcp import (

@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from bastion.mcp.pins import canonical_tool_json
+from bastion.mcp.gateway.canonical import canonical_tool_json
 from bastion.shared.errors import BastionError, InvalidInput
 
 __all__ = [

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from bastion.cli.natsserver import free_port, running_nats_server, serving
+from bastion.cli.natsstore import move_to_accounts
 from bastion.proto import subjects
 from bastion.shared.bus import connect
 from bastion.shared.kv import open_bucket
 from bastion.shared.natsconfig import SERVER_FILE, write_nats_config
-from bastion.shared.natsserver import free_port, running_nats_server, serving
-from bastion.shared.natsstore import move_to_accounts
 from bastion.shared.settings import BusSettings, load_settings
 
 pytestmark = pytest.mark.anyio

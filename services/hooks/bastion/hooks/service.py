@@ -1,21 +1,20 @@
-"""`python -m bastion.cli.hookrunner`: answer hook events by running the command hooks.
+"""The hooks service: answer hook events by running the operator's command hooks.
 
-`bastion up` starts it (supervised, like a service, but not one of the six) when
-`<state dir>/hooks.json` exists. It registers in the `bastion_hooks` bucket as the hook
-`commands`, for the events and tool patterns the file names, answers
-`bastion.v1.hooks.<event>.<tenant>.commands`, and re-registers when the file changes. A
-hooks file that others may change registers for every event and blocks every call until
-it is fixed. Hooks run outside any sandbox, in the
+`bastion up` starts it (`python -m bastion.hooks`, supervised like the six services, but no
+NATS micro service: discovery does not list it) when `<state dir>/hooks.json` exists. It
+registers in the `bastion_hooks` bucket as the hook `commands`, for the events and tool
+patterns the file names, answers `bastion.v1.hooks.<event>.<tenant>.commands`, and
+re-registers when the file changes. A hooks file that others may change registers for
+every event and blocks every call until it is fixed. Hooks run outside any sandbox, in the
 session's workspace when it has one, with git's configuration locked down
-(`gitguard.LOCKED_GIT_ENVIRONMENT`: no program named by a git setting runs). Failures
-of hooks that do not block go to `<state dir>/hooks.log`.
+(`gitguard.LOCKED_GIT_ENVIRONMENT`: no program named by a git setting runs). Failures of
+hooks that do not block go to `<state dir>/hooks.log`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,20 +23,19 @@ from typing import Any
 import anyio
 from nats.aio.msg import Msg
 
-from bastion.cli.hookfile import CommandHook, UnsafeHooksFile, hooks_path, load_hooks
-from bastion.cli.hookrun import Ran, run_command
+from bastion.hooks.command import Ran, run_command
+from bastion.hooks.settings import HooksSettings
 from bastion.proto import subjects
 from bastion.proto.hooks import HOOK_EVENTS, HookAnswer, HookEvent, HookEventName, HookRegistration
 from bastion.shared.bus import Client, answer, connect
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
+from bastion.shared.hookfile import CommandHook, UnsafeHooksFile, hooks_path, load_hooks
 from bastion.shared.kv import TypedBucket
-from bastion.shared.logs import configure_logging
 from bastion.shared.natsperms import HOOKS
 from bastion.shared.patterns import pattern_matches
-from bastion.shared.settings import BusSettings, load_settings
 
-__all__ = ["NAME", "HookRunner", "answer_event"]
+__all__ = ["NAME", "HookRunner", "answer_event", "hooks_service"]
 
 NAME = "commands"
 """The name the runner registers under; the model sees `[hook commands]` on what it adds."""
@@ -46,10 +44,6 @@ POLL_S = 1.0
 MARGIN_S = 5.0
 
 logger = logging.getLogger(__name__)
-
-
-class RunnerSettings(BusSettings, frozen=True, kw_only=True):
-    state_dir: str
 
 
 def _command_event(name: HookEventName) -> str:
@@ -196,7 +190,8 @@ class HookRunner:
                     await subscription.unsubscribe()
 
 
-async def _main(settings: RunnerSettings) -> None:
+async def hooks_service(settings: HooksSettings) -> None:
+    """Connect, register and answer hook events until SIGTERM or SIGINT, then unregister."""
     state_dir = Path(settings.state_dir)
     async with connect(settings, "bastion-hookrunner") as client:
         runner = await HookRunner.open(client, state_dir)
@@ -207,17 +202,3 @@ async def _main(settings: RunnerSettings) -> None:
                     break
                 tasks.cancel_scope.cancel()
         await runner.unregister()
-
-
-def main() -> None:
-    configure_logging("hookrunner")
-    try:
-        settings = load_settings(RunnerSettings)
-    except BastionError as error:
-        raise SystemExit(f"bastion-hookrunner: {error.message}") from None
-    logger.info("hook runner starting", extra={"pid": os.getpid()})
-    anyio.run(_main, settings)
-
-
-if __name__ == "__main__":
-    main()

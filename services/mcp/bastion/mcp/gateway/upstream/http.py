@@ -19,12 +19,12 @@ from mcp.client._transport import TransportStreams
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from bastion.mcp.upstream.capped import CappedTransport
-from bastion.mcp.upstream.egress import EgressRoute, is_loopback_url
-from bastion.mcp.upstream.errors import UpstreamUnreachable
-from bastion.mcp.upstream.isolate import isolated
-from bastion.mcp.upstream.limits import UpstreamLimits
-from bastion.mcp.upstream.link import Link
+from bastion.mcp.gateway.upstream.capped import CappedTransport
+from bastion.mcp.gateway.upstream.egress import EgressRoute, is_loopback_url
+from bastion.mcp.gateway.upstream.errors import UpstreamUnreachable
+from bastion.mcp.gateway.upstream.isolate import isolated
+from bastion.mcp.gateway.upstream.limits import UpstreamLimits
+from bastion.mcp.gateway.upstream.link import Link
 from bastion.proto.mcp import McpServerSpec
 
 __all__ = ["HTTP_TRANSPORTS", "HttpTransport", "filled_headers", "http_transport"]

@@ -22,10 +22,10 @@ from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from bastion.mcp.upstream.launch import Launch
-from bastion.mcp.upstream.limits import UpstreamLimits
-from bastion.mcp.upstream.lines import LineTooLong, NotJsonRpc, buffered, read_message
-from bastion.mcp.upstream.link import Link
+from bastion.mcp.gateway.upstream.launch import Launch
+from bastion.mcp.gateway.upstream.limits import UpstreamLimits
+from bastion.mcp.gateway.upstream.lines import LineTooLong, NotJsonRpc, buffered, read_message
+from bastion.mcp.gateway.upstream.link import Link
 
 __all__ = ["describe_exit", "stdio_streams"]
 

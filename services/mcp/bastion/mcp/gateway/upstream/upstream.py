@@ -19,10 +19,14 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from bastion.mcp.upstream.errors import UpstreamNoAnswer, UpstreamRefused, UpstreamUnreachable
-from bastion.mcp.upstream.handlers import Asking
-from bastion.mcp.upstream.limits import UpstreamLimits
-from bastion.mcp.upstream.link import Link
+from bastion.mcp.gateway.upstream.errors import (
+    UpstreamNoAnswer,
+    UpstreamRefused,
+    UpstreamUnreachable,
+)
+from bastion.mcp.gateway.upstream.handlers import Asking
+from bastion.mcp.gateway.upstream.limits import UpstreamLimits
+from bastion.mcp.gateway.upstream.link import Link
 
 __all__ = ["LIST_TIMEOUT_S", "Upstream"]
 
@@ -32,6 +36,7 @@ LIST_TIMEOUT_S: Final = 30.0
 """How long one page of a listing, a resource read or a prompt list may take."""
 
 _T = TypeVar("_T")
+_Page = TypeVar("_Page", bound=types.PaginatedResult)
 _CONNECTION_CLOSED: Final = types.CONNECTION_CLOSED
 _REQUEST_TIMEOUT: Final = types.REQUEST_TIMEOUT
 _SILENT: Final = "did not answer"
@@ -105,17 +110,18 @@ class Upstream:
     async def _pages(
         self,
         what: str,
-        fetch: Callable[
-            [types.PaginatedRequestParams | None], Awaitable[tuple[list[_T], str | None]]
-        ],
+        fetch: Callable[[types.PaginatedRequestParams | None], Awaitable[_Page]],
+        of: Callable[[_Page], list[_T]],
     ) -> list[_T]:
-        """Every page of a listing, at most `max_tools` items and `max_pages` pages."""
+        """Every page of a listing (`of` each page its items), at most `max_tools` items
+        and `max_pages` pages."""
         items: list[_T] = []
         cursor: str | None = None
         seen: set[str] = set()
         for _ in range(self._limits.max_pages):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page, cursor = await self._ask(what, LIST_TIMEOUT_S, partial(fetch, params), call=False)
+            listed = await self._ask(what, LIST_TIMEOUT_S, partial(fetch, params), call=False)
+            page, cursor = of(listed), listed.next_cursor
             room = self._limits.max_tools - len(items)
             items += page[:room]
             if len(page) > room or (cursor is not None and len(items) == self._limits.max_tools):
@@ -133,43 +139,30 @@ class Upstream:
 
     async def list_tools(self) -> list[types.Tool]:
         """Every tool it lists now (never cached), at most `max_tools`."""
-
-        async def page(
-            params: types.PaginatedRequestParams | None,
-        ) -> tuple[list[types.Tool], str | None]:
-            result = await self._session.list_tools(params=params)
-            return result.tools, result.next_cursor
-
-        return await self._pages("tools/list", page)
+        return await self._pages(
+            "tools/list", lambda params: self._session.list_tools(params=params), lambda r: r.tools
+        )
 
     async def list_resources(self) -> tuple[list[types.Resource], list[types.ResourceTemplate]]:
         """Its resources and resource templates, at most `max_tools` of each."""
-
-        async def resources(
-            params: types.PaginatedRequestParams | None,
-        ) -> tuple[list[types.Resource], str | None]:
-            result = await self._session.list_resources(params=params)
-            return result.resources, result.next_cursor
-
-        async def templates(
-            params: types.PaginatedRequestParams | None,
-        ) -> tuple[list[types.ResourceTemplate], str | None]:
-            result = await self._session.list_resource_templates(params=params)
-            return result.resource_templates, result.next_cursor
-
-        listed = await self._pages("resources/list", resources)
-        return listed, await self._pages("resources/templates/list", templates)
+        listed = await self._pages(
+            "resources/list",
+            lambda params: self._session.list_resources(params=params),
+            lambda r: r.resources,
+        )
+        return listed, await self._pages(
+            "resources/templates/list",
+            lambda params: self._session.list_resource_templates(params=params),
+            lambda r: r.resource_templates,
+        )
 
     async def list_prompts(self) -> list[types.Prompt]:
         """Its prompts, at most `max_tools`."""
-
-        async def page(
-            params: types.PaginatedRequestParams | None,
-        ) -> tuple[list[types.Prompt], str | None]:
-            result = await self._session.list_prompts(params=params)
-            return result.prompts, result.next_cursor
-
-        return await self._pages("prompts/list", page)
+        return await self._pages(
+            "prompts/list",
+            lambda params: self._session.list_prompts(params=params),
+            lambda r: r.prompts,
+        )
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
         """One resource's contents."""

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import httpx2
 
-from bastion.mcp.upstream.link import Link
+from bastion.mcp.gateway.upstream.link import Link
 
 __all__ = ["CappedTransport", "TooLarge"]
 

@@ -21,19 +21,19 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import anyio
 
-from bastion.mcp.upstream.errors import UpstreamUnreachable
+from bastion.mcp.gateway.upstream.errors import UpstreamUnreachable
 from bastion.proto.mcp import McpServerSpec
 from bastion.proto.sandbox import Limits
 from bastion.shared.errors import InvalidInput, NotImplementedYet
-from bastion.shared.sandboxing.argv import bwrap_argv, prlimit_argv, secret_args
+from bastion.shared.sandboxing.argv import bwrap_argv, filled_pipes, prlimit_argv, secret_args
 from bastion.shared.sandboxing.cgroup import CommandCgroup, find_cgroup_root
 from bastion.shared.sandboxing.docker_target import DockerTarget, parse_docker_backend
 from bastion.shared.sandboxing.errors import SandboxFailed
@@ -101,25 +101,6 @@ def _unsandboxed(spec: McpServerSpec, values: Mapping[str, str]) -> Launch:
     return Launch(list(spec.command), env, str(directory) if directory else None)
 
 
-@contextmanager
-def _filled_pipes(contents: list[bytes]) -> Iterator[list[int]]:
-    """A pipe per content, already written and closed for writing: their read ends,
-    closed on exit (the child has its own copies by then)."""
-    read_ends: list[int] = []
-    try:
-        for content in contents:
-            read_end, write_end = os.pipe()
-            read_ends.append(read_end)
-            # Generated files and the variables' options are a few KiB at most: below a
-            # pipe's 64 KiB buffer, so this never blocks.
-            with os.fdopen(write_end, "wb") as writer:
-                writer.write(content)
-        yield read_ends
-    finally:
-        for fd in read_ends:
-            os.close(fd)
-
-
 def _read_only(spec: McpServerSpec) -> tuple[Path, ...]:
     dirs: list[Path] = []
     for given in spec.read_only_dirs:
@@ -183,7 +164,7 @@ async def _sandboxed(spec: McpServerSpec, values: Mapping[str, str]) -> AsyncIte
         status_read, status_write = os.pipe()
         try:
             contents = [file.content for file in data] + ([options] if options else [])
-            with _filled_pipes(contents) as fds:
+            with filled_pipes(contents) as fds:
                 data_fds = fds[: len(data)]
                 args_fd = fds[len(data)] if options else None
                 argv = (

@@ -21,10 +21,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bastion.mcp.frontdoor.httperrors import HttpError, error_response, response_of
+from bastion.mcp.frontdoor.httpguard import check_origin, label_of
+from bastion.mcp.frontdoor.httpsettings import FrontDoor
 from bastion.mcp.frontdoor.server import McpEndpoint
-from bastion.mcp.httperrors import HttpError, error_response, response_of
-from bastion.mcp.httpguard import check_origin, label_of
-from bastion.mcp.httpsettings import FrontDoor
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.shared.bus import Client, request

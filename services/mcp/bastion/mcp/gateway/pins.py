@@ -2,33 +2,20 @@
 
 Pure logic, no I/O: the mcp service's endpoints list a server's tools and hand them here.
 
-The canonical form of a tool (what its pin digest and its signature cover) is the JSON
-object of exactly these members of the tool as it is on the wire, each left out when the
-tool has none (or null): `name`, `title`, `description`, `inputSchema`, `outputSchema`,
-`annotations` (`ToolAnnotations` with its camelCase wire keys — `title`, `readOnlyHint`,
-`destructiveHint`, `idempotentHint`, `openWorldHint` — those that are null left out).
-Nothing of `_meta` is in it, so the signature kept there (`io.bastion/signature`) is not
-either; the `x-mcp-header` marks of the 2026-07-28 revision live in the input schema's
-properties, and are covered with it. `icons` and `execution` are not covered.
-
-It is written with keys sorted at every depth, no whitespace, non-ASCII characters as
-themselves (no `\\u` escapes) in UTF-8, integers as integers and floats as Python's `json`
-writes them (`1.0`, `1e+20`), a NaN or infinity as `null`; a lone surrogate is written as
-its three bytes (UTF-8 with `surrogatepass`). Array order is kept. The digest is the
-SHA-256 of those bytes, in hex. `docs/signed-tools.md` says the same for publishers.
+A tool's digest is the SHA-256 of its canonical JSON (`canonical` defines it).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 import mcp.types
 
-from bastion.mcp.invisible import suspicious_text, visible
+from bastion.mcp.gateway.canonical import canonical_json, tool_digest
+from bastion.mcp.gateway.invisible import suspicious_text, visible
+from bastion.mcp.gateway.signing import SignatureCheck
 from bastion.proto.mcp import (
     MAX_DESCRIPTION,
     MAX_SCHEMA_JSON,
@@ -37,17 +24,14 @@ from bastion.proto.mcp import (
     ReviewedTool,
     ReviewStatus,
     ToolPin,
+    UpstreamKind,
 )
 from bastion.proto.policy import Effect
-
-if TYPE_CHECKING:
-    from bastion.mcp.signing import SignatureCheck
 
 __all__ = [
     "MAX_OFFERED_NAME",
     "TOOL_NAME",
     "accepted_pins",
-    "canonical_tool_json",
     "effect_of",
     "journaled",
     "offer",
@@ -55,7 +39,6 @@ __all__ = [
     "review",
     "suspicious_text",
     "taints",
-    "tool_digest",
     "visible",
 ]
 
@@ -63,28 +46,6 @@ TOOL_NAME: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 """An upstream tool name Bastion will offer (as `<server>_<tool>`)."""
 MAX_OFFERED_NAME: Final = 128
 """The longest `<server>_<tool>` a model is given."""
-
-_CANONICAL_FIELDS: Final = frozenset(
-    {"name", "title", "description", "input_schema", "output_schema", "annotations"}
-)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def canonical_tool_json(tool: mcp.types.Tool) -> bytes:
-    """The canonical JSON of a tool's definition, as the module docstring defines it."""
-    wire = tool.model_dump(
-        by_alias=True, mode="json", exclude_none=True, include=set(_CANONICAL_FIELDS)
-    )
-    return _json(wire).encode("utf-8", "surrogatepass")
-
-
-def tool_digest(tool: mcp.types.Tool) -> str:
-    """SHA-256 (hex) of the tool's canonical JSON: what its pin holds."""
-    return hashlib.sha256(canonical_tool_json(tool)).hexdigest()
-
 
 # --- What a call does ---------------------------------------------------------------------
 
@@ -140,7 +101,7 @@ def _refusal(tool: mcp.types.Tool, server: str, listed: int) -> str:
     if listed > 1:
         return f"the server lists {listed} tools named {tool.name}, so which one runs is unknown"
     for label, schema in (("input", tool.input_schema), ("output", tool.output_schema)):
-        size = len(_json(schema).encode("utf-8", "surrogatepass")) if schema else 0
+        size = len(canonical_json(schema).encode("utf-8", "surrogatepass")) if schema else 0
         if size > MAX_SCHEMA_JSON:
             return f"its {label} schema is {size} bytes of JSON, over the {MAX_SCHEMA_JSON} kept"
     return ""
@@ -267,28 +228,27 @@ _READ_RESOURCE_INPUT: Final = {
 }
 
 
+def _resources_tool(
+    server: str, kind: UpstreamKind, description: str, schema: dict[str, object]
+) -> OfferedTool:
+    return OfferedTool(
+        name=f"{server}_{kind}",
+        server=server,
+        upstream="",
+        upstream_kind=kind,
+        description=description,
+        effect="read",
+        input_schema_json=canonical_json(schema),
+        taints=True,
+    )
+
+
 def _resources_tools(server: str) -> list[OfferedTool]:
+    listing = f"List the resources MCP server {server} offers: their URIs and names."
+    reading = f"Read a resource of MCP server {server} by its URI."
     return [
-        OfferedTool(
-            name=f"{server}_resources",
-            server=server,
-            upstream="",
-            upstream_kind="resources",
-            description=f"List the resources MCP server {server} offers: their URIs and names.",
-            effect="read",
-            input_schema_json=_json(_RESOURCES_INPUT),
-            taints=True,
-        ),
-        OfferedTool(
-            name=f"{server}_read_resource",
-            server=server,
-            upstream="",
-            upstream_kind="read_resource",
-            description=f"Read a resource of MCP server {server} by its URI.",
-            effect="read",
-            input_schema_json=_json(_READ_RESOURCE_INPUT),
-            taints=True,
-        ),
+        _resources_tool(server, "resources", listing, _RESOURCES_INPUT),
+        _resources_tool(server, "read_resource", reading, _READ_RESOURCE_INPUT),
     ]
 
 
@@ -344,7 +304,7 @@ def offer(
                 upstream=look.tool.name,
                 description=visible(look.description),
                 effect=effect,
-                input_schema_json=_json(look.tool.input_schema),
+                input_schema_json=canonical_json(look.tool.input_schema),
                 digest=tool_digest(look.tool),
                 journaled=journaled(look.tool, effect),
                 taints=taints(look.tool) or effect == "external",

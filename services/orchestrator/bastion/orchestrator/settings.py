@@ -1,0 +1,49 @@
+"""The orchestrator's settings: where sessions, calls and parked calls are kept, and its caps."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from bastion.proto import subjects
+from bastion.shared.settings import BusSettings
+
+__all__ = ["OrchestratorSettings"]
+
+
+class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
+    """Where sessions and parked calls are kept, and how long a result from outside taints
+    a session (`BASTION_TAINT_S`; 0 turns taint off)."""
+
+    sessions_bucket: str = subjects.SESSIONS_BUCKET
+    journal_bucket: str = subjects.JOURNAL_BUCKET
+    journal_ttl_s: float = 7 * 24 * 3600.0
+    """How long a journal entry is kept: an identical call after that runs again."""
+    calls_bucket: str = subjects.CALLS_BUCKET
+    """`BASTION_CALLS_BUCKET`: the KV bucket of each call's record by call id (its outcome,
+    or that it is running), which answers a call sent again with the same id."""
+    calls_ttl_s: Annotated[float, msgspec.Meta(gt=0)] = 7 * 24 * 3600.0
+    """`BASTION_CALLS_TTL_S`: how long a call's record by call id is kept; the same call id
+    sent after that is a new call."""
+    hooks_bucket: str = subjects.HOOKS_BUCKET
+    approvals_bucket: str = subjects.APPROVALS_BUCKET
+    turns_bucket: str = subjects.TURNS_BUCKET
+    turn_ttl_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    """`BASTION_TURN_TTL_S`: how long a session's turn outlives an orchestrator that died
+    holding it, before another replica takes the session over."""
+    turn_wait_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    """`BASTION_TURN_WAIT_S`: how long a call waits for a turn another replica holds."""
+    tenant_calls_per_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    """`BASTION_TENANT_CALLS_PER_S`: each tenant's calls per second on this instance (a
+    token bucket one second deep); 0: no quota."""
+    max_sessions_per_tenant: Annotated[int, msgspec.Meta(ge=0)] = 256
+    """`BASTION_MAX_SESSIONS_PER_TENANT`: sessions one tenant may have open at once, across
+    every replica; 0: no cap."""
+    max_sessions_per_token: Annotated[int, msgspec.Meta(ge=0)] = 64
+    """`BASTION_MAX_SESSIONS_PER_TOKEN`: sessions one front-door token may have open at
+    once, across every replica; 0: no cap."""
+    taint_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
+    search: str = ""
+    """`BASTION_SEARCH`, the egress service's variable too: set, `web` sessions get
+    `web_search` (the orchestrator only asks whether it is set; the key is not its)."""

@@ -1,0 +1,85 @@
+"""The sandbox service's settings: the programs that build a sandbox, and what the operator
+lifts or caps."""
+
+from __future__ import annotations
+
+import socket
+from typing import Annotated
+
+import msgspec
+
+from bastion.shared.sandboxing import ContainerLimits
+from bastion.shared.sandboxing.cgroup import DEFAULT_CPU_WEIGHT
+from bastion.shared.secretcuts import REFRESH_S
+from bastion.shared.settings import BusSettings
+from bastion.shared.statedir import default_state_dir
+
+__all__ = ["SandboxSettings"]
+
+
+def _default_state_dir() -> str:
+    return str(default_state_dir())
+
+
+class SandboxSettings(BusSettings, frozen=True, kw_only=True):
+    """Where Bastion's state is (never shown to, nor accepted as, a workspace), the programs
+    that build a sandbox, and what the operator lifts or caps.
+
+    `git_writable` lets commands and the file tools write git's control files in the
+    workspace (`gitguard`: `.git`'s config, hooks, commondir..., `.gitconfig`);
+    `cgroups` False skips the per-command cgroup; `max_sandboxes_per_tenant` caps one
+    tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most;
+    `search_workers_per_tenant` does the same for its searches.
+    """
+
+    state_dir: str = msgspec.field(default_factory=_default_state_dir)
+    bwrap: str = "bwrap"
+    prlimit: str = "prlimit"
+    setpriv: str = "setpriv"
+    """`BASTION_SETPRIV`: the setpriv program a root service drops each sandbox to its
+    unprivileged host user with (util-linux)."""
+    sandbox_host_uid: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """The host user a root service runs every bwrap sandbox as (`BASTION_SANDBOX_HOST_UID`),
+    and the owner of what the file tools write; unset, each session's is its workspace's
+    owner. Root (0) is refused, as a root-owned workspace is."""
+    sandbox_host_gid: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """That user's group (`BASTION_SANDBOX_HOST_GID`); unset, the uid's number."""
+    search_timeout_s: float = 20.0
+    """How long `search_files` may take; an agent's regex can backtrack without end."""
+    search_workers_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 2
+    """`BASTION_SEARCH_WORKERS_PER_TENANT`: how many of one tenant's searches run at once,
+    each in a worker process of its own; a further one waits (at most `search_timeout_s`)
+    for one of that tenant's, never for another tenant's."""
+    search_queue_per_tenant: Annotated[int, msgspec.Meta(ge=0)] = 8
+    """`BASTION_SEARCH_QUEUE_PER_TENANT`: how many of one tenant's searches may wait for its
+    workers; a further one is refused at once (`unavailable`, saying to retry later)."""
+    git_writable: bool = False
+    workspace_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 16 * 1024**3
+    """`BASTION_WORKSPACE_MAX_BYTES`: the most disk a workspace may hold (16 GiB; 0: no
+    bound), measured before each command and file write (see `usage`): over it, file
+    tools' writes are refused and a command's files cannot grow past 64 KiB; under it, no
+    file may grow past the room left. A soft bound: a hard one needs a filesystem quota."""
+    cgroups: bool = True
+    cpu_weight: Annotated[int, msgspec.Meta(ge=1, le=10000)] = DEFAULT_CPU_WEIGHT
+    """`BASTION_CPU_WEIGHT`: each tenant's share of a contended CPU (cgroup v2's scale;
+    `cpu.shares` of weight x 10.24 on v1). Every tenant has the same one, and a tenant's
+    commands split it, so a tenant busy with many commands cannot crowd out another's."""
+    max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
+    tenant_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    docker_owner: str = msgspec.field(default_factory=socket.gethostname)
+    """Labels this instance's Docker containers; at start it removes every container of
+    the same owner (an earlier run's leftovers). Instances sharing an engine each need
+    their own."""
+    docker_memory_bytes: int = ContainerLimits.memory_bytes
+    docker_pids: int = ContainerLimits.pids
+    docker_cpus: float = ContainerLimits.cpus
+    docker_tmp_bytes: int = ContainerLimits.tmp_bytes
+    sandbox_key_file: str = ""
+    """The X25519 private key leases are sealed to (`BASTION_SANDBOX_KEY_FILE`); without
+    one, a key is made at start and lives as long as the process."""
+    egress_socket: str = ""
+    """The egress proxy's Unix socket (`BASTION_EGRESS_SOCKET`), bound into a sandbox of the
+    `declared` network for its bridge; without one, declared hosts are refused."""
+    redaction_refresh_s: Annotated[float, msgspec.Meta(ge=0)] = REFRESH_S
+    """How long the vault's set of a tenant's values (cut from every reply) is used before
+    the vault is asked again (`BASTION_REDACTION_REFRESH_S`)."""
