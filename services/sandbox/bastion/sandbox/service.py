@@ -58,6 +58,7 @@ from bastion.sandbox.files import read_file, write_file
 from bastion.sandbox.finding import find_files, search_files
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.resolving import resolve_paths
+from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
@@ -128,8 +129,9 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     `git_writable` lets commands and the file tools write git's control files in the
     workspace (`gitguard`: `.git`'s config, hooks, commondir..., `.gitconfig`);
     `cgroups` False skips the per-command cgroup; `max_sandboxes_per_tenant` caps one
-    tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most;
-    `search_workers_per_tenant` does the same for its searches.
+    tenant's concurrent sandboxes across every replica (`sharedslots`), a call over it
+    waiting `tenant_wait_s` at most; `search_workers_per_tenant` does the same for its
+    searches, per instance.
     """
 
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
@@ -166,6 +168,12 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     commands split it, so a tenant busy with many commands cannot crowd out another's."""
     max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
     tenant_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    sandbox_slots_bucket: str = subjects.SANDBOX_SLOTS_BUCKET
+    """`BASTION_SANDBOX_SLOTS_BUCKET`: the KV bucket counting each tenant's running
+    sandboxes across every sandbox replica."""
+    sandbox_slot_lease_s: Annotated[float, msgspec.Meta(gt=0)] = 15.0
+    """`BASTION_SANDBOX_SLOT_LEASE_S`: how long a running sandbox's slot is counted after
+    its last renewal (every third of this): a dead replica's slots come back after it."""
     docker_owner: str = msgspec.field(default_factory=socket.gethostname)
     """Labels this instance's Docker containers; at start it removes every container of
     the same owner (an earlier run's leftovers). Instances sharing an engine each need
@@ -217,6 +225,8 @@ class Sandboxes:
         max_payload: int = 1024 * 1024,
         leases: LeaseClient | None = None,
         egress: EgressClient | None = None,
+        *,
+        slots: SharedSlots,
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
@@ -240,7 +250,7 @@ class Sandboxes:
         self._search_timeout_s = settings.search_timeout_s
         self._git_writable = settings.git_writable
         self._bound = WorkspaceBound(settings.workspace_max_bytes)
-        self._slots = TenantSlots(settings.max_sandboxes_per_tenant, settings.tenant_wait_s)
+        self._slots = slots
         self._searches = TenantSlots(
             settings.search_workers_per_tenant,
             settings.search_timeout_s,
@@ -557,7 +567,16 @@ class Sandboxes:
 async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
     leases = LeaseClient(client, lease_key(settings.sandbox_key_file), settings.request_timeout_s)
     egress = EgressClient(client, settings.request_timeout_s)
-    sandboxes = Sandboxes(settings, max_payload=client.max_payload, leases=leases, egress=egress)
+    slots = await SharedSlots.open(
+        client,
+        settings.sandbox_slots_bucket,
+        settings.max_sandboxes_per_tenant,
+        settings.tenant_wait_s,
+        lease_s=settings.sandbox_slot_lease_s,
+    )
+    sandboxes = Sandboxes(
+        settings, max_payload=client.max_payload, leases=leases, egress=egress, slots=slots
+    )
     await sandboxes.sweep()
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."
