@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Final
 
 import anyio
@@ -29,6 +30,7 @@ from bastion.sandbox.tenants import TenantBusy
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError
 from bastion.shared.kv import TypedBucket
+from bastion.shared.renewing import renewing
 
 __all__ = ["SharedSlots", "SlotRecord"]
 
@@ -166,20 +168,9 @@ class SharedSlots:
                 f"and none ended within {self._wait_s:g} s: retry later, or raise the cap "
                 "(BASTION_MAX_SANDBOXES_PER_TENANT)"
             )
-        # The block's own error is raised as it is, not inside the renewing task group's
-        # exception group, so callers catch what they would without replicas.
-        raised: BaseException | None = None
         try:
-            async with anyio.create_task_group() as renewing:
-                renewing.start_soon(self._renew, key, slot_id)
-                try:
-                    yield
-                except BaseException as error:  # raised again below
-                    raised = error
-                finally:
-                    renewing.cancel_scope.cancel()
-            if raised is not None:
-                raise raised
+            async with renewing(partial(self._renew, key, slot_id)):
+                yield
         finally:
             with anyio.CancelScope(shield=True):
                 await self._give_back(key, slot_id)
