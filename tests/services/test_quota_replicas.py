@@ -21,12 +21,17 @@ from bastion.orchestrator.service import OrchestratorSettings, orchestrator_serv
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import ToolOutput
+from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.tenants import TenantBusy
 from bastion.shared.bus import Client, connect
+from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
+from tests.attacks.conftest import wait_for_file
 from tests.conftest import ServiceRunner
+from tests.owners import owned
 from tests.services.test_orchestrator import call, open_session, plane, workspace
+from tests.services.test_sandbox_tenants import HELD, run
 
 __all__ = ["plane", "workspace"]  # fixtures, imported to be used here
 
@@ -215,3 +220,39 @@ async def test_the_slots_of_a_killed_instance_come_back_once_their_lease_ends(
     clock.now += 31  # past the dead instance's leases, which nobody renewed
     async with survivor.slot("acme"), survivor.slot("acme"):
         pass
+
+
+async def test_two_sandbox_services_hold_a_tenant_to_one_cap(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    (tmp_path / "state").mkdir()
+    first, second = owned(tmp_path / "a"), owned(tmp_path / "b")
+
+    def instance(k: int) -> SandboxSettings:
+        return SandboxSettings(
+            nats_url=bus_settings.nats_url,
+            state_dir=str(tmp_path / "state"),
+            max_sandboxes_per_tenant=1,
+            tenant_wait_s=0.2,
+            docker_owner=f"test-quota-{k}",
+        )
+
+    async with (
+        run_service(sandbox_service, instance(0)),
+        run_service(sandbox_service, instance(1)),
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(run, client, first, HELD, "acme")
+        await anyio.to_thread.run_sync(wait_for_file, first / "started", 20.0)
+        # Whichever instance takes them, acme's cap of one is taken, globex's is not.
+        refusals = []
+        for _ in range(4):
+            with pytest.raises(RemoteError) as refused:
+                await run(client, second, "touch ran", "acme")
+            refusals.append(refused.value)
+        other = await run(client, owned(tmp_path / "c"), "true", "globex")
+        (first / "go").touch()
+    assert other.exit_status == 0
+    assert not (second / "ran").exists()
+    assert all(r.code == codes.UNAVAILABLE for r in refusals)
+    assert all("tenant acme has 1 sandboxes running, its cap" in r.message for r in refusals)
