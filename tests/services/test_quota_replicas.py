@@ -22,7 +22,7 @@ from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
-from bastion.sandbox.sharedslots import SharedSlots
+from bastion.sandbox.sharedslots import SharedSlots, SlotsUnavailable
 from bastion.sandbox.tenants import TenantBusy
 from bastion.shared.bus import Client, connect
 from bastion.shared.errors import RemoteError
@@ -125,6 +125,18 @@ async def test_a_quota_whose_store_does_not_answer_refuses_the_call_as_unavailab
     assert "nothing ran; retry the call" in refused.value.message
 
 
+async def test_sandbox_slots_whose_store_does_not_answer_refuse_the_command_as_unavailable(
+    bus_settings: BusSettings,
+) -> None:
+    async with connect(bus_settings, "replica") as connection:
+        slots = await SharedSlots.open(connection, "test_slots", 2, 5, lease_s=30)
+    with pytest.raises(SlotsUnavailable) as refused:
+        async with slots.slot("acme"):
+            pass
+    assert refused.value.code == codes.UNAVAILABLE
+    assert "nothing ran; retry the call" in refused.value.message
+
+
 async def test_two_orchestrators_share_one_tenant_s_rate(
     client: Client,
     plane: None,
@@ -183,7 +195,7 @@ async def test_two_instances_share_a_tenant_s_sandbox_cap(bus_settings: BusSetti
 HOLDER = textwrap.dedent(
     """
     import sys, anyio
-    from bastion.sandbox.sharedslots import SharedSlots
+    from bastion.sandbox.sharedslots import SharedSlots, SlotsUnavailable
     from bastion.shared.bus import connect
     from bastion.shared.settings import BusSettings
 

@@ -26,13 +26,14 @@ import anyio
 import msgspec
 import nats.errors
 
+from bastion.proto import errors as codes
 from bastion.sandbox.tenants import TenantBusy
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError
-from bastion.shared.kv import TypedBucket
+from bastion.shared.kv import KeptChanging, TypedBucket
 from bastion.shared.renewing import renewing
 
-__all__ = ["SharedSlots", "SlotRecord"]
+__all__ = ["SharedSlots", "SlotRecord", "SlotsUnavailable"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,12 @@ _POLL_S: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 _ATTEMPTS: Final = 50
 _BUCKET_TTL_S: Final = 24 * 3600.0
 """A record no sandbox changed for this long is forgotten (every slot in it long expired)."""
+
+
+class SlotsUnavailable(BastionError):
+    """The count of a tenant's sandboxes could not be read or changed: nothing is run."""
+
+    code = codes.UNAVAILABLE
 
 
 class SlotRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,14 +113,26 @@ class SharedSlots:
         )
         return written is not None
 
-    async def _try_take(self, key: str, slot_id: str) -> bool:
+    async def _try_take(self, tenant: str, key: str, slot_id: str) -> bool:
+        """Whether the slot is taken now (False: the tenant is at its cap).
+
+        Raises:
+            SlotsUnavailable: the count could not be read or changed.
+        """
+
         def take(live: dict[str, float]) -> bool:
             if slot_id not in live and len(live) >= self._per_tenant:
                 return False
             live[slot_id] = self._clock() + self._lease_s
             return True
 
-        return await self._change(key, take)
+        try:
+            return await self._change(key, take)
+        except (KeptChanging, nats.errors.Error) as error:
+            raise SlotsUnavailable(
+                f"tenant {tenant}'s running sandboxes could not be counted in NATS KV "
+                f"({self._bucket.name}): nothing ran; retry the call"
+            ) from error
 
     async def _renew(self, key: str, slot_id: str) -> None:
         """Keep the slot's lease alive while held; a missed renewal is logged and retried
@@ -158,11 +177,11 @@ class SharedSlots:
         taken = False
         with anyio.move_on_after(self._wait_s):
             for attempt in itertools.count():
-                if await self._try_take(key, slot_id):
+                if await self._try_take(tenant, key, slot_id):
                     taken = True
                     break
                 await anyio.sleep(_POLL_S[min(attempt, len(_POLL_S) - 1)])
-        if not taken and not await self._try_take(key, slot_id):
+        if not taken and not await self._try_take(tenant, key, slot_id):
             raise TenantBusy(
                 f"tenant {tenant} has {await self._count(key)} sandboxes running, its cap, "
                 f"and none ended within {self._wait_s:g} s: retry later, or raise the cap "
