@@ -205,7 +205,7 @@ def main() -> None:
     parser.add_argument("--greedy", type=int, default=20)
     parser.add_argument("--fair-s", type=float, default=5.0)
     args = parser.parse_args()
-    # The rate is per tenant for the whole plane: `bastion up` divides it among replicas;
+    # The rate is per tenant for the whole plane, counted across replicas in KV;
     # the load phase's tenants stay well under it.
     env = dict(os.environ) | {"BASTION_TENANT_CALLS_PER_S": f"{args.tenant_rate:g}"}
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,20 +10,18 @@ what cannot be shared is settled here, per instance `k` (0 … N-1):
   and sandbox instance `k` bridges sandboxes to egress instance `k`'s (grants are in KV,
   so any egress instance honours any grant).
 - **sandbox**: the Docker owner label is the given one plus `-k`, since a sandbox service
-  removes every container of its owner when it starts; the per-tenant sandbox cap is
-  divided among the instances (rounded up), so the total holds across them.
-- **orchestrator**: the per-tenant calls per second are divided among the instances.
+  removes every container of its owner when it starts.
+
+Quotas are not divided: calls per second and concurrent sandboxes per tenant are counted
+in KV across every instance (docs/scaling.md).
 """
 
 from __future__ import annotations
 
-import math
 import socket
 from pathlib import Path
 
 __all__ = ["instance_env", "instance_name"]
-
-_DEFAULT_SANDBOX_CAP = 8
 
 
 def instance_name(service: str, k: int, replicas: int) -> str:
@@ -33,10 +31,6 @@ def instance_name(service: str, k: int, replicas: int) -> str:
 
 def egress_socket_path(run_dir: Path, k: int) -> Path:
     return run_dir / ("egress.sock" if k == 0 else f"egress-{k}.sock")
-
-
-def _divided(value: float, replicas: int) -> str:
-    return f"{value / replicas:g}"
 
 
 def instance_env(
@@ -52,14 +46,6 @@ def instance_env(
         added = {"BASTION_EGRESS_SOCKET": str(egress_socket_path(run_dir, k))}
         if replicas > 1:
             owner = env.get("BASTION_DOCKER_OWNER") or socket.gethostname()
-            cap = int(env.get("BASTION_MAX_SANDBOXES_PER_TENANT") or _DEFAULT_SANDBOX_CAP)
             added["BASTION_DOCKER_OWNER"] = f"{owner}-{k}"
-            added["BASTION_MAX_SANDBOXES_PER_TENANT"] = str(math.ceil(cap / replicas))
         return added
-    if service == "orchestrator" and replicas > 1 and env.get("BASTION_TENANT_CALLS_PER_S"):
-        return {
-            "BASTION_TENANT_CALLS_PER_S": _divided(
-                float(env["BASTION_TENANT_CALLS_PER_S"]), replicas
-            )
-        }
     return {}

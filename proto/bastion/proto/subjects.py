@@ -37,6 +37,7 @@ __all__ = [
     "POLICY_DECIDE",
     "POLICY_STATUS",
     "PREFIX",
+    "QUOTA_BUCKET",
     "REPLY_INBOX_HEADER",
     "SANDBOX_CHECK",
     "SANDBOX_CHECK_CODE",
@@ -47,6 +48,7 @@ __all__ = [
     "SANDBOX_SKILL_READ",
     "SANDBOX_SKILL_RUN",
     "SANDBOX_SKILL_WRITE",
+    "SANDBOX_SLOTS_BUCKET",
     "SESSIONS_BUCKET",
     "SESSION_CALL_ANY",
     "SESSION_CLOSE",
@@ -176,6 +178,12 @@ call id): a call sent again with its call id gets that outcome, it never runs tw
 TURNS_BUCKET: Final = "bastion_turns"
 """The JetStream KV bucket of session turns: which orchestrator runs a session's calls now,
 until when (key: session id)."""
+QUOTA_BUCKET: Final = "bastion_quota"
+"""The JetStream KV bucket of each tenant's calls-per-second token bucket, shared by every
+orchestrator replica (key: the tenant's name in hex)."""
+SANDBOX_SLOTS_BUCKET: Final = "bastion_sandbox_slots"
+"""The JetStream KV bucket of each tenant's running sandboxes, counted across every sandbox
+replica, each slot leased until renewed (key: the tenant's name in hex)."""
 
 
 REPLY_INBOX_HEADER: Final = "Bastion-Reply-Inbox"

@@ -146,6 +146,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.HOOKS_BUCKET,
             s.APPROVALS_BUCKET,
             s.TURNS_BUCKET,
+            s.QUOTA_BUCKET,
         ),
         writes_streams=(s.AUDIT_STREAM,),
     ),
@@ -153,6 +154,7 @@ GRANTS: Final[dict[str, Grant]] = {
     "sandbox": Grant(
         serves=SANDBOX_ENDPOINTS,
         asks=(s.VAULT_LEASE, s.VAULT_REDACTION, s.EGRESS_GRANT, s.EGRESS_CONNECTIONS),
+        buckets=(s.SANDBOX_SLOTS_BUCKET,),
     ),
     "egress": Grant(
         serves=(s.EGRESS_GRANT, s.EGRESS_CONNECTIONS, s.EGRESS_FETCH, s.EGRESS_SEARCH),

@@ -65,7 +65,12 @@ async def orchestrator_service(
         audit=audit,
         hooks=hooks,
         turns=turns,
-        rates=TenantRates(settings.tenant_calls_per_s),
+        rates=await TenantRates.open(
+            client,
+            settings.quota_bucket,
+            settings.tenant_calls_per_s,
+            lease_s=settings.tenant_calls_lease_s,
+        ),
         caps=OpenCaps(store, settings.max_sessions_per_tenant, settings.max_sessions_per_token),
         records=records,
         search=bool(settings.search.strip()),

@@ -22,7 +22,7 @@ from bastion.orchestrator.gate import ask_policy, policy_request, touched_paths
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.opencaps import OpenCaps
-from bastion.orchestrator.quota import RateLimited, TenantRates
+from bastion.orchestrator.quota import QuotaUnavailable, RateLimited, TenantRates
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
 from bastion.orchestrator.store import SessionStore
@@ -283,8 +283,8 @@ class Sessions:
         started = time.perf_counter()
         if self._rates.enabled:
             try:
-                self._rates.take((await self.get(session_id)).tenant)
-            except RateLimited as error:
+                await self._rates.take((await self.get(session_id)).tenant)
+            except (RateLimited, QuotaUnavailable) as error:
                 return error.to_reply()
         try:
             session, result = await self._in_turn(session_id, call, call_id, started)

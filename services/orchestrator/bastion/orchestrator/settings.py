@@ -35,8 +35,14 @@ class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     turn_wait_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
     """`BASTION_TURN_WAIT_S`: how long a call waits for a turn another replica holds."""
     tenant_calls_per_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    """`BASTION_TENANT_CALLS_PER_S`: each tenant's calls per second on this instance (a
-    token bucket one second deep); 0: no quota."""
+    """`BASTION_TENANT_CALLS_PER_S`: each tenant's calls per second across every replica (a
+    token bucket one second deep, in KV); 0: no quota."""
+    tenant_calls_lease_s: Annotated[float, msgspec.Meta(gt=0)] = 0.05
+    """`BASTION_TENANT_CALLS_LEASE_S`: how long a replica spends a batch of a tenant's
+    tokens (the rate times this, at least 1) taken from the shared bucket by one
+    compare-and-set; a tenant may exceed its rate over a window by one such lease."""
+    quota_bucket: str = subjects.QUOTA_BUCKET
+    """`BASTION_QUOTA_BUCKET`: the KV bucket of each tenant's calls-per-second bucket."""
     max_sessions_per_tenant: Annotated[int, msgspec.Meta(ge=0)] = 256
     """`BASTION_MAX_SESSIONS_PER_TENANT`: sessions one tenant may have open at once, across
     every replica; 0: no cap."""

@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 import msgspec
@@ -29,6 +30,7 @@ from bastion.proto import errors as codes
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError
 from bastion.shared.kv import AlreadyStored, ChangedSince, TypedBucket
+from bastion.shared.renewing import renewing
 
 __all__ = ["TurnRecord", "TurnTimeout", "Turns"]
 
@@ -153,20 +155,9 @@ class Turns:
             session_id, self._wait_s if wait_s is None else wait_s
         )
         held = _Held(revision)
-        # The block's own error is raised as it is, not inside the renewing task group's
-        # exception group, so callers catch what they would without replicas.
-        raised: BaseException | None = None
         try:
-            async with anyio.create_task_group() as renewing:
-                renewing.start_soon(self._renew, session_id, held)
-                try:
-                    yield taken_over
-                except BaseException as error:  # raised again below
-                    raised = error
-                finally:
-                    renewing.cancel_scope.cancel()
-            if raised is not None:
-                raise raised
+            async with renewing(partial(self._renew, session_id, held)):
+                yield taken_over
         finally:
             if not held.lost:
                 with anyio.CancelScope(shield=True):

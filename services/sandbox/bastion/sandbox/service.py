@@ -58,6 +58,7 @@ from bastion.sandbox.finding import find_files, search_files
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.resolving import resolve_paths
 from bastion.sandbox.settings import SandboxSettings
+from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
@@ -146,6 +147,8 @@ class Sandboxes:
         max_payload: int = 1024 * 1024,
         leases: LeaseClient | None = None,
         egress: EgressClient | None = None,
+        *,
+        slots: SharedSlots,
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
@@ -169,7 +172,7 @@ class Sandboxes:
         self._search_timeout_s = settings.search_timeout_s
         self._git_writable = settings.git_writable
         self._bound = WorkspaceBound(settings.workspace_max_bytes)
-        self._slots = TenantSlots(settings.max_sandboxes_per_tenant, settings.tenant_wait_s)
+        self._slots = slots
         self._searches = TenantSlots(
             settings.search_workers_per_tenant,
             settings.search_timeout_s,
@@ -486,7 +489,16 @@ class Sandboxes:
 async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
     leases = LeaseClient(client, lease_key(settings.sandbox_key_file), settings.request_timeout_s)
     egress = EgressClient(client, settings.request_timeout_s)
-    sandboxes = Sandboxes(settings, max_payload=client.max_payload, leases=leases, egress=egress)
+    slots = await SharedSlots.open(
+        client,
+        settings.sandbox_slots_bucket,
+        settings.max_sandboxes_per_tenant,
+        settings.tenant_wait_s,
+        lease_s=settings.sandbox_slot_lease_s,
+    )
+    sandboxes = Sandboxes(
+        settings, max_payload=client.max_payload, leases=leases, egress=egress, slots=slots
+    )
     await sandboxes.sweep()
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."

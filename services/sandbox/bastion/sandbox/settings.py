@@ -8,6 +8,7 @@ from typing import Annotated
 
 import msgspec
 
+from bastion.proto import subjects
 from bastion.shared.sandboxing import ContainerLimits
 from bastion.shared.sandboxing.cgroup import DEFAULT_CPU_WEIGHT
 from bastion.shared.secretcuts import REFRESH_S
@@ -28,8 +29,9 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     `git_writable` lets commands and the file tools write git's control files in the
     workspace (`gitguard`: `.git`'s config, hooks, commondir..., `.gitconfig`);
     `cgroups` False skips the per-command cgroup; `max_sandboxes_per_tenant` caps one
-    tenant's concurrent sandboxes, a call over it waiting `tenant_wait_s` at most;
-    `search_workers_per_tenant` does the same for its searches.
+    tenant's concurrent sandboxes across every replica (`sharedslots`), a call over it
+    waiting `tenant_wait_s` at most; `search_workers_per_tenant` does the same for its
+    searches, per instance.
     """
 
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
@@ -66,6 +68,12 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     commands split it, so a tenant busy with many commands cannot crowd out another's."""
     max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
     tenant_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    sandbox_slots_bucket: str = subjects.SANDBOX_SLOTS_BUCKET
+    """`BASTION_SANDBOX_SLOTS_BUCKET`: the KV bucket counting each tenant's running
+    sandboxes across every sandbox replica."""
+    sandbox_slot_lease_s: Annotated[float, msgspec.Meta(gt=0)] = 15.0
+    """`BASTION_SANDBOX_SLOT_LEASE_S`: how long a running sandbox's slot is counted after
+    its last renewal (every third of this): a dead replica's slots come back after it."""
     docker_owner: str = msgspec.field(default_factory=socket.gethostname)
     """Labels this instance's Docker containers; at start it removes every container of
     the same owner (an earlier run's leftovers). Instances sharing an engine each need

@@ -1,5 +1,7 @@
-"""A cap on how much one tenant runs at once (sandboxes, search workers), with a bounded
-wait for a turn: each tenant has its own, so one tenant at its cap holds back none other."""
+"""A cap on how much one tenant runs at once in one service instance (its search workers),
+with a bounded wait for a turn: each tenant has its own, so one tenant at its cap holds
+back none other. `TenantBusy` is also what a tenant's sandboxes over their cap across
+every instance are refused with (`sharedslots`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ __all__ = ["TenantBusy", "TenantSlots"]
 
 
 class TenantBusy(BastionError):
-    """A tenant's sandboxes (or searches) stayed at the cap for longer than a call may wait."""
+    """A tenant's sandboxes (or searches) stayed at the cap for longer than a call may wait,
+    or its queue was full."""
 
     code = codes.UNAVAILABLE
 
@@ -36,8 +39,9 @@ class TenantSlots:
     per_tenant: int
     wait_s: float
     _: KW_ONLY
-    what: str = "sandboxes running"
-    setting: str = "BASTION_MAX_SANDBOXES_PER_TENANT"
+    what: str
+    """What is counted, in the refusal: `searches running`."""
+    setting: str
     """The setting that raises the cap, named in the refusal."""
     max_waiting: int | None = None
     waiting_setting: str = ""
