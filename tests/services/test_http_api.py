@@ -145,7 +145,7 @@ async def test_an_answer_over_http_continues_the_callers_traceparent_down_to_the
     assert route.attributes is not None and route.attributes["http.response.status_code"] == 200
     [run] = [s for s in finished if s.name == "orchestrator.approved_run"]
     assert span_ancestry(finished, run)[-3:] == [
-        "bastion.orchestrator.approvals_answer",
+        "process bastion.v1.approvals.answer",
         "send bastion.v1.approvals.answer",
         "POST /v1/approvals/{request_id}",
     ]

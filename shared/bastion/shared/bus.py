@@ -31,7 +31,7 @@ from bastion.shared.codec import decode, encode
 from bastion.shared.errors import InvalidInput, RemoteError, Timeout, Unavailable
 from bastion.shared.natsperms import answered_on_inbox
 from bastion.shared.settings import BusSettings
-from bastion.shared.telemetry import headers_with_context, tracer
+from bastion.shared.telemetry import headers_with_context, messaging_attributes, tracer
 
 __all__ = ["Client", "TooLarge", "answer", "connect", "request"]
 
@@ -170,8 +170,9 @@ async def request(
 ) -> Any:
     """Send `message` to `subject` and return its reply decoded as `reply_type`.
 
-    It is a CLIENT span, `send <subject>` (session ids as `*`), whose context travels in
-    the `traceparent` header (and `tracestate`), so the service's span is its child.
+    It is a PRODUCER span, `send <subject>` (session ids as `*`; OpenTelemetry's messaging
+    conventions), whose context travels in the `traceparent` header (and `tracestate`), so
+    the service's `process` span is its child.
 
     Raises:
         TooLarge: `message` is more than the bus carries; nothing was sent.
@@ -180,10 +181,11 @@ async def request(
         RemoteError: the service answered with a typed error.
         BadRequest: the reply is not a `reply_type` (a service of another version).
     """
+    template = _without_ids(subject)
     with tracer().start_as_current_span(
-        f"send {_without_ids(subject)}",
-        kind=SpanKind.CLIENT,
-        attributes={"messaging.system": "nats", "messaging.destination.name": subject},
+        f"send {template}",
+        kind=SpanKind.PRODUCER,
+        attributes=messaging_attributes("send", subject, template),
     ):
         payload, headers = encode(message), headers_with_context()
         # The headers travel too; what is left for them is the server's to judge.
