@@ -73,9 +73,7 @@ def _owners(module: str) -> set[str]:
     if len(candidates) > 1:
         for n in range(len(parts), 1, -1):
             stem = "/".join(parts[:n])
-            holding = {
-                d for d in candidates if {f"{stem}.py", f"{stem}/__init__.py"} & _files(d)
-            }
+            holding = {d for d in candidates if {f"{stem}.py", f"{stem}/__init__.py"} & _files(d)}
             if holding:
                 return {_canonical(d) for d in holding}
     return {_canonical(d) for d in candidates}
