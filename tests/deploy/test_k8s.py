@@ -161,9 +161,38 @@ def test_the_sandbox_lifts_only_seccomp_and_proc_mount_in_a_user_namespace_of_it
     pod, containers = _security(sandbox)
     assert pod["hostUsers"] is False
     context = containers[0]["securityContext"]
-    assert context["seccompProfile"] == {"type": "Unconfined"}
+    # compose's profile, installed on the nodes under the kubelet's seccomp directory.
+    assert context["seccompProfile"] == {
+        "type": "Localhost",
+        "localhostProfile": "bastion/bubblewrap.json",
+    }
+    assert (REPO / "deploy" / "seccomp" / "bubblewrap.json").is_file()
+    assert "seccomp=deploy/seccomp/bubblewrap.json" in (REPO / "compose.yaml").read_text()
     assert context["procMount"] == "Unmasked"
     assert "add" not in context["capabilities"] and "privileged" not in context
+
+
+def _probe(container: Doc, kind: str) -> list[str] | str:
+    probe = container[kind]
+    return probe["exec"]["command"] if "exec" in probe else probe["httpGet"]["path"]
+
+
+def test_liveness_asks_whether_the_process_runs_and_readiness_whether_it_is_on_nats(
+    rendered: dict[str, list[Doc]],
+) -> None:
+    for name in SERVICES:
+        _, containers = _security(_workloads(rendered["prod"])[name])
+        main = containers[0] if name == "sandbox" else containers[-1]
+        if name == "mcp":  # the front door's own routes: /readyz asks its NATS connection
+            assert (_probe(main, "livenessProbe"), _probe(main, "readinessProbe")) == (
+                "/livez",
+                "/readyz",
+            )
+            continue
+        probe = ["python", "-m", "bastion.shared.probe"]
+        assert _probe(main, "livenessProbe") == [*probe, "live"], name
+        assert _probe(main, "readinessProbe") == [*probe, "ready"], name
+        assert _probe(main, "startupProbe") == [*probe, "live"], name
 
 
 def _selects(selector: Doc, labels: dict[str, str]) -> bool:

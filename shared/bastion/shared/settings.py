@@ -33,7 +33,8 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
     request_timeout_s: float = 10.0
     drain_timeout_s: float = 30.0
     probe_file: str = ""
-    """Touched while the service serves, for container probes (`bastion.shared.probe`)."""
+    """Beaten while the service runs, saying whether it is on NATS, for container probes
+    (`python -m bastion.shared.probe live` or `ready`)."""
     kv_replicas: int = 1
     """Copies of each KV bucket and stream the service creates: 3 on a three-node cluster."""
 
