@@ -38,7 +38,7 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.discovery import list_instances
 from bastion.shared.errors import BastionError
-from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
+from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, service_env, write_nats_config
 from bastion.shared.natsserver import free_port, serving
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings, load_settings
@@ -76,7 +76,7 @@ class Secured:
     users: dict[str, UserCredentials]
 
     def env(self, user: str) -> dict[str, str]:
-        return self.users[user].env(self.url)
+        return service_env(self.users, user, self.url)
 
 
 @pytest.fixture
@@ -439,8 +439,7 @@ async def _violations(secured: Secured, user: str, act: str, subject: str) -> li
     credentials = secured.users[user]
     client = await nats.connect(
         secured.url,
-        user=credentials.user,
-        password=credentials.password,
+        nkeys_seed=credentials.seed_file,
         inbox_prefix=credentials.inbox_prefix,
         error_cb=collect,
         allow_reconnect=False,
