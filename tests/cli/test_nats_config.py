@@ -158,6 +158,9 @@ def test_the_env_files_name_the_seeds_where_the_containers_mount_them(tmp_path: 
     assert done.returncode == 0, done.stderr
     policy = read_env_file(tmp_path / "nats" / "policy.env")
     assert policy["BASTION_NATS_NKEY_SEED_FILE"] == "/etc/bastion/nats/policy.nk"
+    # The operator's CLI runs beside the files, not in a container.
+    operator = read_env_file(tmp_path / "nats" / "operator.env")
+    assert operator["BASTION_NATS_NKEY_SEED_FILE"] == str(tmp_path / "nats" / "operator.nk")
 
 
 @pytest.fixture

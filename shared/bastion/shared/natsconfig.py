@@ -38,6 +38,7 @@ import msgspec
 from bastion.shared.errors import InvalidInput
 from bastion.shared.natsperms import (
     GRANTS,
+    OPERATOR,
     Crossing,
     accounts,
     crossings,
@@ -228,13 +229,16 @@ def write_nats_config(
 ) -> dict[str, UserCredentials]:
     """The server config, the users' include file, and per user a new nkey seed and an env
     file naming it as `<seed_dir>/<user>.nk` (`seed_dir`: where the services find the seeds;
-    `directory` itself by default), in `directory`; returns each user's credentials."""
+    `directory` itself by default, and always for the operator, whose CLI runs beside the
+    files), in `directory`; returns each user's credentials."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     directory.chmod(0o700)
-    seeds_at = seed_dir.rstrip("/") or str(directory)
+    here = str(directory.resolve())
+    # The operator's CLI runs where the files are, not in a container.
+    seeds_at = {user: seed_dir.rstrip("/") or here for user in GRANTS} | {OPERATOR: here}
     users = {
         user: UserCredentials(
-            user=user, seed=new_user_seed(), seed_file=f"{seeds_at}/{seed_file_name(user)}"
+            user=user, seed=new_user_seed(), seed_file=f"{seeds_at[user]}/{seed_file_name(user)}"
         )
         for user in GRANTS
     }
