@@ -36,9 +36,9 @@ from tests.otlp import ReceivedSpan, otlp_receiver
 DOOR = "tools/call shell"
 PATH = [
     (DOOR, "front door (mcp)"),
-    ("bastion.orchestrator.call", "orchestrator"),
-    ("bastion.policy.decide", "policy"),
-    ("bastion.sandbox.exec", "sandbox service"),
+    ("process bastion.v1.session.*.call", "orchestrator"),
+    ("process bastion.v1.policy.decide", "policy"),
+    ("process bastion.v1.sandbox.exec", "sandbox service"),
     ("sandbox.run", "command in its sandbox"),
 ]
 HOP_OF_SERVICE = {
@@ -71,7 +71,7 @@ def hop_times(spans: list[ReceivedSpan]) -> dict[str, float]:
     parent is in another service, or none) less the requests it waits on in turn.
     """
     by_id = {s.span_id: s for s in spans}
-    answered = {s.parent_id: s for s in spans if s.kind == "server" and s.parent_id in by_id}
+    answered = {s.parent_id: s for s in spans if s.kind == "consumer" and s.parent_id in by_id}
     own: dict[str, float] = defaultdict(float)
     for span in spans:
         hop = HOP_OF_SERVICE.get(span.service, span.service)

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Make what compose.yaml reads, in $BASTION_GENERATED (deploy/generated/; 0700, never
-# committed). Each file is made once and kept; `--rotate` makes new NATS passwords (then
+# committed). Each file is made once and kept; `--rotate` makes new NATS nkeys (then
 # `docker compose up -d --force-recreate`, so that NATS and every service take them).
-#   nats/           `bastion nats-config`: the server config, its users, one .env per service
+#   nats/           `bastion nats-config`: the server config, its users' public keys, and per
+#                   service a seed (.nk, mounted into it) and a .env naming it
 #   vault.env       the vault's master key (made once: a new key would lose every secret)
 #   http-tokens     the front door's token (made once), `label:token`
 #   workspaces/     where workspaces live, the sandbox's (uid 10000); named in the top-level
 #                   .env as BASTION_WORKSPACES, which compose reads
-# The files the containers read themselves (the NATS config, the tokens) are given to the
-# containers' uid 10000 and stay 0600; the .env files stay the invoking user's, for compose.
+# The files the containers read themselves (the NATS config, the services' seeds, the tokens)
+# are given to the containers' uid 10000 and stay 0600; the .env files and the operator's
+# seed stay the invoking user's, for compose and the CLI.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -32,7 +34,8 @@ if [[ "${1:-}" == "--rotate" && -d $OUT/nats ]]; then
     in_out_as_root rm -rf nats
 fi
 if [[ ! -d $OUT/nats ]]; then
-    bastion nats-config --out "$OUT/nats" --url nats://nats:4222 >/dev/null
+    bastion nats-config --out "$OUT/nats" --url nats://nats:4222 \
+        --seed-dir /etc/bastion/nats >/dev/null
 fi
 
 umask 077
@@ -51,5 +54,6 @@ if [[ -z ${BASTION_GENERATED:-} && ! -s .env ]]; then
     echo "BASTION_WORKSPACES=$(realpath "$OUT/workspaces")" >.env
 fi
 in_out_as_root chown "$UID_IN_IMAGES:$UID_IN_IMAGES" \
-    nats/nats-server.conf nats/auth.conf http-tokens workspaces
+    nats/nats-server.conf nats/auth.conf http-tokens workspaces \
+    nats/{orchestrator,policy,sandbox,egress,mcp,vault}.nk
 echo "$OUT"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ def _ranges() -> dict[str, str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     found: dict[str, str] = {}
     for requirement in project["dependencies"]:
-        name = requirement.split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip()
+        name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
         found[name.lower()] = requirement
     return found
 

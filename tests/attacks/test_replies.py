@@ -42,7 +42,7 @@ from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import BastionError
-from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
+from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, service_env, write_nats_config
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.shared.statedir import find_bus_settings, read_run_record
@@ -79,7 +79,7 @@ class Secured:
     users: dict[str, UserCredentials]
 
     def env(self, user: str) -> dict[str, str]:
-        return self.users[user].env(self.url)
+        return service_env(self.users, user, self.url)
 
 
 @pytest.fixture
@@ -442,8 +442,7 @@ async def _violations(secured: Secured, user: str, act: str, subject: str) -> li
     credentials = secured.users[user]
     client = await nats.connect(
         secured.url,
-        user=credentials.user,
-        password=credentials.password,
+        nkeys_seed=credentials.seed_file,
         inbox_prefix=credentials.inbox_prefix,
         error_cb=collect,
         allow_reconnect=False,

@@ -1,4 +1,5 @@
-"""`bastion nats-config` writes a config nats-server runs, and env files services connect with."""
+"""`bastion nats-config` writes a config nats-server runs, listing each service's nkey, and the
+seed and env files services connect with."""
 
 from __future__ import annotations
 
@@ -6,22 +7,27 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import nats
 import pytest
 
 from bastion.cli.natsserver import free_port, serving
+from bastion.shared.bus import CredentialsRefused, connect
+from bastion.shared.errors import InvalidInput
 from bastion.shared.natsconfig import read_env_file
 from bastion.shared.natsperms import GRANTS
+from bastion.shared.nkeyseeds import new_user_seed, public_key
+from bastion.shared.settings import BusSettings, load_settings
 from bastion.shared.statedir import find_bus_settings
 
 pytestmark = pytest.mark.anyio
 
 CONNECTION_VARIABLES = {
     "BASTION_NATS_URL",
-    "BASTION_NATS_USER",
-    "BASTION_NATS_PASSWORD",
+    "BASTION_NATS_NKEY_SEED_FILE",
     "BASTION_NATS_INBOX_PREFIX",
 }
 
@@ -70,12 +76,24 @@ async def test_the_written_config_runs_and_each_env_file_connects_as_its_service
     assert done.returncode == 0, done.stderr
     assert mode(out) == 0o700
     files = {path.name for path in out.iterdir()}
-    assert files == {"nats-server.conf", "auth.conf", *(f"{user}.env" for user in GRANTS)}
+    assert files == {
+        "nats-server.conf",
+        "auth.conf",
+        *(f"{user}.env" for user in GRANTS),
+        *(f"{user}.nk" for user in GRANTS),
+    }
     assert all(mode(out / name) == 0o600 for name in files)
     sandbox = read_env_file(out / "sandbox.env")
     assert set(sandbox) == CONNECTION_VARIABLES
-    assert sandbox["BASTION_NATS_USER"] == "sandbox"
+    assert sandbox["BASTION_NATS_NKEY_SEED_FILE"] == str(out / "sandbox.nk")
     assert sandbox["BASTION_NATS_INBOX_PREFIX"] == "_INBOX.sandbox"
+    # The server lists public keys only: no seed, and no password, is in its config.
+    auth = (out / "auth.conf").read_text()
+    for user in GRANTS:
+        seed = (out / f"{user}.nk").read_text().strip()
+        assert seed.startswith("SU") and seed not in auth
+        assert f'nkey: "{public_key(seed)}"' in auth
+    assert "password" not in auth
     assert sandbox["BASTION_NATS_URL"] == url
     assert f'store_dir: "{tmp_path / "js"}"' in (out / "nats-server.conf").read_text()
 
@@ -87,8 +105,7 @@ async def test_the_written_config_runs_and_each_env_file_connects_as_its_service
     with serving(out / "nats-server.conf", port):
         client = await nats.connect(
             url,
-            user=sandbox["BASTION_NATS_USER"],
-            password=sandbox["BASTION_NATS_PASSWORD"],
+            nkeys_seed=sandbox["BASTION_NATS_NKEY_SEED_FILE"],
             inbox_prefix=sandbox["BASTION_NATS_INBOX_PREFIX"],
             error_cb=collect,
         )
@@ -99,14 +116,14 @@ async def test_the_written_config_runs_and_each_env_file_connects_as_its_service
     assert any("permissions violation for subscription" in e for e in errors)
 
 
-def test_each_run_makes_new_passwords_and_the_default_url_names_the_nats_host(
+def test_each_run_makes_new_seeds_and_the_default_url_names_the_nats_host(
     tmp_path: Path,
 ) -> None:
     assert nats_config(tmp_path / "a").returncode == 0
     assert nats_config(tmp_path / "b", "--port", "4333").returncode == 0
     first = read_env_file(tmp_path / "a" / "vault.env")
     second = read_env_file(tmp_path / "b" / "vault.env")
-    assert first["BASTION_NATS_PASSWORD"] != second["BASTION_NATS_PASSWORD"]
+    assert (tmp_path / "a" / "vault.nk").read_text() != (tmp_path / "b" / "vault.nk").read_text()
     assert first["BASTION_NATS_URL"] == "nats://nats:4222"
     assert second["BASTION_NATS_URL"] == "nats://nats:4333"
     server = (tmp_path / "a" / "nats-server.conf").read_text()
@@ -121,11 +138,75 @@ def test_commands_connect_as_the_operator_of_the_state_dir_unless_told_otherwise
     assert nats_config(tmp_path / "state" / "nats").returncode == 0
     url = "nats://127.0.0.1:4999"
     found = find_bus_settings(url, tmp_path / "state", env={})
-    assert (found.nats_url, found.nats_user) == (url, "operator")
+    operator_seed = str(tmp_path / "state" / "nats" / "operator.nk")
+    assert (found.nats_url, found.nats_nkey_seed_file) == (url, operator_seed)
     assert found.nats_inbox_prefix == "_INBOX.operator"
     given = find_bus_settings(
         url, tmp_path / "state", env={"BASTION_NATS_USER": "me", "BASTION_NATS_PASSWORD": "pw"}
     )
     assert (given.nats_user, given.nats_password, given.nats_inbox_prefix) == ("me", "pw", "_INBOX")
+    mine = find_bus_settings(
+        url, tmp_path / "state", env={"BASTION_NATS_NKEY_SEED_FILE": "/run/me.nk"}
+    )
+    assert (mine.nats_nkey_seed_file, mine.nats_inbox_prefix) == ("/run/me.nk", "_INBOX")
     nobody = find_bus_settings(url, tmp_path / "elsewhere", env={})
-    assert nobody.nats_user is None
+    assert nobody.nats_user is None and nobody.nats_nkey_seed_file is None
+
+
+def test_the_env_files_name_the_seeds_where_the_containers_mount_them(tmp_path: Path) -> None:
+    done = nats_config(tmp_path / "nats", "--seed-dir", "/etc/bastion/nats")
+    assert done.returncode == 0, done.stderr
+    policy = read_env_file(tmp_path / "nats" / "policy.env")
+    assert policy["BASTION_NATS_NKEY_SEED_FILE"] == "/etc/bastion/nats/policy.nk"
+    # The operator's CLI runs beside the files, not in a container.
+    operator = read_env_file(tmp_path / "nats" / "operator.env")
+    assert operator["BASTION_NATS_NKEY_SEED_FILE"] == str(tmp_path / "nats" / "operator.nk")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Path]:
+    """A server run from `bastion nats-config`'s files: their directory."""
+    out, port = tmp_path / "nats", free_port()
+    done = nats_config(
+        out, "--port", str(port), "--host", "127.0.0.1", "--store-dir", str(tmp_path / "js"),
+        "--url", f"nats://127.0.0.1:{port}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with serving(out / "nats-server.conf", port):
+        yield out
+
+
+async def test_a_service_connects_with_its_seed_file_and_a_wrong_seed_is_refused_saying_so(
+    served: Path, tmp_path: Path
+) -> None:
+    out = served
+    policy = load_settings(BusSettings, read_env_file(out / "policy.env"))
+    async with connect(policy, "policy") as client:
+        await client.flush()
+        assert client.is_connected
+    stranger = tmp_path / "stranger.nk"
+    stranger.write_text(new_user_seed())
+    with pytest.raises(CredentialsRefused) as refused:
+        async with connect(
+            msgspec.structs.replace(policy, nats_nkey_seed_file=str(stranger)), "policy"
+        ):
+            pass
+    assert f"refused this process's credentials ({stranger})" in refused.value.message
+    assert "bastion nats-config" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("content", "said"), [(None, "cannot be read"), ("not a seed", "does not hold an nkey seed")]
+)
+async def test_a_seed_file_missing_or_not_a_seed_is_refused_before_connecting(
+    tmp_path: Path, content: str | None, said: str
+) -> None:
+    path = tmp_path / "policy.nk"
+    if content is not None:
+        path.write_text(content)
+    settings = BusSettings(nats_url="nats://127.0.0.1:1", nats_nkey_seed_file=str(path))
+    with pytest.raises(InvalidInput) as refused:
+        async with connect(settings, "policy"):
+            pass
+    assert f"BASTION_NATS_NKEY_SEED_FILE={path}" in refused.value.message
+    assert said in refused.value.message

@@ -66,6 +66,17 @@ def test_only_egress_has_a_way_out_and_the_bus_has_none(compose: dict[str, Any])
         assert any(f.endswith(f"/nats/{name}.env") for f in env_files), name
 
 
+def test_each_service_gets_its_own_nkey_seed_as_a_read_only_file(compose: dict[str, Any]) -> None:
+    for name in SERVICES:
+        seeds = [v for v in compose["services"][name]["volumes"] if ".nk:" in v]
+        assert seeds == [
+            f"${{BASTION_GENERATED:-./deploy/generated}}/nats/{name}.nk"
+            f":/etc/bastion/nats/{name}.nk:ro"
+        ], name
+    config = (REPO / "deploy" / "compose" / "config.sh").read_text()
+    assert "--seed-dir /etc/bastion/nats" in config
+
+
 def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
     if (
         shutil.which("docker") is None

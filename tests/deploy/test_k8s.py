@@ -161,9 +161,69 @@ def test_the_sandbox_lifts_only_seccomp_and_proc_mount_in_a_user_namespace_of_it
     pod, containers = _security(sandbox)
     assert pod["hostUsers"] is False
     context = containers[0]["securityContext"]
-    assert context["seccompProfile"] == {"type": "Unconfined"}
+    # compose's profile, installed on the nodes under the kubelet's seccomp directory.
+    assert context["seccompProfile"] == {
+        "type": "Localhost",
+        "localhostProfile": "bastion/bubblewrap.json",
+    }
+    assert (REPO / "deploy" / "seccomp" / "bubblewrap.json").is_file()
+    assert "seccomp=deploy/seccomp/bubblewrap.json" in (REPO / "compose.yaml").read_text()
     assert context["procMount"] == "Unmasked"
     assert "add" not in context["capabilities"] and "privileged" not in context
+
+
+def _probe(container: Doc, kind: str) -> list[str] | str:
+    probe = container[kind]
+    return probe["exec"]["command"] if "exec" in probe else probe["httpGet"]["path"]
+
+
+def test_liveness_asks_whether_the_process_runs_and_readiness_whether_it_is_on_nats(
+    rendered: dict[str, list[Doc]],
+) -> None:
+    for name in SERVICES:
+        _, containers = _security(_workloads(rendered["prod"])[name])
+        main = containers[0] if name == "sandbox" else containers[-1]
+        if name == "mcp":  # the front door's own routes: /readyz asks its NATS connection
+            assert (_probe(main, "livenessProbe"), _probe(main, "readinessProbe")) == (
+                "/livez",
+                "/readyz",
+            )
+            continue
+        probe = ["python", "-m", "bastion.shared.probe"]
+        assert _probe(main, "livenessProbe") == [*probe, "live"], name
+        assert _probe(main, "readinessProbe") == [*probe, "ready"], name
+        assert _probe(main, "startupProbe") == [*probe, "live"], name
+
+
+def _named(docs: list[Doc], kind: str, name: str) -> Doc:
+    """The generated object `name` (kustomize adds a hash to its name)."""
+    [found] = [d for d in _of(docs, kind) if d["metadata"]["name"].rsplit("-", 1)[0] == name]
+    return found
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_service_gets_its_nats_seed_as_a_secret_file_and_no_credential_in_its_env(
+    rendered: dict[str, list[Doc]], overlay: str
+) -> None:
+    docs = rendered[overlay]
+    for name in SERVICES:
+        pod, containers = _security(_workloads(docs)[name])
+        main = containers[0] if name == "sandbox" else containers[-1]
+        seed = _named(docs, "Secret", f"bastion-nats-{name}")
+        assert set(seed["data"]) == {f"{name}.nk"}, name
+        [volume] = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName", "")
+                    == seed["metadata"]["name"]]  # fmt: skip
+        mount = {m["name"]: m for m in main["volumeMounts"]}[volume["name"]]
+        assert (mount["mountPath"], mount["readOnly"]) == ("/etc/bastion/nats", True), name
+        assert pod["securityContext"]["fsGroup"] == 10000, name  # the file's group may read
+        bus = _named(docs, "ConfigMap", f"bastion-bus-{name}")
+        assert bus["data"]["BASTION_NATS_NKEY_SEED_FILE"] == f"/etc/bastion/nats/{name}.nk"
+        assert {"configMapRef": {"name": bus["metadata"]["name"]}} in main["envFrom"], name
+        assert not any("secretRef" in source for source in main["envFrom"]), name
+        variables = {e["name"] for c in containers for e in c.get("env", [])}
+        assert not {"BASTION_NATS_PASSWORD", "BASTION_NATS_USER"} & variables, name
+    for doc in _of(docs, "ConfigMap") + _of(docs, "Secret"):
+        assert "BASTION_NATS_PASSWORD" not in doc.get("data", {}), doc["metadata"]["name"]
 
 
 def _selects(selector: Doc, labels: dict[str, str]) -> bool:

@@ -143,16 +143,16 @@ async def test_the_egress_grant_and_its_close_are_spans_under_the_sandbox_exec(
 ) -> None:
     with anyio.fail_after(60):
         result = await declared.run("true", "pypi.test:80")
-        await spans.wait_for("bastion.egress.connections")
+        await spans.wait_for(f"process {subjects.EGRESS_CONNECTIONS}")
     assert result.exit_status == 0, result.stderr
     finished = spans.finished()
-    [grant] = [s for s in finished if s.name == "bastion.egress.grant"]
-    [closed] = [s for s in finished if s.name == "bastion.egress.connections"]
+    [grant] = [s for s in finished if s.name == f"process {subjects.EGRESS_GRANT}"]
+    [closed] = [s for s in finished if s.name == f"process {subjects.EGRESS_CONNECTIONS}"]
     for span, subject in ((grant, subjects.EGRESS_GRANT), (closed, subjects.EGRESS_CONNECTIONS)):
         assert span_ancestry(finished, span)[:3] == [
             f"send {subject}",
             "sandbox.run",
-            "bastion.sandbox.exec",
+            f"process {subjects.SANDBOX_EXEC}",
         ]
     assert grant.attributes is not None and grant.attributes["bastion.tenant"] == "acme"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 from opentelemetry.trace import SpanKind
 
 from bastion.cli.natsserver import free_port
+from bastion.mcp.frontdoor.httperrors import response_of
 from bastion.mcp.frontdoor.httpsettings import UnsafeListen
 from bastion.mcp.service import mcp_service
 from bastion.mcp.settings import McpSettings
@@ -20,6 +22,7 @@ from bastion.proto.approvals import ApprovalAnswered, ApprovalList
 from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client
+from bastion.shared.errors import BastionError, RemoteError, Unavailable
 from bastion.shared.httptokens import UnsafeTokensFile
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
@@ -79,10 +82,15 @@ def door_of(run_service: ServiceRunner, bus_settings: BusSettings, tokens_file: 
 
 
 def error_of(response: httpx.Response) -> tuple[str, str]:
+    """The refusal's code and sentence, from the RFC 9457 problem+json body it must be."""
+    assert response.headers["content-type"] == "application/problem+json", response.headers
     body = response.json()
-    assert set(body) == {"error"}, body
+    assert set(body) == {"type", "title", "status", "detail", "code"}, body
+    assert body["status"] == response.status_code
+    assert body["type"] == f"urn:bastion:error:{body['code']}"
+    assert body["title"] == HTTPStatus(response.status_code).phrase
     assert "Traceback" not in response.text
-    return body["error"]["code"], body["error"]["message"]
+    return body["code"], body["detail"]
 
 
 async def parked_write(client: Client, workspace: Path, **session: object) -> tuple[str, str]:
@@ -146,7 +154,7 @@ async def test_an_answer_over_http_continues_the_callers_traceparent_down_to_the
     assert route.attributes is not None and route.attributes["http.response.status_code"] == 200
     [run] = [s for s in finished if s.name == "orchestrator.approved_run"]
     assert span_ancestry(finished, run)[-3:] == [
-        "bastion.orchestrator.approvals_answer",
+        "process bastion.v1.approvals.answer",
         "send bastion.v1.approvals.answer",
         "POST /v1/approvals/{request_id}",
     ]
@@ -300,6 +308,27 @@ async def test_with_no_orchestrator_the_api_answers_503_saying_so(door_of: DoorO
         assert response.status_code == 503
         code, message = error_of(response)
         assert code == "unavailable" and message.startswith("the orchestrator does not answer")
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (RemoteError("denied", "the policy refuses writes outside the workspace"), 403),
+        (RemoteError("rate_limited", "over 20 calls per second: retry in 1 s"), 429),
+        (RemoteError("quota_exceeded", "8 open sessions: close one"), 429),
+        (RemoteError("unknown_tool", "no tool named shel"), 404),
+        (RemoteError("invalid_input", "not 16 lowercase hex digits"), 400),
+        (RemoteError("a_code_of_a_newer_service", "something new"), 502),
+        (Unavailable("no service answers"), 503),
+    ],
+)
+def test_a_services_error_is_a_problem_detail_with_the_status_its_code_means(
+    error: BastionError, status: int
+) -> None:
+    answer = response_of(error)
+    response = httpx.Response(answer.status_code, headers=answer.headers, content=answer.body)
+    assert response.status_code == status
+    assert error_of(response) == (error.code, error.message)
 
 
 async def test_livez_answers_and_readyz_says_ready_while_nats_is_connected(

@@ -198,8 +198,8 @@ async def test_an_upstream_call_is_a_client_span_under_the_mcp_services_span(
     assert upstream.attributes["bastion.mcp.server"] == "notes"
     assert upstream.attributes["bastion.tool"] == "list_notes"
     ancestry = span_ancestry(finished, upstream)
-    assert ancestry[:2] == ["bastion.mcp.call", f"send {subjects.MCP_CALL}"]
-    assert ancestry[-2:] == ["bastion.orchestrator.call", "send bastion.v1.session.*.call"]
+    assert ancestry[:2] == [f"process {subjects.MCP_CALL}", f"send {subjects.MCP_CALL}"]
+    assert ancestry[-2:] == ["process bastion.v1.session.*.call", "send bastion.v1.session.*.call"]
 
 
 async def test_a_notes_server_over_streamable_http_is_pinned_called_and_its_changes_withheld(

@@ -40,7 +40,7 @@ from bastion.shared.bus import connect, request
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import RemoteError
 from bastion.shared.leasing import redaction_context
-from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, write_nats_config
+from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, service_env, write_nats_config
 from bastion.shared.natsperms import GRANTS, STREAM_SUBJECTS
 from bastion.shared.sealing import open_sealed, public_bytes
 from bastion.shared.settings import BusSettings, load_settings
@@ -95,8 +95,7 @@ async def as_user(secured: Secured, user: str, inbox_prefix: str = "") -> AsyncI
 
     client = await nats.connect(
         secured.url,
-        user=credentials.user,
-        password=credentials.password,
+        nkeys_seed=credentials.seed_file,
         inbox_prefix=inbox_prefix or credentials.inbox_prefix,
         error_cb=collect,
         allow_reconnect=False,
@@ -127,7 +126,7 @@ def vault_settings(secured: Secured, tmp_path: Path) -> VaultSettings:
     return load_settings(
         VaultSettings,
         {
-            **secured.users["vault"].env(secured.url),
+            **service_env(secured.users, "vault", secured.url),
             "BASTION_STATE_DIR": str(tmp_path),
             "BASTION_VAULT_MASTER_KEY_FILE": str(master),
         },

@@ -156,10 +156,10 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
         text = repr(dict(span.attributes or {})) + repr([e.attributes for e in span.events])
         assert not any(form.decode() in text for form in leaks), span.name
     assert (workspace / "leak.txt").read_text() == value  # the command did have it
-    [lease] = [s for s in finished if s.name == "bastion.vault.lease"]
+    [lease] = [s for s in finished if s.name == "process bastion.v1.vault.lease"]
     assert span_ancestry(finished, lease)[:2] == [
         "send bastion.v1.vault.lease",
-        "bastion.sandbox.exec",
+        "process bastion.v1.sandbox.exec",
     ]
 
 

@@ -37,6 +37,10 @@ from tests.owners import owned
 pytestmark = pytest.mark.e2e
 
 BASTION = [sys.executable, "-m", "bastion.cli"]
+# The services' spans, as OpenTelemetry's messaging conventions name them.
+CALL = f"process {subjects.SESSION_CALL_ANY}"
+DECIDE = f"process {subjects.POLICY_DECIDE}"
+EXEC = f"process {subjects.SANDBOX_EXEC}"
 
 
 @dataclass
@@ -131,33 +135,33 @@ def test_a_shell_call_is_one_trace_with_a_span_in_each_service_it_crosses(
     session_id = anyio.run(_shell_call_under, traced_up, workspace, agent_span)
 
     receiver = traced_up.receiver
-    receiver.wait_for(lambda r: _complete(r.trace(trace_id), "bastion.sandbox.exec", "sandbox.run"))
+    receiver.wait_for(lambda r: _complete(r.trace(trace_id), EXEC, "sandbox.run"))
     spans = receiver.trace(trace_id)
 
-    call = _one(spans, "bastion.orchestrator.call")
+    call = _one(spans, CALL)
     assert call.parent_id == format(agent_span.span_id, "016x")  # the caller's trace continues
-    assert call.kind == "server" and call.service == "bastion-orchestrator"
+    assert call.kind == "consumer" and call.service == "bastion-orchestrator"
     assert call.attributes["bastion.session.id"] == session_id
     assert call.attributes["bastion.tool"] == "shell"
     assert call.attributes["bastion.decision"] == "allow"
 
-    decide = _one(spans, "bastion.policy.decide")
-    assert decide.kind == "server" and decide.service == "bastion-policy"
+    decide = _one(spans, DECIDE)
+    assert decide.kind == "consumer" and decide.service == "bastion-policy"
     assert decide.attributes["bastion.decision"] == "allow"
     assert _ancestors(spans, decide) == [
         "send bastion.v1.policy.decide",
         "orchestrator.policy",
-        "bastion.orchestrator.call",
+        CALL,
     ]
 
-    execute = _one(spans, "bastion.sandbox.exec")
-    assert execute.kind == "server" and execute.service == "bastion-sandbox"
+    execute = _one(spans, EXEC)
+    assert execute.kind == "consumer" and execute.service == "bastion-sandbox"
     assert execute.attributes["bastion.session.id"] == session_id
     assert _ancestors(spans, execute) == [
         "send bastion.v1.sandbox.exec",
         "orchestrator.execute",
         "orchestrator.journal.run",
-        "bastion.orchestrator.call",
+        CALL,
     ]
     assert _parent_of(spans, _one(spans, "sandbox.run")) == execute
     for stage in ("orchestrator.hooks.before_tool", "orchestrator.hooks.after_tool"):
@@ -219,19 +223,19 @@ def test_calls_decisions_latency_sandboxes_and_approvals_arrive_as_metrics(
     def counted(r: Receiver) -> bool:
         ok = {"bastion.tool": "shell", "bastion.outcome": "ok"}
         found = [
-            _points(r, "bastion.calls", **ok),
+            _points(r, "bastion.call.count", **ok),
             _points(r, "bastion.call.duration", **ok),
-            _points(r, "bastion.decisions", **{"bastion.decision": "allow"}),
-            _points(r, "bastion.decisions", **{"bastion.decision": "ask"}),
-            _points(r, "bastion.sandboxes.running", **{"bastion.sandbox.backend": "bwrap"}),
-            [p for p in _points(r, "bastion.approvals.waiting") if p.value >= 1],
+            _points(r, "bastion.decision.count", **{"bastion.decision": "allow"}),
+            _points(r, "bastion.decision.count", **{"bastion.decision": "ask"}),
+            _points(r, "bastion.sandbox.active", **{"bastion.sandbox.backend": "bwrap"}),
+            [p for p in _points(r, "bastion.approval.pending") if p.value >= 1],
         ]
         return all(found) and max(p.value for p in found[0]) >= 1
 
     traced_up.receiver.wait_for(counted)
     points = traced_up.receiver.points
-    assert {p.service for p in points if p.name == "bastion.calls"} == {"bastion-orchestrator"}
-    assert {p.service for p in points if p.name == "bastion.decisions"} == {"bastion-policy"}
+    assert {p.service for p in points if p.name == "bastion.call.count"} == {"bastion-orchestrator"}
+    assert {p.service for p in points if p.name == "bastion.decision.count"} == {"bastion-policy"}
     assert {p.unit for p in points if p.name == "bastion.call.duration"} == {"s"}
 
 
@@ -252,7 +256,7 @@ async def _over_mcp(url: str, token: str, agent_span: SpanContext, tool: str, **
 
 def _complete(spans: list[ReceivedSpan], *names: str) -> bool:
     """The trace has arrived from each service: each process exports on its own schedule."""
-    return {"bastion.orchestrator.call", "bastion.policy.decide", *names} <= {s.name for s in spans}
+    return {CALL, DECIDE, *names} <= {s.name for s in spans}
 
 
 def _token(traced: TracedUp, workspace: Path) -> str:
@@ -293,7 +297,7 @@ def test_a_call_through_the_mcp_front_door_is_one_trace_from_the_door_to_the_san
         return r.trace(doors[0].trace_id) if doors else []
 
     traced_up.receiver.wait_for(
-        lambda r: _complete(door_trace(r), door_name, "bastion.sandbox.files")
+        lambda r: _complete(door_trace(r), door_name, "process bastion.v1.sandbox.files")
     )
     spans = door_trace(traced_up.receiver)
     door = _one(spans, door_name)
@@ -308,7 +312,7 @@ def test_a_call_through_the_mcp_front_door_is_one_trace_from_the_door_to_the_san
         "bastion-policy",
         "bastion-sandbox",
     }
-    files = _one(spans, "bastion.sandbox.files")
+    files = _one(spans, "process bastion.v1.sandbox.files")
     assert _ancestors(spans, files)[-2:] == ["send bastion.v1.session.*.call", door_name]
     assert (workspace / "door.txt").read_text() == "through the door\n"
 
@@ -327,14 +331,12 @@ def test_the_front_door_continues_the_trace_an_mcp_client_sends_in_meta(
     )
 
     traced_up.receiver.wait_for(
-        lambda r: _complete(
-            r.trace(trace_id), "tools/call shell", "bastion.sandbox.exec", "sandbox.run"
-        )
+        lambda r: _complete(r.trace(trace_id), "tools/call shell", EXEC, "sandbox.run")
     )
     spans = traced_up.receiver.trace(trace_id)
     door = _one(spans, "tools/call shell")
     assert door.parent_id  # the client's span (in the client's process), not a new root
-    execute = _one(spans, "bastion.sandbox.exec")
+    execute = _one(spans, EXEC)
     assert _ancestors(spans, execute)[-2:] == ["send bastion.v1.session.*.call", "tools/call shell"]
     assert _parent_of(spans, _one(spans, "sandbox.run")) == execute
 
@@ -360,14 +362,14 @@ def test_an_approved_call_runs_in_the_answers_trace_linked_to_the_call_that_was_
 
     traced_up.receiver.wait_for(lambda r: bool(approved_runs(r)))
     [run] = approved_runs(traced_up.receiver)
-    answer_trace = {"bastion.orchestrator.approvals_answer", "bastion.policy.decide", "sandbox.run"}
+    answer_trace = {"process bastion.v1.approvals.answer", DECIDE, "sandbox.run"}
     traced_up.receiver.wait_for(lambda r: answer_trace <= {s.name for s in r.trace(run.trace_id)})
     spans = traced_up.receiver.trace(run.trace_id)
     assert run.trace_id != parked_trace
-    assert "orchestrator.approved_run" in _ancestors(spans, _one(spans, "bastion.sandbox.exec"))
-    assert _ancestors(spans, run)[-1] == "bastion.orchestrator.approvals_answer"
+    assert "orchestrator.approved_run" in _ancestors(spans, _one(spans, EXEC))
+    assert _ancestors(spans, run)[-1] == "process bastion.v1.approvals.answer"
     parked_spans = traced_up.receiver.trace(parked_trace)
-    call = _one(parked_spans, "bastion.orchestrator.call")
+    call = _one(parked_spans, CALL)
     assert call.attributes["bastion.decision"] == "ask"
     park = _one(parked_spans, "orchestrator.approval.park")
     assert _parent_of(parked_spans, park) == call

@@ -15,6 +15,7 @@ from bastion.shared.telemetry import (
     configure_telemetry,
     context_from_headers,
     headers_with_context,
+    resource_for,
     tracer,
 )
 from tests.shared.conftest import Spans
@@ -66,6 +67,30 @@ def test_with_no_exporter_asked_for_nothing_is_installed_and_spans_cost_nothing(
     assert configure_telemetry("policy", disabled) == installed
     with tracer().start_as_current_span("unexported") as span:
         assert not span.is_recording()
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({}, "bastion-policy"),
+        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=policy%2Dprod,team=core"}, "policy-prod"),
+        ({"OTEL_SERVICE_NAME": "decider", "OTEL_RESOURCE_ATTRIBUTES": "service.name=x"}, "decider"),
+        ({"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod"}, "bastion-policy"),
+    ],
+)
+def test_a_service_name_the_operator_gives_is_kept_else_bastion_names_the_service(
+    env: dict[str, str], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        if variable in env:
+            monkeypatch.setenv(variable, env[variable])  # what the SDK's detector reads
+        else:
+            monkeypatch.delenv(variable, raising=False)
+    attributes = resource_for("policy", env).attributes
+    assert attributes["service.name"] == name
+    assert attributes["service.version"]
+    if "team=core" in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        assert attributes["team"] == "core"
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import anyio
 import msgspec
 import pytest
 from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind
 
 from bastion.proto.errors import ErrorReply
 from bastion.shared.bus import Client, connect, request
@@ -253,7 +254,7 @@ async def test_the_callers_trace_continues_into_the_service_span(
         async with run_service(harness.setup()):
             with tracer().start_as_current_span("agent turn") as root:
                 await request(client, SUBJECT, Echo(text="traced"), Echoed, timeout_s=5)
-            server = await spans.wait_for("bastion.testsvc.echo")
+            server = await spans.wait_for(f"process {SUBJECT}")
     sent = [s for s in spans.finished() if s.name == f"send {SUBJECT}"]
     [client_span] = sent
     assert client_span.context is not None and server.context is not None
@@ -265,4 +266,11 @@ async def test_the_callers_trace_continues_into_the_service_span(
     assert server.attributes is not None
     assert server.attributes["bastion.service"] == "testsvc"
     assert server.attributes["bastion.endpoint"] == "echo"
+    # OpenTelemetry's messaging conventions: a PRODUCER `send`, a CONSUMER `process`.
+    assert (client_span.kind, server.kind) == (SpanKind.PRODUCER, SpanKind.CONSUMER)
+    for span, operation in ((client_span, "send"), (server, "process")):
+        assert span.attributes is not None
+        assert span.attributes["messaging.system"] == "nats"
+        assert span.attributes["messaging.operation.type"] == operation
+        assert span.attributes["messaging.destination.name"] == SUBJECT
     assert "traceparent" in harness.seen[0].headers

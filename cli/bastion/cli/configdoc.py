@@ -47,15 +47,20 @@ SETTINGS: tuple[tuple[type[msgspec.Struct], str], ...] = (
 """Every settings struct of a process, and the process that reads it."""
 
 CLI_READS = frozenset(
-    {"state_dir", "nats_url", "nats_creds", "nats_user", "nats_password", "nats_inbox_prefix"}
+    {
+        "state_dir",
+        "nats_url",
+        "nats_creds",
+        "nats_nkey_seed_file",
+        "nats_user",
+        "nats_password",
+        "nats_inbox_prefix",
+    }
 )
 """Fields the `bastion` commands read too (`bastion.shared.statedir`)."""
 
 NOTES: dict[str, str] = {
     "nats_url": "The NATS server to connect to.",
-    "nats_creds": "A NATS credentials file to connect with.",
-    "nats_user": "The NATS user to connect as (each service has its own: "
-    "docs/nats-permissions.md).",
     "nats_password": "That user's password.",
     "nats_inbox_prefix": "The prefix of the process's reply subjects; each NATS user may "
     "receive replies on its own prefix only.",

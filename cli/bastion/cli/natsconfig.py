@@ -1,9 +1,11 @@
-"""`bastion nats-config --out DIR`: a NATS server config and one set of credentials per service.
+"""`bastion nats-config --out DIR`: a NATS server config and one nkey user per service.
 
-It writes `DIR/nats-server.conf` (includes `DIR/auth.conf`, the users and their
-permissions) and `DIR/<user>.env` for each of the six services, the hook runner
-(`hooks`) and the operator's CLI (`operator`). Each serving user's reply window is
-`BASTION_REPLY_WINDOW_S` (default 120 s). See docs/nats-permissions.md.
+It writes `DIR/nats-server.conf` (includes `DIR/auth.conf`, the users' public keys and
+their permissions) and, for each of the six services, the hook runner (`hooks`) and the
+operator's CLI (`operator`), `DIR/<user>.nk` (its seed, the secret) and `DIR/<user>.env`
+(its URL, inbox prefix and where it finds its seed: `--seed-dir`, by default `DIR`). Each
+serving user's reply window is `BASTION_REPLY_WINDOW_S` (default 120 s). See
+docs/nats-permissions.md.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from pathlib import Path
 
 from bastion.cli.common import fail
 from bastion.shared.errors import InvalidInput
-from bastion.shared.natsconfig import AUTH_FILE, SERVER_FILE, ReplyWindow, write_nats_config
+from bastion.shared.natsconfig import (
+    AUTH_FILE,
+    SERVER_FILE,
+    ReplyWindow,
+    seed_file_name,
+    write_nats_config,
+)
 from bastion.shared.settings import load_settings
 
 __all__ = ["add_parser"]
@@ -34,12 +42,13 @@ def run(args: argparse.Namespace) -> int:
         url=url,
         name=args.name,
         reply_window_s=window.reply_window_s,
+        seed_dir=args.seed_dir,
     )
     sys.stdout.write(f"wrote {out / SERVER_FILE} and {out / AUTH_FILE} (0600)\n")
     for user in users:
-        sys.stdout.write(f"wrote {out / f'{user}.env'} (0600)\n")
+        sys.stdout.write(f"wrote {out / seed_file_name(user)} and {out / f'{user}.env'} (0600)\n")
     sys.stdout.write(
-        "each run makes new passwords: restart NATS and every service with the new files\n"
+        "each run makes new nkey seeds: restart NATS and every service with the new files\n"
     )
     return 0
 
@@ -47,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     command = commands.add_parser(
         "nats-config",
-        help="write a NATS server config with one user per service, and their credentials",
+        help="write a NATS server config with one nkey user per service, and their seeds",
     )
     command.add_argument(
         "--out", type=Path, required=True, help="the directory to write to (made 0700)"
@@ -67,4 +76,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the URL services connect to, written into each .env (default nats://nats:PORT)",
     )
     command.add_argument("--name", default="bastion", help="the server's name (default bastion)")
+    command.add_argument(
+        "--seed-dir",
+        default="",
+        help="where the services find their <user>.nk seed files, written into each .env "
+        "(a container's mount point, e.g. /etc/bastion/nats; default the --out directory)",
+    )
     command.set_defaults(handler=run)

@@ -49,8 +49,10 @@ from bastion.shared.keyfiles import create_key_file, read_x25519_key
 from bastion.shared.kv import TypedBucket
 from bastion.shared.natsconfig import (
     SERVER_FILE,
+    VAULT_CALLER_NKEYS,
     ReplyWindow,
     UserCredentials,
+    service_env,
     write_nats_config,
 )
 from bastion.shared.natsperms import OPERATOR
@@ -156,16 +158,20 @@ def _nats_child(state_dir: Path, env: dict[str, str]) -> Child:
 _BUS_VARIABLES = (
     "BASTION_NATS_URL",
     "BASTION_NATS_CREDS",
+    "BASTION_NATS_NKEY_SEED_FILE",
     "BASTION_NATS_USER",
     "BASTION_NATS_PASSWORD",
     "BASTION_NATS_INBOX_PREFIX",
+    VAULT_CALLER_NKEYS,
 )
 
 
-def as_user(env: dict[str, str], credentials: UserCredentials, url: str) -> dict[str, str]:
-    """`env` with the connection variables of `credentials`' user, and no others."""
+def as_user(
+    env: dict[str, str], users: dict[str, UserCredentials], user: str, url: str
+) -> dict[str, str]:
+    """`env` with the connection variables of `user`, and no others."""
     mine = {k: v for k, v in env.items() if k not in _BUS_VARIABLES}
-    return mine | credentials.env(url)
+    return mine | service_env(users, user, url)
 
 
 async def _hooks_registered(client: Client) -> bool:
@@ -308,7 +314,7 @@ def env_for(name: str, env: dict[str, str]) -> dict[str, str]:
 def _nats_users(
     state_dir: Path, port: int, url: str, window: ReplyWindow
 ) -> dict[str, UserCredentials]:
-    """NATS's config with new passwords (and the reply window `BASTION_REPLY_WINDOW_S`), and
+    """NATS's config with new nkey seeds (and the reply window `BASTION_REPLY_WINDOW_S`), and
     its store's streams in their accounts (a state dir from before accounts has them all in
     the global one)."""
     store = nats_dir(state_dir) / "jetstream"
@@ -352,7 +358,8 @@ def _children(
                     # up` would make six services look like one in a trace.
                     as_user(
                         {**env_for(name, env), "OTEL_SERVICE_NAME": f"bastion-{name}"},
-                        users[name],
+                        users,
+                        name,
                         url,
                     )
                     | extra,
@@ -361,7 +368,7 @@ def _children(
     if hooks:
         # Not one of the six: the hooks service runs the operator's command hooks.
         runner = [sys.executable, "-m", "bastion.hooks"]
-        hooks_env = as_user(env_for("hooks", env), users["hooks"], url)
+        hooks_env = as_user(env_for("hooks", env), users, "hooks", url)
         children.insert(0, Child("hooks", runner, logs / "hookrunner.log", hooks_env))
     return children
 

@@ -30,10 +30,11 @@ from bastion.proto.errors import ErrorReply
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import InvalidInput, RemoteError, Timeout, Unavailable
 from bastion.shared.natsperms import answered_on_inbox
+from bastion.shared.nkeyseeds import check_seed_file
 from bastion.shared.settings import BusSettings
-from bastion.shared.telemetry import headers_with_context, tracer
+from bastion.shared.telemetry import headers_with_context, messaging_attributes, tracer
 
-__all__ = ["Client", "TooLarge", "answer", "connect", "request"]
+__all__ = ["Client", "CredentialsRefused", "TooLarge", "answer", "connect", "request"]
 
 T = TypeVar("T")
 
@@ -56,6 +57,8 @@ async def connect(settings: BusSettings, name: str) -> AsyncIterator[Client]:
 
     Raises:
         Unavailable: NATS cannot be reached at `settings.nats_url`.
+        CredentialsRefused: NATS refused the credentials (a wrong seed, a stale password).
+        InvalidInput: `BASTION_NATS_NKEY_SEED_FILE` is unreadable or holds no seed.
     """
     options: dict[str, Any] = {
         "servers": [settings.nats_url],
@@ -69,12 +72,26 @@ async def connect(settings: BusSettings, name: str) -> AsyncIterator[Client]:
     }
     if settings.nats_creds:
         options["user_credentials"] = settings.nats_creds
+    if settings.nats_nkey_seed_file:
+        check_seed_file(settings.nats_nkey_seed_file)
+        options["nkeys_seed"] = settings.nats_nkey_seed_file
     if settings.nats_user:
         options["user"] = settings.nats_user
         options["password"] = settings.nats_password or ""
+    client = Client()
     try:
-        client = await nats.connect(allow_reconnect=False, **options)
+        await client.connect(allow_reconnect=False, **options)
     except (OSError, nats.errors.Error, TimeoutError) as error:
+        # nats-py leaves the socket of a refused connect open.
+        with contextlib.suppress(nats.errors.Error, OSError):
+            await client.close()
+        if _refused(error):
+            raise CredentialsRefused(
+                f"NATS at {settings.nats_url} refused this process's credentials"
+                f"{_whose(settings)}: they are not the server's (an old or another config): "
+                "regenerate both with `bastion nats-config` (or restart `bastion up`) and "
+                "restart NATS and the services with the new files"
+            ) from None
         raise Unavailable(
             f"cannot reach NATS at {settings.nats_url} ({type(error).__name__}): "
             "start Bastion with `bastion up`, or point --nats / BASTION_NATS_URL at a running one"
@@ -92,6 +109,23 @@ async def connect(settings: BusSettings, name: str) -> AsyncIterator[Client]:
                 await client.drain()
             except (nats.errors.Error, TimeoutError):
                 await client.close()
+
+
+class CredentialsRefused(Unavailable):
+    """NATS answered, but refused the credentials this process connects with."""
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether the server said no to the credentials (at connect, nats-py raises its
+    `-ERR 'Authorization Violation'` as a plain `Error`)."""
+    return isinstance(error, nats.errors.AuthorizationError) or (
+        isinstance(error, nats.errors.Error) and "authorization violation" in str(error).lower()
+    )
+
+
+def _whose(settings: BusSettings) -> str:
+    given = settings.nats_nkey_seed_file or settings.nats_creds or settings.nats_user
+    return f" ({given})" if given else ""
 
 
 def _without_ids(subject: str) -> str:
@@ -170,8 +204,9 @@ async def request(
 ) -> Any:
     """Send `message` to `subject` and return its reply decoded as `reply_type`.
 
-    It is a CLIENT span, `send <subject>` (session ids as `*`), whose context travels in
-    the `traceparent` header (and `tracestate`), so the service's span is its child.
+    It is a PRODUCER span, `send <subject>` (session ids as `*`; OpenTelemetry's messaging
+    conventions), whose context travels in the `traceparent` header (and `tracestate`), so
+    the service's `process` span is its child.
 
     Raises:
         TooLarge: `message` is more than the bus carries; nothing was sent.
@@ -180,10 +215,11 @@ async def request(
         RemoteError: the service answered with a typed error.
         BadRequest: the reply is not a `reply_type` (a service of another version).
     """
+    template = _without_ids(subject)
     with tracer().start_as_current_span(
-        f"send {_without_ids(subject)}",
-        kind=SpanKind.CLIENT,
-        attributes={"messaging.system": "nats", "messaging.destination.name": subject},
+        f"send {template}",
+        kind=SpanKind.PRODUCER,
+        attributes=messaging_attributes("send", subject, template),
     ):
         payload, headers = encode(message), headers_with_context()
         # The headers travel too; what is left for them is the server's to judge.

@@ -1,8 +1,10 @@
 """Bastion's metrics: the named instruments every service records into.
 
-Names follow OpenTelemetry's conventions (dotted, the unit in `unit`, not in the name); a
-collector's Prometheus exporter shows them as `bastion_calls_total`,
-`bastion_call_duration_seconds`, `bastion_egress_io_bytes_total`, and so on. No attribute
+Names follow OpenTelemetry's naming conventions: dotted, singular (a count of things is
+`<thing>.count`, things in progress `<thing>.active` or `.pending`, never `total`), the unit
+in `unit`, not in the name. A collector's Prometheus exporter shows them as
+`bastion_call_count_total`, `bastion_call_duration_seconds`, `bastion_egress_io_bytes_total`,
+and so on. No attribute
 holds a session id, an input or a secret: labels are few and bounded (tool names come
 from a session's catalogue).
 
@@ -28,7 +30,7 @@ __all__ = [
 _meter = metrics.get_meter("bastion", VERSION)
 
 calls = _meter.create_counter(
-    "bastion.calls", unit="{call}", description="Tool calls answered, by tool and outcome."
+    "bastion.call.count", unit="{call}", description="Tool calls answered, by tool and outcome."
 )
 """Attributes: `bastion.tool`, `bastion.outcome` (`ok` or the error code). Orchestrator."""
 
@@ -40,12 +42,12 @@ call_duration = _meter.create_histogram(
 """Attributes: `bastion.tool`, `bastion.outcome`. Orchestrator."""
 
 decisions = _meter.create_counter(
-    "bastion.decisions", unit="{decision}", description="Policy decisions, by outcome."
+    "bastion.decision.count", unit="{decision}", description="Policy decisions, by outcome."
 )
 """Attributes: `bastion.decision` (`allow`, `ask`, `deny`). Policy service."""
 
 sandboxes_running = _meter.create_up_down_counter(
-    "bastion.sandboxes.running",
+    "bastion.sandbox.active",
     unit="{sandbox}",
     description="Commands running in a sandbox right now.",
 )
@@ -60,7 +62,7 @@ egress_io = _meter.create_counter(
 service."""
 
 approvals_waiting = _meter.create_up_down_counter(
-    "bastion.approvals.waiting",
+    "bastion.approval.pending",
     unit="{approval}",
     description="Calls parked for a person's approval, not yet answered.",
 )

@@ -1,16 +1,20 @@
-"""A NATS server config with one user per service, and each service's connection variables.
+"""A NATS server config with one nkey user per service, and each service's connection files.
 
 `write_nats_config(directory, ...)` writes, all 0600 in a 0700 directory:
 
 - `nats-server.conf`: listen address, JetStream store, and `include "auth.conf"`;
-- `auth.conf`: the accounts, their users with passwords and permissions
+- `auth.conf`: the accounts, their users by nkey *public* key with their permissions
   (`natsperms.GRANTS`) and the exports and imports between them, to include from any
-  other server config (a cluster's, say);
-- `<user>.env`: `BASTION_NATS_URL`, `BASTION_NATS_USER`, `BASTION_NATS_PASSWORD`,
-  `BASTION_NATS_INBOX_PREFIX`, one `NAME=value` a line (what `docker compose` `env_file`
-  and `kubectl create secret generic --from-env-file` read).
+  other server config (a cluster's, say): it holds nothing that lets anyone connect;
+- `<user>.nk`: the user's nkey seed, the one secret, which the service signs the server's
+  challenge with (`BASTION_NATS_NKEY_SEED_FILE`; mounted as a file, never an env value);
+- `<user>.env`: `BASTION_NATS_URL`, `BASTION_NATS_NKEY_SEED_FILE` (the seed's path as the
+  service sees it: `seed_dir`, by default `directory`), `BASTION_NATS_INBOX_PREFIX`, one
+  `NAME=value` a line (what `docker compose` `env_file` and a kustomize generator read):
+  no secret in it. The vault's also names each nkey's user (`BASTION_VAULT_CALLER_NKEYS`),
+  since the server stamps requests with the caller's public key.
 
-Passwords are random (32 bytes, URL-safe base64): new ones each time it is written.
+Seeds are random (32 bytes, an nkey user seed `SU…`): new ones each time it is written.
 
 A user that serves may answer each request it received once, within the reply window
 (`BASTION_REPLY_WINDOW_S`, `ReplyWindow`; the server's `allow_responses.expires`). Bastion's
@@ -24,9 +28,8 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -35,23 +38,28 @@ import msgspec
 from bastion.shared.errors import InvalidInput
 from bastion.shared.natsperms import (
     GRANTS,
+    OPERATOR,
     Crossing,
     accounts,
     crossings,
     inbox_prefix,
     permissions,
 )
+from bastion.shared.nkeyseeds import new_user_seed, public_key
 
 __all__ = [
     "AUTH_FILE",
     "DEFAULT_REPLY_WINDOW_S",
     "SERVER_FILE",
+    "VAULT_CALLER_NKEYS",
     "ReplyWindow",
     "UserCredentials",
     "auth_config",
     "env_file",
     "read_env_file",
+    "seed_file_name",
     "server_config",
+    "service_env",
     "write_nats_config",
 ]
 
@@ -67,12 +75,24 @@ class ReplyWindow(msgspec.Struct, frozen=True, kw_only=True):
     reply_window_s: Annotated[float, msgspec.Meta(gt=0, le=7 * 86400)] = DEFAULT_REPLY_WINDOW_S
 
 
+def seed_file_name(user: str) -> str:
+    """The name of `user`'s seed file in the directory `write_nats_config` writes."""
+    return f"{user}.nk"
+
+
 @dataclass(frozen=True)
 class UserCredentials:
-    """How one user connects: its name, password and inbox prefix."""
+    """How one user connects: its name (which its inbox prefix and reply subjects carry),
+    its nkey seed, and the path its service reads that seed from."""
 
     user: str
-    password: str
+    seed: str = field(repr=False)
+    seed_file: str
+
+    @property
+    def public_key(self) -> str:
+        """The nkey (`U…`) the server's config lists for this user."""
+        return public_key(self.seed)
 
     @property
     def inbox_prefix(self) -> str:
@@ -82,10 +102,24 @@ class UserCredentials:
         """The variables `BusSettings` reads to connect as this user to `url`."""
         return {
             "BASTION_NATS_URL": url,
-            "BASTION_NATS_USER": self.user,
-            "BASTION_NATS_PASSWORD": self.password,
+            "BASTION_NATS_NKEY_SEED_FILE": self.seed_file,
             "BASTION_NATS_INBOX_PREFIX": self.inbox_prefix,
         }
+
+
+VAULT_CALLER_NKEYS = "BASTION_VAULT_CALLER_NKEYS"
+"""The vault's variable naming each nkey's user: the server stamps a request across accounts
+with the caller's public key, and the vault's rules (and audit log) name users."""
+
+
+def service_env(users: Mapping[str, UserCredentials], user: str, url: str) -> dict[str, str]:
+    """What `user`'s process is given to connect to `url` (its env file's variables): its
+    credentials', and for the vault which nkey is which user."""
+    variables = users[user].env(url)
+    if user == "vault":
+        names = ",".join(f"{c.public_key}={name}" for name, c in users.items())
+        variables[VAULT_CALLER_NKEYS] = names
+    return variables
 
 
 def _quoted(items: Iterable[str]) -> str:
@@ -106,8 +140,8 @@ def _user(credentials: UserCredentials, reply_window_s: float) -> list[str]:
     allowed = permissions(credentials.user)
     lines = [
         "      {",
-        f"        user: {json.dumps(credentials.user)}",
-        f"        password: {json.dumps(credentials.password)}",
+        f"        # {credentials.user}",
+        f"        nkey: {json.dumps(credentials.public_key)}",
         "        permissions: {",
         # An empty allow list would allow everything: nothing allowed is a deny of all.
         f"          publish: {_allow(allowed.publish)}",
@@ -191,18 +225,28 @@ def write_nats_config(
     url: str,
     name: str = "bastion",
     reply_window_s: float = DEFAULT_REPLY_WINDOW_S,
+    seed_dir: str = "",
 ) -> dict[str, UserCredentials]:
-    """The server config, the users' include file and one env file per user, with new
-    passwords, in `directory`; returns each user's credentials."""
+    """The server config, the users' include file, and per user a new nkey seed and an env
+    file naming it as `<seed_dir>/<user>.nk` (`seed_dir`: where the services find the seeds;
+    `directory` itself by default, and always for the operator, whose CLI runs beside the
+    files), in `directory`; returns each user's credentials."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     directory.chmod(0o700)
+    here = str(directory.resolve())
+    # The operator's CLI runs where the files are, not in a container.
+    seeds_at = {user: seed_dir.rstrip("/") or here for user in GRANTS} | {OPERATOR: here}
     users = {
-        user: UserCredentials(user=user, password=secrets.token_urlsafe(32)) for user in GRANTS
+        user: UserCredentials(
+            user=user, seed=new_user_seed(), seed_file=f"{seeds_at[user]}/{seed_file_name(user)}"
+        )
+        for user in GRANTS
     }
     _write_private(directory / AUTH_FILE, auth_config(users, reply_window_s))
     _write_private(directory / SERVER_FILE, server_config(listen, store_dir, name))
     for user, credentials in users.items():
-        _write_private(directory / f"{user}.env", env_file(credentials.env(url)))
+        _write_private(directory / seed_file_name(user), f"{credentials.seed}\n")
+        _write_private(directory / f"{user}.env", env_file(service_env(users, user, url)))
     return users
 
 

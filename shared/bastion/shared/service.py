@@ -5,9 +5,10 @@ module closes: it answers an unhandled exception with `repr(exception)` (which m
 secrets or input), and each subscription handles one message at a time. So a handler here
 never runs inside the subscription callback: the callback hands the request to the
 service's task group and returns. The work then decodes the payload (a payload of the
-wrong shape gets a `bad_request` reply), opens a SERVER span `bastion.<service>.<endpoint>`
-that continues the caller's `traceparent` (with the session, tenant and tool the message
-names), runs the typed handler, and answers with its result or a typed `ErrorReply`; an unexpected
+wrong shape gets a `bad_request` reply), opens a CONSUMER span `process <subject>` (the
+endpoint's subject, wildcards and all; OpenTelemetry's messaging conventions) that continues
+the caller's `traceparent` (with the session, tenant and tool the message names), runs
+the typed handler, and answers with its result or a typed `ErrorReply`; an unexpected
 exception is logged and answered with a fixed sentence. The answer goes to the caller's
 reply subject when the request names one (`Bastion-Reply-Inbox`, see `bastion.shared.bus`),
 which no response window bounds, else to the request's reply subject.
@@ -39,7 +40,7 @@ from bastion.proto.errors import ErrorReply
 from bastion.shared.bus import answer
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
-from bastion.shared.telemetry import annotate, context_from_headers, tracer
+from bastion.shared.telemetry import annotate, context_from_headers, messaging_attributes, tracer
 
 __all__ = ["Endpoint", "RequestContext", "Service"]
 
@@ -168,12 +169,11 @@ class Service:
         headers = request.headers or {}
         try:
             with tracer().start_as_current_span(
-                f"bastion.{self.name}.{endpoint.name}",
+                f"process {endpoint.subject}",
                 context=context_from_headers(headers),
-                kind=SpanKind.SERVER,
+                kind=SpanKind.CONSUMER,
                 attributes={
-                    "messaging.system": "nats",
-                    "messaging.destination.name": endpoint.subject,
+                    **messaging_attributes("process", request.subject, endpoint.subject),
                     "bastion.service": self.name,
                     "bastion.endpoint": endpoint.name,
                 },

@@ -27,13 +27,19 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     nats_url: str = "nats://127.0.0.1:4222"
     nats_creds: str | None = None
+    """A NATS `.creds` file (JWT and nkey seed), for a server run with decentralized auth."""
+    nats_nkey_seed_file: str | None = None
+    """The file holding this process's nkey user seed (`SU…`), which signs the server's
+    challenge: how Bastion's services connect (`bastion nats-config`, `bastion up`)."""
     nats_user: str | None = None
+    """A user name, with `BASTION_NATS_PASSWORD`, for a server configured with passwords."""
     nats_password: str | None = None
     nats_inbox_prefix: str = "_INBOX"
     request_timeout_s: float = 10.0
     drain_timeout_s: float = 30.0
     probe_file: str = ""
-    """Touched while the service serves, for container probes (`bastion.shared.probe`)."""
+    """Beaten while the service runs, saying whether it is on NATS, for container probes
+    (`python -m bastion.shared.probe live` or `ready`)."""
     kv_replicas: int = 1
     """Copies of each KV bucket and stream the service creates: 3 on a three-node cluster."""
 

@@ -2,9 +2,10 @@
 
 The state directory is `--state-dir`, else `BASTION_STATE_DIR`, else
 `$XDG_STATE_HOME/bastion` (`~/.local/state/bastion`). `bastion up` writes `run/up.json`
-there with the NATS URL it serves, and `nats/operator.env` with the operator's NATS user;
-other commands read them unless given `--nats URL` / `BASTION_NATS_URL` and
-`BASTION_NATS_USER` / `BASTION_NATS_PASSWORD`.
+there with the NATS URL it serves, and `nats/operator.env` naming the operator's NATS nkey
+seed (`nats/operator.nk`); other commands read them unless given `--nats URL` /
+`BASTION_NATS_URL` and credentials of their own (`BASTION_NATS_NKEY_SEED_FILE`,
+`BASTION_NATS_CREDS`, or `BASTION_NATS_USER` / `BASTION_NATS_PASSWORD`).
 """
 
 from __future__ import annotations
@@ -94,11 +95,15 @@ def find_nats_url(
     return record.nats_url
 
 
+_CREDENTIALS = {"BASTION_NATS_NKEY_SEED_FILE", "BASTION_NATS_CREDS", "BASTION_NATS_USER"}
+
+
 def find_bus_settings(
     nats_url: str | None, state_dir: Path, env: Mapping[str, str] | None = None
 ) -> BusSettings:
     """How the operator's commands connect: the URL as `find_nats_url` finds it, as the
-    NATS user of `BASTION_NATS_USER` when set, else of the state dir's `nats/operator.env`
+    credentials the environment gives (a seed file, a creds file, a user), else those of the
+    state dir's `nats/operator.env`
     (written by `bastion up`), else as nobody in particular (a server without users).
 
     Raises:
@@ -109,7 +114,7 @@ def find_bus_settings(
     url = find_nats_url(nats_url, state_dir, env)
     variables = {k: v for k, v in env.items() if k.startswith("BASTION_NATS_")}
     operator = nats_dir(state_dir) / "operator.env"
-    if "BASTION_NATS_USER" not in variables and operator.exists():
+    if not _CREDENTIALS & set(variables) and operator.exists():
         variables.update(read_env_file(operator))
     variables["BASTION_NATS_URL"] = url
     return load_settings(BusSettings, variables)

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
@@ -41,6 +42,8 @@ __all__ = [
     "configure_telemetry",
     "context_from_headers",
     "headers_with_context",
+    "messaging_attributes",
+    "resource_for",
     "span",
     "tracer",
 ]
@@ -95,11 +98,31 @@ def _metric_exporter(name: str) -> MetricExporter:
     return OTLPMetricExporter() if name == "otlp" else ConsoleMetricExporter()
 
 
+def _given_name(env: Mapping[str, str]) -> str:
+    """The `service.name` the operator gave: `OTEL_SERVICE_NAME`, else the one in
+    `OTEL_RESOURCE_ATTRIBUTES` (`k=v` pairs, comma-separated, values percent-encoded)."""
+    if name := env.get("OTEL_SERVICE_NAME", "").strip():
+        return name
+    for pair in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() == SERVICE_NAME and value.strip():
+            return unquote(value.strip())
+    return ""
+
+
+def resource_for(service: str, env: Mapping[str, str]) -> Resource:
+    """The SDK's resource (with `OTEL_RESOURCE_ATTRIBUTES`), Bastion's version, and the
+    service's name: the one the operator gave, else `bastion-<service>`."""
+    name = _given_name(env) or f"bastion-{service}"
+    return Resource.create({SERVICE_NAME: name, SERVICE_VERSION: VERSION})
+
+
 def configure_telemetry(service: str, env: Mapping[str, str] | None = None) -> Telemetry:
     """Install this process's tracer and meter providers, if `OTEL_*` asks for an exporter.
 
-    The service name is `OTEL_SERVICE_NAME`, else `bastion-<service>`; `OTEL_RESOURCE_ATTRIBUTES`
-    adds to the resource; `OTEL_SDK_DISABLED=true` turns both off.
+    The service name is `OTEL_SERVICE_NAME`, else a `service.name` that
+    `OTEL_RESOURCE_ATTRIBUTES` gives, else `bastion-<service>`; the rest of
+    `OTEL_RESOURCE_ATTRIBUTES` adds to the resource; `OTEL_SDK_DISABLED=true` turns both off.
 
     Raises:
         InvalidInput: an exporter or protocol that Bastion does not ship is asked for.
@@ -113,12 +136,7 @@ def configure_telemetry(service: str, env: Mapping[str, str] | None = None) -> T
         _check_protocol(env, "TRACES")
     if "otlp" in metric_exporters:
         _check_protocol(env, "METRICS")
-    resource = Resource.create(
-        {
-            SERVICE_NAME: env.get("OTEL_SERVICE_NAME") or f"bastion-{service}",
-            SERVICE_VERSION: VERSION,
-        }
-    )
+    resource = resource_for(service, env)
     tracer_provider = meter_provider = None
     if span_exporters:
         tracer_provider = TracerProvider(resource=resource)
@@ -163,6 +181,22 @@ def annotate(**values: str) -> None:
     for key, value in values.items():
         if value:
             current.set_attribute(_ATTRIBUTE_NAMES[key], value)
+
+
+def messaging_attributes(operation: str, subject: str, template: str = "") -> dict[str, str]:
+    """A messaging span's attributes as OpenTelemetry's messaging conventions name them:
+    `operation` is `send` or `process`, `subject` the one the message went to, `template`
+    the subscription's pattern it matched (when it has wildcards) or the subject with its
+    session ids as `*`."""
+    attributes = {
+        "messaging.system": "nats",
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+        "messaging.destination.name": subject,
+    }
+    if template and template != subject:
+        attributes["messaging.destination.template"] = template
+    return attributes
 
 
 def headers_with_context(headers: dict[str, str] | None = None) -> dict[str, str]:

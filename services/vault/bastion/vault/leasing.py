@@ -36,7 +36,14 @@ from bastion.shared.leasing import lease_context, redaction_context
 from bastion.shared.sealing import seal
 from bastion.vault.keeper import Keeper
 
-__all__ = ["CallerRefused", "Leases", "lease_context", "requester", "stamped_caller"]
+__all__ = [
+    "CallerRefused",
+    "Leases",
+    "lease_context",
+    "parse_nkey_names",
+    "requester",
+    "stamped_caller",
+]
 
 
 class CallerRefused(BastionError):
@@ -56,23 +63,34 @@ def _request_info(headers: Mapping[str, str]) -> dict[str, object]:
     return stamped if isinstance(stamped, dict) else {"acc": "?"}
 
 
-def stamped_caller(headers: Mapping[str, str]) -> tuple[str, str] | None:
-    """The account and user (`""` unless the import shares it) the server stamped on a
-    request that crossed accounts, else None."""
+def parse_nkey_names(pairs: str) -> dict[str, str]:
+    """`BASTION_VAULT_CALLER_NKEYS` (`NKEY=user,…`) as a map from nkey to user name."""
+    found = (pair.strip().partition("=") for pair in pairs.split(","))
+    return {nkey.strip(): user.strip() for nkey, _, user in found if nkey.strip() and user.strip()}
+
+
+def stamped_caller(
+    headers: Mapping[str, str], names: Mapping[str, str] | None = None
+) -> tuple[str, str] | None:
+    """The account and user (`""` unless the import shares it; an nkey user's name from
+    `names`) the server stamped on a request that crossed accounts, else None."""
     info = _request_info(headers)
     if not info:
         return None
-    return str(info.get("acc") or "?"), str(info.get("user") or "")
+    user = str(info.get("user") or "")
+    return str(info.get("acc") or "?"), (names or {}).get(user, user)
 
 
-def requester(headers: Mapping[str, str], public_key: bytes) -> str:
+def requester(
+    headers: Mapping[str, str], public_key: bytes, names: Mapping[str, str] | None = None
+) -> str:
     """Who asked, as far as the bus says: the NATS account and user when the server stamps
     them (across accounts), and always the recipient key's fingerprint."""
     fingerprint = hashlib.sha256(public_key).hexdigest()[:16]
     who = f"key {fingerprint}"
-    info = _request_info(headers)
-    if info.get("acc"):
-        who = f"{info['acc']}/{info.get('user', '?')} {who}"
+    stamped = stamped_caller(headers, names)
+    if stamped is not None and _request_info(headers).get("acc"):
+        who = f"{stamped[0]}/{stamped[1] or '?'} {who}"
     return who
 
 
@@ -85,11 +103,13 @@ class Leases:
         js: JetStreamContext,
         allowed: frozenset[bytes] = frozenset(),
         callers: frozenset[str] = frozenset(),
+        names: Mapping[str, str] | None = None,
     ) -> None:
         self._keeper = keeper
         self._js = js
         self._allowed = allowed
         self._callers = callers
+        self._names = dict(names or {})
 
     async def lease(self, request: LeaseRequest, headers: Mapping[str, str]) -> Lease:
         if len(request.public_key) != 32:
@@ -101,7 +121,7 @@ class Leases:
                 f"a call may lease at most {MAX_LEASE_NAMES} secrets; it asked for "
                 f"{len(request.names)}"
             )
-        who = requester(headers, request.public_key)
+        who = requester(headers, request.public_key, self._names)
         try:
             self._check_recipient(request.public_key, headers)
             values = [
@@ -126,7 +146,7 @@ class Leases:
             CallerRefused: the stamped caller is not in `BASTION_VAULT_LEASE_CALLERS`.
             InvalidInput: the key is not in `BASTION_VAULT_LEASE_KEYS` (when it is set).
         """
-        caller = stamped_caller(headers)
+        caller = stamped_caller(headers, self._names)
         # The server stamps (replacing a client's) only requests that cross accounts, as
         # every lease does when the vault has an account of its own; within one account the
         # header is whatever the client sent, and what keeps others off `vault.lease` and
@@ -155,7 +175,7 @@ class Leases:
             request.tenant,
             request.session_id,
             tool="vault.redaction",
-            who=requester(headers, request.public_key),
+            who=requester(headers, request.public_key, self._names),
         )
         try:
             self._check_recipient(request.public_key, headers)

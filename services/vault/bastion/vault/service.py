@@ -30,7 +30,7 @@ from bastion.shared.service import RequestContext, Service
 from bastion.shared.version import VERSION
 from bastion.vault.envelope import Keyring
 from bastion.vault.keeper import Keeper
-from bastion.vault.leasing import Leases
+from bastion.vault.leasing import Leases, parse_nkey_names
 from bastion.vault.masterkey import parse_key, replace_key_file
 from bastion.vault.settings import VaultSettings, key_file, load_keys, parse_public_keys
 from bastion.vault.store import VaultStore
@@ -107,6 +107,7 @@ async def vault_service(client: Client, settings: VaultSettings) -> AsyncIterato
         await open_audit_stream(client),
         parse_public_keys(settings.vault_lease_keys),
         frozenset(filter(None, (c.strip() for c in settings.vault_lease_callers.split(",")))),
+        parse_nkey_names(settings.vault_caller_nkeys),
     )
     vault = Vault(keeper, leases, settings)
     service = Service("vault", VERSION, "Secrets encrypted at rest, leased to the sandbox only.")

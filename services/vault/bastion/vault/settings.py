@@ -41,6 +41,10 @@ class VaultSettings(BusSettings, frozen=True, kw_only=True):
     vault_lease_callers: str = ",".join(callers(subjects.VAULT_LEASE))
     """Who may lease, as the server stamps it on a request from another account
     (`Nats-Request-Info`): `ACCOUNT/user` or a whole `ACCOUNT`, comma separated."""
+    vault_caller_nkeys: str = ""
+    """The user each NATS nkey is, `NKEY=user` pairs comma-separated: the server stamps an
+    nkey user's public key, read here as its name (for `BASTION_VAULT_LEASE_CALLERS` and the
+    audit log). `bastion nats-config` and `bastion up` write it into the vault's env."""
 
 
 def key_file(settings: VaultSettings) -> Path:
