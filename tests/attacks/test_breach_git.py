@@ -25,6 +25,7 @@ from bastion.cli.hookrun import run_command
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.sandbox import ApplyPatch, EditFile, ExecResult, FileResult, WriteFile
+from bastion.proto.toolinput import ApplyPatchInput, EditFileInput, WriteFileInput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
@@ -547,11 +548,17 @@ async def _file(client: Client, message: WriteFile | EditFile | ApplyPatch) -> s
 
 
 def _write(workspace: Path, path: str, content: str) -> WriteFile:
-    return WriteFile(session_id=SESSION, workspace=str(workspace), path=path, content=content)
+    return WriteFile(
+        session_id=SESSION,
+        workspace=str(workspace),
+        input=WriteFileInput(path=path, content=content),
+    )
 
 
 def _patch(workspace: Path, patch: str) -> ApplyPatch:
-    return ApplyPatch(session_id=SESSION, workspace=str(workspace), patch=patch)
+    return ApplyPatch(
+        session_id=SESSION, workspace=str(workspace), input=ApplyPatchInput(patch=patch)
+    )
 
 
 HOOK_MOVE: Final = (
@@ -579,9 +586,9 @@ HOOK_MOVE: Final = (
             lambda w: EditFile(
                 session_id=SESSION,
                 workspace=str(w),
-                path=".git/config",
-                old_string="[core]",
-                new_string="[core]\n\tfsmonitor = x",
+                input=EditFileInput(
+                    path=".git/config", old_string="[core]", new_string="[core]\n\tfsmonitor = x"
+                ),
             ),
             id="edit-config",
         ),

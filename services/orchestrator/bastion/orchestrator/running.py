@@ -14,20 +14,16 @@ import msgspec
 
 from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.callrecords import CallRecords
-from bastion.orchestrator.catalogue import UpstreamInput
-from bastion.orchestrator.execute import run_tool
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
-from bastion.orchestrator.skillrun import run_skill, write_skill
-from bastion.orchestrator.skills import fetch_skill, skill_pre_approvals, with_pre_approvals
+from bastion.orchestrator.registry import route_of
 from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.taint import from_outside, tainted_by
-from bastion.orchestrator.upstream import call_upstream
+from bastion.orchestrator.toolcall import Call
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
-from bastion.proto.toolinput import SkillReadInput, SkillRunInput, SkillWriteInput
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.telemetry import span
@@ -127,40 +123,13 @@ class Runner:
     async def _execute(
         self, session: SessionInfo, tool: ToolSpec, tool_input: msgspec.Struct, call_id: str
     ) -> str:
-        """The call's text; a result from outside taints the session even when it failed,
-        since what came back (an error page, a command's output) may carry the outside."""
+        """The call's text, from the service its route names; a result from outside taints
+        the session even when it failed, since what came back (an error page, a command's
+        output) may carry the outside."""
+        call = Call(self._client, self._store, session, tool, call_id, self._timeout_s)
         with span("orchestrator.execute", tool=tool.name):
             try:
-                if isinstance(tool_input, SkillReadInput):
-                    document = await fetch_skill(
-                        self._client, session, tool_input.name, self._timeout_s
-                    )
-                    added = skill_pre_approvals(tool_input.name, document)
-                    await self._store.update(
-                        session.session_id, lambda s: with_pre_approvals(s, added)
-                    )
-                    return document.text
-                if isinstance(tool_input, SkillRunInput):
-                    return await run_skill(
-                        self._client,
-                        session,
-                        tool,
-                        tool_input,
-                        call_id=call_id,
-                        timeout_s=self._timeout_s,
-                    )
-                if isinstance(tool_input, SkillWriteInput):
-                    return await write_skill(self._client, session, tool_input, self._timeout_s)
-                if isinstance(tool_input, UpstreamInput):
-                    return await call_upstream(
-                        self._client,
-                        session,
-                        tool,
-                        tool_input,
-                        call_id=call_id,
-                        timeout_s=self._timeout_s,
-                    )
-                return await run_tool(self._client, session, tool.name, tool_input, self._timeout_s)
+                return await route_of(tool).run(call, tool_input)
             finally:
                 if from_outside(tool):
                     now = datetime.now(UTC)

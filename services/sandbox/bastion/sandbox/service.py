@@ -26,18 +26,13 @@ import msgspec
 
 from bastion.proto import subjects
 from bastion.proto.sandbox import (
-    ApplyPatch,
     CodeCheck,
     CodeReport,
-    EditFile,
     ExecRequest,
     ExecResult,
     FileRequest,
     FileResult,
-    FindFiles,
     Limits,
-    ListFiles,
-    ReadFile,
     ReadSkill,
     ResolvedPaths,
     ResolvePaths,
@@ -46,10 +41,17 @@ from bastion.proto.sandbox import (
     SandboxReady,
     SandboxRelease,
     SandboxReleased,
-    SearchFiles,
     SkillDocument,
-    WriteFile,
     WriteSkill,
+)
+from bastion.proto.toolinput import (
+    ApplyPatchInput,
+    EditFileInput,
+    FindFilesInput,
+    ListFilesInput,
+    ReadFileInput,
+    SearchFilesInput,
+    WriteFileInput,
 )
 from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
@@ -100,19 +102,35 @@ from bastion.shared.version import VERSION
 
 __all__ = ["SandboxSettings", "Sandboxes", "output_cap", "redacted", "sandbox_service"]
 
-_FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
-    ReadFile: read_file,
-    ListFiles: list_files,
-    FindFiles: find_files,
+
+@dataclasses.dataclass(frozen=True)
+class _FileTool:
+    """How `sandbox.files` runs one file tool on the checked workspace, in a worker thread.
+
+    `writes`: it is given the host user what it writes is for, and `git_writable`, and it
+    refuses git's control paths (`gitguard`) unless the operator's `git_writable` lets it;
+    the workspace's bound is checked first (`grows`: by how much the input may grow it).
+    `in_process`: it runs in a worker process of its tenant instead (`Sandboxes._search`).
+    """
+
+    run: Callable[..., str]
+    writes: bool = False
+    grows: Callable[[Any], int] = lambda _input: 0
+    in_process: bool = False
+
+
+_FILE_TOOLS: dict[type, _FileTool] = {
+    ReadFileInput: _FileTool(read_file),
+    ListFilesInput: _FileTool(list_files),
+    FindFilesInput: _FileTool(find_files),
+    SearchFilesInput: _FileTool(search_files, in_process=True),
+    WriteFileInput: _FileTool(
+        write_file, writes=True, grows=lambda given: len(given.content.encode())
+    ),
+    EditFileInput: _FileTool(edit_file, writes=True),
+    ApplyPatchInput: _FileTool(apply_patch, writes=True),
 }
-"""Each reading file tool's function: it runs in a worker thread, on the checked workspace."""
-_WRITING_TOOLS: dict[type, Callable[..., str]] = {
-    WriteFile: write_file,
-    EditFile: edit_file,
-    ApplyPatch: apply_patch,
-}
-"""Each writing file tool's function, given the host user what it writes is for; each
-refuses git's control paths (`gitguard`) unless the operator's `git_writable` lets it."""
+"""Each file tool by the type of its input: `sandbox.files`' whole dispatch."""
 
 logger = logging.getLogger(__name__)
 
@@ -445,22 +463,21 @@ class Sandboxes:
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Run one file tool on the workspace, confined to it; its answer and its error
         (which may quote the file's lines) with the tenant's values cut out."""
+        given = request.input
+        tool = _FILE_TOOLS[type(given)]
         try:
             workspace = checked_workspace(request.workspace, self._state_dir)
-            if isinstance(request, WriteFile | EditFile | ApplyPatch):
-                grows = len(request.content.encode()) if isinstance(request, WriteFile) else 0
-                await anyio.to_thread.run_sync(self._bound.check_write, workspace, grows)
-            if isinstance(request, SearchFiles):
-                text = await self._search(workspace, request)
-            elif type(request) in _WRITING_TOOLS:
-                write = functools.partial(
-                    _WRITING_TOOLS[type(request)], git_writable=self._git_writable
+            if tool.in_process:
+                text = await self._search(tool.run, workspace, request.tenant, given)
+            elif tool.writes:
+                await anyio.to_thread.run_sync(
+                    self._bound.check_write, workspace, tool.grows(given)
                 )
+                write = functools.partial(tool.run, git_writable=self._git_writable)
                 owner = self._owner(workspace)
-                text = await anyio.to_thread.run_sync(write, workspace, request, owner)
+                text = await anyio.to_thread.run_sync(write, workspace, given, owner)
             else:
-                tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
-                text = await anyio.to_thread.run_sync(tool, workspace, request)
+                text = await anyio.to_thread.run_sync(tool.run, workspace, given)
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)
             raise
@@ -478,16 +495,18 @@ class Sandboxes:
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
         return await anyio.to_thread.run_sync(read_skill, skills_dir, request)
 
-    async def _search(self, workspace: Path, request: SearchFiles) -> str:
+    async def _search(
+        self, search: Callable[..., str], workspace: Path, tenant: str, given: msgspec.Struct
+    ) -> str:
         """A search in a worker process, killed at the deadline: a pattern with nested
         repetition can backtrack for ever, and a thread cannot be stopped, a process can.
         It runs in one of its tenant's own workers, so another tenant's never wait for it."""
-        async with self._searches.slot(request.tenant):
+        async with self._searches.slot(tenant):
             with anyio.move_on_after(self._search_timeout_s):
                 text: str = await anyio.to_process.run_sync(
-                    search_files,
+                    search,
                     workspace,
-                    request,
+                    given,
                     cancellable=True,
                     limiter=self._search_processes,
                 )
