@@ -16,7 +16,7 @@ from bastion.orchestrator.service import OrchestratorSettings, orchestrator_serv
 from bastion.policy.preapproval import covers, parse_rule
 from bastion.policy.service import PolicySettings, policy_service
 from bastion.proto.errors import ErrorReply
-from bastion.proto.tools import CallResult, ToolOutput
+from bastion.proto.tools import CallParked, CallResult, ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
@@ -92,7 +92,7 @@ def plane(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path)
 
 
 def asked(result: CallResult) -> bool:
-    return isinstance(result, ErrorReply) and result.code == "waiting_for_approval"
+    return isinstance(result, CallParked)
 
 
 # Finding 4: a pre-approved prefix ran options that write files or run programs.

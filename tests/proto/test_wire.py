@@ -178,6 +178,15 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     tools.ToolOutput: tools.ToolOutput(
         call_id="c1", tool="shell", effect="write", text="ok", decision=DECISION, duration_s=0.25
     ),
+    tools.CallParked: tools.CallParked(
+        call_id="c2",
+        tool="write_file",
+        session_id=SID,
+        request_id="0123456789abcdef",
+        input={"path": "README.md", "content": "x"},
+        decision=DECISION,
+        message="write_file waits for a person's approval",
+    ),
     ErrorReply: ErrorReply(code="denied", message="the policy refused the call"),
     policy.PolicyRequest: policy.PolicyRequest(
         session_id=SID,
@@ -561,6 +570,7 @@ TAGS: dict[type[msgspec.Struct], str] = {
     session.SessionInfo: "session.info",
     tools.ToolCall: "tool.call",
     tools.ToolOutput: "tool.output",
+    tools.CallParked: "tool.parked",
     ErrorReply: "error",
     policy.PolicyRequest: "policy.request",
     policy.PolicyDecision: "policy.decision",

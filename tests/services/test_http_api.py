@@ -16,7 +16,7 @@ from bastion.mcp.httpsettings import McpSettings, UnsafeListen
 from bastion.mcp.service import setup as mcp_setup
 from bastion.proto.approvals import ApprovalAnswered, ApprovalList
 from bastion.proto.errors import ErrorReply
-from bastion.proto.tools import ToolOutput
+from bastion.proto.tools import CallParked, ToolOutput
 from bastion.shared.bus import Client
 from bastion.shared.httptokens import UnsafeTokensFile
 from bastion.shared.natsserver import free_port
@@ -88,8 +88,9 @@ async def parked_write(client: Client, workspace: Path, **session: object) -> tu
     """A session whose write waits for a person: its id and the request's."""
     opened = await open_session(client, workspace=str(workspace), **session)
     parked = await call(client, opened.session_id, "write_file", path="README.md", content="x")
-    assert isinstance(parked, ErrorReply) and parked.code == "waiting_for_approval"
+    assert isinstance(parked, CallParked)
     [entry] = (await pending(client, opened.session_id)).approvals
+    assert parked.request_id == entry.request_id
     return opened.session_id, entry.request_id
 
 

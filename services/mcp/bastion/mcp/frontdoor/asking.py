@@ -5,7 +5,8 @@ or decline with a reason), answered through `approvals.answer`, and the call's r
 returned. An "always" for a call no rule can cover (a command holding `;`, say) approves
 it once, and its result starts with the sentence saying why no rule was made. Otherwise
 the front door waits a bounded time for a person to answer elsewhere
-(`bastion agent continue`, `POST /v1/approvals/ID`), then says how to.
+(`bastion agent continue`, `POST /v1/approvals/ID`), watching the parked call's key in the
+approvals bucket (the result names it), then says how to.
 """
 
 from __future__ import annotations
@@ -32,15 +33,17 @@ from bastion.proto.approvals import (
     ParkedCall,
 )
 from bastion.proto.errors import ErrorReply
-from bastion.proto.tools import CallResult, ToolOutput
+from bastion.proto.subjects import APPROVALS_BUCKET
+from bastion.proto.tools import CallParked, CallResult, ToolOutput
 from bastion.shared.bus import Client, request
+from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
+from bastion.shared.kvwatch import key_values
 
 __all__ = ["Asking", "takes_form_elicitation", "takes_input_required"]
 
 logger = logging.getLogger(__name__)
 
-_POLL_S: Final = 0.25
 _INPUT_KEY: Final = "approval"
 _STATE_PREFIX: Final = "approval:"
 _DECISIONS: Final = ("approve", "always", "decline")
@@ -86,7 +89,11 @@ def takes_input_required(ctx: ServerRequestContext[Any, Any]) -> bool:
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and _declares_form_elicitation(ctx)
 
 
-def _question(parked: ParkedCall) -> str:
+Asked = ParkedCall | CallParked
+"""A call parked for a person: as the approvals list it, or as its call was answered."""
+
+
+def _question(parked: Asked) -> str:
     because = " (the session is tainted)" if parked.decision.asked_because_tainted else ""
     return (
         f"Bastion asks before {parked.tool} runs{because}: {parked.decision.reason}."
@@ -103,18 +110,10 @@ class Asking:
         self._wait_s = wait_s
 
     async def settle(
-        self,
-        ctx: ServerRequestContext[Any, Any],
-        session_id: str,
-        call_id: str,
-        parked_message: str,
-        by: str,
+        self, ctx: ServerRequestContext[Any, Any], parked: CallParked, by: str
     ) -> CallResult | InputRequiredResult:
         """The parked call's result once a person answered, or an error saying how to; for
         a stateless client that takes elicitation, the question to come back with."""
-        parked = await self._parked(session_id, call_id)
-        if parked is None:
-            return ErrorReply(code=codes.WAITING_FOR_APPROVAL, message=parked_message)
         if takes_form_elicitation(ctx):
             try:
                 return await self._ask_client(ctx, parked, by)
@@ -149,7 +148,7 @@ class Asking:
         request_id = request_state.removeprefix(_STATE_PREFIX)
         parked = None
         if request_state.startswith(_STATE_PREFIX):
-            parked = await self._parked(session_id, request_id, every=True, by_request=True)
+            parked = await self._parked(session_id, request_id)
         if parked is None:
             raise InvalidInput(
                 "the requestState of this call is not one of an approval of this session: "
@@ -161,7 +160,7 @@ class Asking:
         return await self._answer(parked, answer, by)
 
     async def _ask_client(
-        self, ctx: ServerRequestContext[Any, Any], parked: ParkedCall, by: str
+        self, ctx: ServerRequestContext[Any, Any], parked: Asked, by: str
     ) -> CallResult:
         try:
             answer = await ctx.session.elicit_form(
@@ -174,7 +173,7 @@ class Asking:
             return await self._wait(parked)
         return await self._answer(parked, answer, by)
 
-    async def _answer(self, parked: ParkedCall, answer: ElicitResult, by: str) -> CallResult:
+    async def _answer(self, parked: Asked, answer: ElicitResult, by: str) -> CallResult:
         """Carry out the person's answer given in the client; the call's result."""
         content = answer.content or {}
         decision = content.get("decision") if answer.action == "accept" else None
@@ -200,7 +199,7 @@ class Asking:
         )
         return result
 
-    async def _send(self, parked: ParkedCall, decision: str, by: str, reason: str) -> CallResult:
+    async def _send(self, parked: Asked, decision: str, by: str, reason: str) -> CallResult:
         """The person's `decision` on `parked`, carried out by `approvals.answer`.
 
         Raises:
@@ -222,21 +221,21 @@ class Asking:
         )
         return answered.result
 
-    async def _wait(self, parked: ParkedCall) -> CallResult:
-        """Wait up to the bounded time for an answer given elsewhere."""
+    async def _wait(self, parked: Asked) -> CallResult:
+        """Wait up to the bounded time for an answer given elsewhere: each change of the
+        parked call's key in the approvals bucket, until it has its outcome."""
         with anyio.move_on_after(self._wait_s):
-            while True:
-                current = await self._parked(parked.session_id, parked.call_id, every=True)
-                done = current is not None and current.state in ("done", "declined")
-                if done and current is not None and current.result is not None:
-                    return current.result
-                if current is not None and current.state == "uncertain":
-                    return ErrorReply(
-                        code=codes.UNCERTAIN,
-                        message=f"{parked.tool} was approved but its outcome is not known "
-                        "(a service stopped while it ran); it will not run again",
-                    )
-                await anyio.sleep(_POLL_S)
+            async with key_values(self._client, APPROVALS_BUCKET, parked.request_id) as values:
+                async for value in values:
+                    current: ParkedCall = decode(value, ParkedCall)
+                    if current.state in ("done", "declined") and current.result is not None:
+                        return current.result
+                    if current.state == "uncertain":
+                        return ErrorReply(
+                            code=codes.UNCERTAIN,
+                            message=f"{parked.tool} was approved but its outcome is not known "
+                            "(a service stopped while it ran); it will not run again",
+                        )
         return ErrorReply(
             code=codes.WAITING_FOR_APPROVAL,
             message=(
@@ -249,22 +248,20 @@ class Asking:
             ),
         )
 
-    async def _parked(
-        self, session_id: str, wanted: str, *, every: bool = False, by_request: bool = False
-    ) -> ParkedCall | None:
-        """The session's parked call of call id (or request id) `wanted`, if any."""
+    async def _parked(self, session_id: str, request_id: str) -> ParkedCall | None:
+        """The session's parked call `request_id`, in whatever state, if it has one."""
         try:
             found: ApprovalList = await request(
                 self._client,
                 subjects.APPROVALS_LIST,
-                ApprovalQuery(session_id=session_id, every_state=every),
+                ApprovalQuery(session_id=session_id, every_state=True),
                 ApprovalList,
                 timeout_s=self._timeout_s,
             )
         except BastionError:
             return None
         for parked in found.approvals:
-            if (parked.request_id if by_request else parked.call_id) == wanted:
+            if parked.request_id == request_id:
                 return parked
         return None
 

@@ -39,7 +39,7 @@ from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import ToolSpec
-from bastion.proto.tools import CallResult, ToolCall
+from bastion.proto.tools import CallParked, CallResult, ToolCall
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import (
     BastionError,
@@ -105,10 +105,10 @@ def request_agent(ctx: ServerRequestContext[Any, Any]) -> tuple[Agent, str | Non
 
 
 def _text(result: CallResult) -> CallToolResult:
-    if isinstance(result, ErrorReply):
+    if isinstance(result, ErrorReply | CallParked):
+        code = result.code if isinstance(result, ErrorReply) else codes.WAITING_FOR_APPROVAL
         return CallToolResult(
-            content=[TextContent(type="text", text=f"{result.code}: {result.message}")],
-            is_error=True,
+            content=[TextContent(type="text", text=f"{code}: {result.message}")], is_error=True
         )
     return CallToolResult(content=[TextContent(type="text", text=result.text)], is_error=False)
 
@@ -228,10 +228,7 @@ class ToolHandlers:
                 timeout_s=self._call_timeout_s,
             )
         except RemoteError as refused:
-            if refused.code != codes.WAITING_FOR_APPROVAL:
-                return refused.to_reply()
-            assert call.call_id is not None
-            return await self._asking.settle(
-                ctx, session_id, call.call_id, refused.message, by=f"mcp:{agent.info.agent}"
-            )
+            return refused.to_reply()
+        if isinstance(result, CallParked):
+            return await self._asking.settle(ctx, result, by=f"mcp:{agent.info.agent}")
         return result
