@@ -8,46 +8,21 @@ from typing import Any, Literal
 import msgspec
 
 from bastion.orchestrator.toolcall import Call
-from bastion.proto import subjects
-from bastion.proto.sandbox import (
-    ApplyPatch,
-    CodeCheck,
-    CodeReport,
-    EditFile,
-    ExecRequest,
-    ExecResult,
-    FileResult,
-    FindFiles,
-    Limits,
-    ListFiles,
-    ReadFile,
-    SearchFiles,
-    WriteFile,
-)
-from bastion.proto.toolinput import (
-    ApplyPatchInput,
-    DiagnosticsInput,
-    EditFileInput,
-    FindFilesInput,
-    ListFilesInput,
-    ReadFileInput,
-    RunTestsInput,
-    SearchFilesInput,
-    ShellInput,
-    WriteFileInput,
-)
+from bastion.proto import sandbox, subjects, toolinput
+from bastion.proto.sandbox import CodeCheck, CodeReport, ExecRequest, ExecResult, FileResult, Limits
+from bastion.proto.toolinput import DiagnosticsInput, RunTestsInput, ShellInput
 from bastion.shared.deadlines import shell_wall_s
 
 __all__ = ["FILE_REQUESTS", "format_exec_result", "run_check", "run_file_tool", "run_shell"]
 
 FILE_REQUESTS: dict[type[msgspec.Struct], Any] = {
-    ReadFileInput: ReadFile,
-    WriteFileInput: WriteFile,
-    EditFileInput: EditFile,
-    ApplyPatchInput: ApplyPatch,
-    ListFilesInput: ListFiles,
-    FindFilesInput: FindFiles,
-    SearchFilesInput: SearchFiles,
+    toolinput.ReadFileInput: sandbox.ReadFile,
+    toolinput.WriteFileInput: sandbox.WriteFile,
+    toolinput.EditFileInput: sandbox.EditFile,
+    toolinput.ApplyPatchInput: sandbox.ApplyPatch,
+    toolinput.ListFilesInput: sandbox.ListFiles,
+    toolinput.FindFilesInput: sandbox.FindFiles,
+    toolinput.SearchFilesInput: sandbox.SearchFiles,
 }
 """Each file tool's input and the `sandbox.files` request that carries it."""
 
@@ -113,14 +88,12 @@ def format_exec_result(result: ExecResult, wall_s: float | None = None) -> str:
 def _in_sandbox(call: Call, limits: Limits) -> dict[str, Any]:
     """What a command and a check ask of the session's sandbox alike."""
     session = call.session
-    return {
-        "session_id": session.session_id,
+    return call.whose() | {
         "workspace": call.workspace,
         "backend": session.sandbox,
         "network": session.network,
         "limits": limits,
         "read_only_dirs": session.read_only_dirs,
-        "tenant": session.tenant,
     }
 
 
@@ -162,10 +135,6 @@ async def run_check(call: Call, given: DiagnosticsInput | RunTestsInput) -> str:
 
 async def run_file_tool(call: Call, given: msgspec.Struct) -> str:
     """A file tool: its input in the `sandbox.files` request that carries it."""
-    session = call.session
-    wire = FILE_REQUESTS[type(given)]
-    message = wire(
-        session_id=session.session_id, workspace=call.workspace, tenant=session.tenant, input=given
-    )
+    message = FILE_REQUESTS[type(given)](**call.whose(), workspace=call.workspace, input=given)
     answer = await call.ask(subjects.SANDBOX_FILES, message, FileResult)
     return answer.text

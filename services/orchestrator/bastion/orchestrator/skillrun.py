@@ -68,9 +68,7 @@ def skill_run_request(
     assert session.workspace is not None and session.skills_dir is not None
     return RunSkill(
         skills_dir=session.skills_dir,
-        name=tool_input.name,
-        script=tool_input.script,
-        args=tool_input.args,
+        **msgspec.structs.asdict(tool_input),
         exec=ExecRequest(
             session_id=session.session_id,
             workspace=session.workspace,
@@ -109,9 +107,7 @@ async def write_skill(call: Call, given: SkillWriteInput) -> str:
     message = WriteSkill(
         session_id=session.session_id,
         skills_dir=session.skills_dir,
-        name=given.name,
-        description=given.description,
-        instructions=given.instructions,
+        **msgspec.structs.asdict(given),
     )
     answer = await call.ask(subjects.SANDBOX_SKILL_WRITE, message, FileResult)
     return answer.text

@@ -26,6 +26,10 @@ class Call:
     timeout_s: float
     """The orchestrator's deadline for a service's answer."""
 
+    def whose(self) -> dict[str, Any]:
+        """The session's id and tenant, as a request to a service names them."""
+        return {"session_id": self.session.session_id, "tenant": self.session.tenant}
+
     @property
     def workspace(self) -> str:
         """The session's workspace; only a workspace session has the tools that ask for it."""

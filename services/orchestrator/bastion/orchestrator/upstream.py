@@ -29,19 +29,7 @@ class UpstreamInput(msgspec.Struct, frozen=True, kw_only=True):
 
 def upstream_tool(offered: OfferedTool) -> ToolSpec:
     """A session's tool for an upstream MCP tool the mcp service offered."""
-    return ToolSpec(
-        name=offered.name,
-        effect=offered.effect,
-        description=offered.description,
-        input_schema_json=offered.input_schema_json,
-        server=offered.server,
-        upstream=offered.upstream,
-        upstream_kind=offered.upstream_kind,
-        digest=offered.digest,
-        journaled=offered.journaled,
-        taints=offered.taints,
-        call_timeout_s=offered.call_timeout_s,
-    )
+    return ToolSpec(**{name: getattr(offered, name) for name in ToolSpec.__struct_fields__})
 
 
 async def offer_upstream(
@@ -73,8 +61,7 @@ async def call_upstream(call: Call, given: UpstreamInput) -> str:
     result = await call.ask(
         subjects.MCP_CALL,
         McpCall(
-            tenant=session.tenant,
-            session_id=session.session_id,
+            **call.whose(),
             call_id=call.call_id,
             server=tool.server,
             upstream_kind=tool.upstream_kind or "tool",

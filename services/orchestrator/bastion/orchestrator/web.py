@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+import msgspec
+
 from bastion.orchestrator.execute import run_file_tool
 from bastion.orchestrator.toolcall import Call
 from bastion.proto import subjects
@@ -25,14 +27,9 @@ def kept_path(url: str, fmt: str) -> str:
 
 async def fetch_page(call: Call, given: FetchUrlInput) -> str:
     """A page through the egress service; a cut one is kept whole in the workspace if any."""
-    session = call.session
+    ask = FetchRequest(**call.whose(), **msgspec.structs.asdict(given))
     page = await call.ask(
-        subjects.EGRESS_FETCH,
-        FetchRequest(
-            session_id=session.session_id, url=given.url, format=given.format, tenant=session.tenant
-        ),
-        FetchedPage,
-        timeout_s=max(call.timeout_s, FETCH_S),
+        subjects.EGRESS_FETCH, ask, FetchedPage, timeout_s=max(call.timeout_s, FETCH_S)
     )
     head = f"{page.url} ({page.status}, {page.content_type or 'no content type'})"
     if page.redirects:
@@ -58,18 +55,9 @@ async def _cut_note(call: Call, page: FetchedPage, fmt: str) -> str:
 
 async def search_web(call: Call, given: WebSearchInput) -> str:
     """The provider's results as a numbered list: title, address, snippet."""
-    session = call.session
+    ask = SearchRequest(**call.whose(), **msgspec.structs.asdict(given))
     results = await call.ask(
-        subjects.EGRESS_SEARCH,
-        SearchRequest(
-            session_id=session.session_id,
-            tenant=session.tenant,
-            query=given.query,
-            count=given.count,
-            freshness=given.freshness,
-        ),
-        SearchResults,
-        timeout_s=max(call.timeout_s, SEARCH_S),
+        subjects.EGRESS_SEARCH, ask, SearchResults, timeout_s=max(call.timeout_s, SEARCH_S)
     )
     since = f" from the past {given.freshness}" if given.freshness else ""
     if not results.hits:

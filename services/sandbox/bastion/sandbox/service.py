@@ -24,7 +24,7 @@ import anyio.to_process
 import anyio.to_thread
 import msgspec
 
-from bastion.proto import subjects
+from bastion.proto import subjects, toolinput
 from bastion.proto.sandbox import (
     CodeCheck,
     CodeReport,
@@ -43,15 +43,6 @@ from bastion.proto.sandbox import (
     SandboxReleased,
     SkillDocument,
     WriteSkill,
-)
-from bastion.proto.toolinput import (
-    ApplyPatchInput,
-    EditFileInput,
-    FindFilesInput,
-    ListFilesInput,
-    ReadFileInput,
-    SearchFilesInput,
-    WriteFileInput,
 )
 from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
@@ -120,15 +111,15 @@ class _FileTool:
 
 
 _FILE_TOOLS: dict[type, _FileTool] = {
-    ReadFileInput: _FileTool(read_file),
-    ListFilesInput: _FileTool(list_files),
-    FindFilesInput: _FileTool(find_files),
-    SearchFilesInput: _FileTool(search_files, in_process=True),
-    WriteFileInput: _FileTool(
+    toolinput.ReadFileInput: _FileTool(read_file),
+    toolinput.ListFilesInput: _FileTool(list_files),
+    toolinput.FindFilesInput: _FileTool(find_files),
+    toolinput.SearchFilesInput: _FileTool(search_files, in_process=True),
+    toolinput.WriteFileInput: _FileTool(
         write_file, writes=True, grows=lambda given: len(given.content.encode())
     ),
-    EditFileInput: _FileTool(edit_file, writes=True),
-    ApplyPatchInput: _FileTool(apply_patch, writes=True),
+    toolinput.EditFileInput: _FileTool(edit_file, writes=True),
+    toolinput.ApplyPatchInput: _FileTool(apply_patch, writes=True),
 }
 """Each file tool by the type of its input: `sandbox.files`' whole dispatch."""
 
@@ -313,6 +304,18 @@ class Sandboxes:
         )
         return chosen, spec
 
+    def _spec_of(self, request: ExecRequest | CodeCheck) -> tuple[SandboxBackend, SandboxSpec]:
+        """The backend and spec of a command's or a check's run, as its request names them."""
+        return self._spec(
+            request.workspace,
+            request.backend,
+            request.network,
+            request.limits,
+            read_only_dirs=request.read_only_dirs,
+            session_id=request.session_id,
+            tenant=request.tenant,
+        )
+
     def _owner(self, workspace: Path) -> HostIds | None:
         """The host user a sandbox in `workspace` runs as and what is written there is for.
 
@@ -346,15 +349,7 @@ class Sandboxes:
         """Run `command` as `request` says: its leased secrets set and every value of its
         tenant cut from its output, and with declared hosts, the egress bridge under a grant
         for this call."""
-        backend, spec = self._spec(
-            request.workspace,
-            request.backend,
-            request.network,
-            request.limits,
-            read_only_dirs=request.read_only_dirs,
-            session_id=request.session_id,
-            tenant=request.tenant,
-        )
+        backend, spec = self._spec_of(request)
         spec, room = await self._bounded(dataclasses.replace(spec, skill_dir=skill_dir))
         bridged = request.network == "declared" and bool(request.declared_hosts)
         if bridged and request.backend != "bwrap":
@@ -519,15 +514,7 @@ class Sandboxes:
 
     async def check_code(self, request: CodeCheck, _context: RequestContext) -> CodeReport:
         """Run the workspace's checker or tests in the session's sandbox, like a command."""
-        backend, spec = self._spec(
-            request.workspace,
-            request.backend,
-            request.network,
-            request.limits,
-            read_only_dirs=request.read_only_dirs,
-            session_id=request.session_id,
-            tenant=request.tenant,
-        )
+        backend, spec = self._spec_of(request)
 
         spec, room = await self._bounded(spec)
 
