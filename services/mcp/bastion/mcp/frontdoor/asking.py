@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -101,13 +102,14 @@ def _question(parked: Asked) -> str:
     )
 
 
+@dataclass(frozen=True)
 class Asking:
-    """Settles a parked call for the MCP request that made it."""
+    """Settles a parked call for the MCP request that made it: asking its person within
+    `timeout_s`, or waiting `wait_s` at most for an answer given elsewhere."""
 
-    def __init__(self, client: Client, timeout_s: float, wait_s: float) -> None:
-        self._client = client
-        self._timeout_s = timeout_s
-        self._wait_s = wait_s
+    client: Client
+    timeout_s: float
+    wait_s: float
 
     async def settle(
         self, ctx: ServerRequestContext[Any, Any], parked: CallParked, by: str
@@ -207,7 +209,7 @@ class Asking:
                 `invalid_input`: no "always" rule can cover the call).
         """
         answered: ApprovalAnswered = await request(
-            self._client,
+            self.client,
             subjects.APPROVALS_ANSWER,
             ApprovalAnswer(
                 request_id=parked.request_id,
@@ -217,15 +219,15 @@ class Asking:
                 reason="" if decision != "decline" else reason,
             ),
             ApprovalAnswered,
-            timeout_s=self._timeout_s,
+            timeout_s=self.timeout_s,
         )
         return answered.result
 
     async def _wait(self, parked: Asked) -> CallResult:
         """Wait up to the bounded time for an answer given elsewhere: each change of the
         parked call's key in the approvals bucket, until it has its outcome."""
-        with anyio.move_on_after(self._wait_s):
-            async with key_values(self._client, APPROVALS_BUCKET, parked.request_id) as values:
+        with anyio.move_on_after(self.wait_s):
+            async with key_values(self.client, APPROVALS_BUCKET, parked.request_id) as values:
                 async for value in values:
                     current: ParkedCall = decode(value, ParkedCall)
                     if current.state in ("done", "declined") and current.result is not None:
@@ -240,7 +242,7 @@ class Asking:
             code=codes.WAITING_FOR_APPROVAL,
             message=(
                 f"{parked.tool} waits for a person's approval: {parked.decision.reason}. "
-                f"Nobody answered within {self._wait_s:g} s. It runs as soon as a person "
+                f"Nobody answered within {self.wait_s:g} s. It runs as soon as a person "
                 f"approves it: `bastion agent continue {parked.session_id} --approve` "
                 f"(or `--decline WHY`), or `POST /v1/approvals/{parked.request_id}` on the "
                 'front door with {"approve": true}. Until then this session takes no other '
@@ -252,11 +254,11 @@ class Asking:
         """The session's parked call `request_id`, in whatever state, if it has one."""
         try:
             found: ApprovalList = await request(
-                self._client,
+                self.client,
                 subjects.APPROVALS_LIST,
                 ApprovalQuery(session_id=session_id, every_state=True),
                 ApprovalList,
-                timeout_s=self._timeout_s,
+                timeout_s=self.timeout_s,
             )
         except BastionError:
             return None
