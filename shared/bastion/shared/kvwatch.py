@@ -6,8 +6,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
+import nats.errors
 
 from bastion.shared.bus import Client
+from bastion.shared.errors import Unavailable
 
 __all__ = ["key_values"]
 
@@ -16,9 +18,19 @@ __all__ = ["key_values"]
 async def key_values(client: Client, bucket: str, key: str) -> AsyncIterator[AsyncIterator[bytes]]:
     """The values `key` of `bucket` takes: its current one first (if it has one), then each
     change, until the block ends; a delete is skipped. The bucket must exist (its owner
-    made it); the watch only reads."""
-    kv = await client.jetstream().key_value(bucket)
-    watcher = await kv.watch(key)
+    made it); the watch only reads.
+
+    Raises:
+        Unavailable: the bucket cannot be watched (it is missing, or JetStream refused).
+    """
+    try:
+        kv = await client.jetstream().key_value(bucket)
+        watcher = await kv.watch(key)
+    except nats.errors.Error as error:
+        raise Unavailable(
+            f"the KV bucket {bucket} cannot be watched ({error}): is JetStream running, and "
+            "may this service's NATS user read it?"
+        ) from None
 
     async def values() -> AsyncIterator[bytes]:
         async for entry in watcher:

@@ -227,17 +227,14 @@ class Asking:
         """Wait up to the bounded time for an answer given elsewhere: each change of the
         parked call's key in the approvals bucket, until it has its outcome."""
         with anyio.move_on_after(self.wait_s):
-            async with key_values(self.client, APPROVALS_BUCKET, parked.request_id) as values:
-                async for value in values:
-                    current: ParkedCall = decode(value, ParkedCall)
-                    if current.state in ("done", "declined") and current.result is not None:
-                        return current.result
-                    if current.state == "uncertain":
-                        return ErrorReply(
-                            code=codes.UNCERTAIN,
-                            message=f"{parked.tool} was approved but its outcome is not known "
-                            "(a service stopped while it ran); it will not run again",
-                        )
+            try:
+                async with key_values(self.client, APPROVALS_BUCKET, parked.request_id) as values:
+                    async for value in values:
+                        answered = _outcome(parked, decode(value, ParkedCall))
+                        if answered is not None:
+                            return answered
+            except BastionError as error:  # no watch: the agent is told how to answer
+                logger.warning("a parked call cannot be watched", extra={"code": error.code})
         return ErrorReply(
             code=codes.WAITING_FOR_APPROVAL,
             message=(
@@ -266,6 +263,19 @@ class Asking:
             if parked.request_id == request_id:
                 return parked
         return None
+
+
+def _outcome(parked: Asked, current: ParkedCall) -> CallResult | None:
+    """The parked call's result once it has one, as its approvals entry now says."""
+    if current.state in ("done", "declined") and current.result is not None:
+        return current.result
+    if current.state == "uncertain":
+        return ErrorReply(
+            code=codes.UNCERTAIN,
+            message=f"{parked.tool} was approved but its outcome is not known "
+            "(a service stopped while it ran); it will not run again",
+        )
+    return None
 
 
 def _noted(result: CallResult, problem: str) -> CallResult:
