@@ -12,6 +12,7 @@ import pytest
 
 from bastion.proto import subjects
 from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, ReadFile, WriteFile
+from bastion.proto.toolinput import ReadFileInput, WriteFileInput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
@@ -117,13 +118,17 @@ async def shell(
 
 
 async def read(client: Client, workspace: Path, path: str) -> str:
-    message = ReadFile(session_id=SESSION, workspace=str(workspace), path=path)
+    message = ReadFile(session_id=SESSION, workspace=str(workspace), input=ReadFileInput(path=path))
     result = await request(client, subjects.SANDBOX_FILES, message, FileResult, timeout_s=10)
     return str(result.text)
 
 
 async def write(client: Client, workspace: Path, path: str, content: str) -> str:
-    message = WriteFile(session_id=SESSION, workspace=str(workspace), path=path, content=content)
+    message = WriteFile(
+        session_id=SESSION,
+        workspace=str(workspace),
+        input=WriteFileInput(path=path, content=content),
+    )
     result = await request(client, subjects.SANDBOX_FILES, message, FileResult, timeout_s=10)
     return str(result.text)
 

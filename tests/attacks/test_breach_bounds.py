@@ -26,6 +26,7 @@ from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.sandbox import ExecRequest, ExecResult, FileResult, SearchFiles, WriteFile
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.proto.toolinput import SearchFilesInput, WriteFileInput
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
@@ -114,7 +115,10 @@ async def in_flight(service: Service, endpoint: str, count: int) -> None:
 
 async def search(client: Client, where: Path, pattern: str, tenant: str) -> str:
     message = SearchFiles(
-        session_id=SESSION, workspace=str(where), pattern=pattern, context=0, tenant=tenant
+        session_id=SESSION,
+        workspace=str(where),
+        tenant=tenant,
+        input=SearchFilesInput(pattern=pattern, context=0),
     )
     found = await request(client, subjects.SANDBOX_FILES, message, FileResult, timeout_s=30)
     return str(found.text)
@@ -441,7 +445,11 @@ async def test_a_workspace_cannot_grow_past_its_bound_and_deleting_makes_room_ag
             await request(
                 client,
                 subjects.SANDBOX_FILES,
-                WriteFile(session_id=SESSION, workspace=str(work), path="w.txt", content="hi"),
+                WriteFile(
+                    session_id=SESSION,
+                    workspace=str(work),
+                    input=WriteFileInput(path="w.txt", content="hi"),
+                ),
                 FileResult,
                 timeout_s=10,
             )
@@ -450,7 +458,11 @@ async def test_a_workspace_cannot_grow_past_its_bound_and_deleting_makes_room_ag
         wrote = await request(
             client,
             subjects.SANDBOX_FILES,
-            WriteFile(session_id=SESSION, workspace=str(work), path="w.txt", content="hi"),
+            WriteFile(
+                session_id=SESSION,
+                workspace=str(work),
+                input=WriteFileInput(path="w.txt", content="hi"),
+            ),
             FileResult,
             timeout_s=10,
         )

@@ -25,6 +25,7 @@ from bastion.hooks.command import run_command
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.sandbox import ApplyPatch, EditFile, ExecResult, FileResult, WriteFile
+from bastion.proto.toolinput import ApplyPatchInput, EditFileInput, WriteFileInput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
@@ -548,11 +549,17 @@ async def _file(client: Client, message: WriteFile | EditFile | ApplyPatch) -> s
 
 
 def _write(workspace: Path, path: str, content: str) -> WriteFile:
-    return WriteFile(session_id=SESSION, workspace=str(workspace), path=path, content=content)
+    return WriteFile(
+        session_id=SESSION,
+        workspace=str(workspace),
+        input=WriteFileInput(path=path, content=content),
+    )
 
 
 def _patch(workspace: Path, patch: str) -> ApplyPatch:
-    return ApplyPatch(session_id=SESSION, workspace=str(workspace), patch=patch)
+    return ApplyPatch(
+        session_id=SESSION, workspace=str(workspace), input=ApplyPatchInput(patch=patch)
+    )
 
 
 HOOK_MOVE: Final = (
@@ -580,9 +587,9 @@ HOOK_MOVE: Final = (
             lambda w: EditFile(
                 session_id=SESSION,
                 workspace=str(w),
-                path=".git/config",
-                old_string="[core]",
-                new_string="[core]\n\tfsmonitor = x",
+                input=EditFileInput(
+                    path=".git/config", old_string="[core]", new_string="[core]\n\tfsmonitor = x"
+                ),
             ),
             id="edit-config",
         ),

@@ -36,6 +36,7 @@ from bastion.proto.sandbox import (
     SkillDocument,
 )
 from bastion.proto.stubs import FetchRequest
+from bastion.proto.toolinput import EditFileInput, FindFilesInput, SearchFilesInput
 from bastion.sandbox.skills import read_skill
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
@@ -293,12 +294,20 @@ async def test_a_glob_of_many_globstars_on_a_deep_tree_is_answered(
     _owned(host.workspace)
     workspace = str(host.workspace)
     answer = await _file_tool(
-        client, FindFiles(session_id=SESSION, workspace=workspace, pattern="**/a/" * 8 + "b")
+        client,
+        FindFiles(
+            session_id=SESSION, workspace=workspace, input=FindFilesInput(pattern="**/a/" * 8 + "b")
+        ),
     )
     assert answer.startswith("no files match")
     with pytest.raises(RemoteError) as refused:
         await _file_tool(
-            client, FindFiles(session_id=SESSION, workspace=workspace, pattern="**/" * 12 + "b")
+            client,
+            FindFiles(
+                session_id=SESSION,
+                workspace=workspace,
+                input=FindFilesInput(pattern="**/" * 12 + "b"),
+            ),
         )
     assert refused.value.code == "invalid_input"
     assert f"more than {MAX_GLOBSTARS}" in refused.value.message
@@ -313,8 +322,7 @@ async def test_a_glob_of_many_stars_is_answered(client: Client, sandbox: None, h
         SearchFiles(
             session_id=SESSION,
             workspace=str(host.workspace),
-            pattern="needle",
-            glob="*a" * 30 + "*b",
+            input=SearchFilesInput(pattern="needle", glob="*a" * 30 + "*b"),
         ),
     )
     assert answer == "no lines match needle"
@@ -343,9 +351,7 @@ async def test_an_edit_file_miss_on_a_long_file_is_answered_with_the_nearest_lin
             EditFile(
                 session_id=SESSION,
                 workspace=str(host.workspace),
-                path="big.py",
-                old_string=wanted,
-                new_string="x = 1",
+                input=EditFileInput(path="big.py", old_string=wanted, new_string="x = 1"),
             ),
         )
     assert "the nearest lines of the file are" in refused.value.message

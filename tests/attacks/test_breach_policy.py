@@ -18,7 +18,7 @@ from bastion.policy.preapproval import covers, parse_rule
 from bastion.policy.service import policy_service
 from bastion.policy.settings import PolicySettings
 from bastion.proto.errors import ErrorReply
-from bastion.proto.tools import CallResult, ToolOutput
+from bastion.proto.tools import CallParked, CallResult, ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
@@ -95,7 +95,7 @@ def plane(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path)
 
 
 def asked(result: CallResult) -> bool:
-    return isinstance(result, ErrorReply) and result.code == "waiting_for_approval"
+    return isinstance(result, CallParked)
 
 
 # Finding 4: a pre-approved prefix ran options that write files or run programs.

@@ -42,6 +42,7 @@ from bastion.proto.sandbox import (
     SandboxReleased,
     SearchFiles,
 )
+from bastion.proto.toolinput import EditFileInput, ReadFileInput, SearchFilesInput
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
@@ -282,8 +283,11 @@ async def test_a_file_tools_error_quoting_the_file_has_the_value_cut(
                 client,
                 subjects.SANDBOX_FILES,
                 EditFile(
-                    session_id=SESSION, workspace=str(workspace), path="config.txt",
-                    old_string="api_key = not-this-one\nline three", new_string="x",
+                    session_id=SESSION, workspace=str(workspace),
+                    input=EditFileInput(
+                        path="config.txt", old_string="api_key = not-this-one\nline three",
+                        new_string="x",
+                    ),
                 ),
                 FileResult, timeout_s=10,
             )  # fmt: skip
@@ -334,14 +338,18 @@ async def test_a_value_left_in_the_workspace_is_cut_in_the_tenants_next_session(
             assert leaked(shown.stdout, value) == []
             read: FileResult = await request(
                 client, subjects.SANDBOX_FILES,
-                ReadFile(session_id=LATER, workspace=str(workspace), path="notes.txt",
-                         tenant="acme"),
+                ReadFile(
+                    session_id=LATER, workspace=str(workspace), tenant="acme",
+                    input=ReadFileInput(path="notes.txt"),
+                ),
                 FileResult, timeout_s=10,
             )  # fmt: skip
             found: FileResult = await request(
                 client, subjects.SANDBOX_FILES,
-                SearchFiles(session_id=LATER, workspace=str(workspace), pattern="token",
-                            tenant="acme"),
+                SearchFiles(
+                    session_id=LATER, workspace=str(workspace), tenant="acme",
+                    input=SearchFilesInput(pattern="token"),
+                ),
                 FileResult, timeout_s=10,
             )  # fmt: skip
         audit = [decode(data, AuditRecord) for data in await audit_records(client)]

@@ -38,6 +38,7 @@ from bastion.proto.sandbox import (
     SandboxReady,
     WriteSkill,
 )
+from bastion.proto.toolinput import ApplyPatchInput, EditFileInput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
@@ -212,15 +213,15 @@ async def test_the_file_tools_write_as_the_workspace_owner_never_setuid(
     edit = EditFile(
         session_id=SESSION,
         workspace=str(workspace),
-        path="edit.txt",
-        old_string="x",
-        new_string="y",
+        input=EditFileInput(path="edit.txt", old_string="x", new_string="y"),
     )
     await request(client, subjects.SANDBOX_FILES, edit, FileResult, timeout_s=10)
     patch = ApplyPatch(
         session_id=SESSION,
         workspace=str(workspace),
-        patch="*** Begin Patch\n*** Add File: patched/added.txt\n+added\n*** End Patch\n",
+        input=ApplyPatchInput(
+            patch="*** Begin Patch\n*** Add File: patched/added.txt\n+added\n*** End Patch\n"
+        ),
     )
     await request(client, subjects.SANDBOX_FILES, patch, FileResult, timeout_s=10)
     for path in (

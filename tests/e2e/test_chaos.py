@@ -28,7 +28,7 @@ from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
-from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import BastionError
 from bastion.shared.statedir import find_bus_settings, read_run_record
@@ -160,7 +160,7 @@ async def _chaos(state_dir: Path, tmp_path: Path) -> None:
         for sid in parked_sids:
             asked = await _call(client, sid, ToolCall(tool="write_file", input={
                 "path": "approved.txt", "content": "approved\n"}))  # fmt: skip
-            assert isinstance(asked, ErrorReply) and asked.code == "waiting_for_approval"
+            assert isinstance(asked, CallParked)
 
         for i, victim in enumerate(KILLS):
             some_answered = anyio.Event()

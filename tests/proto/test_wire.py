@@ -26,6 +26,7 @@ from bastion.proto import (
     sandbox,
     session,
     stubs,
+    toolinput,
     tools,
     vault,
 )
@@ -177,6 +178,15 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     tools.ToolOutput: tools.ToolOutput(
         call_id="c1", tool="shell", effect="write", text="ok", decision=DECISION, duration_s=0.25
     ),
+    tools.CallParked: tools.CallParked(
+        call_id="c2",
+        tool="write_file",
+        session_id=SID,
+        request_id="0123456789abcdef",
+        input={"path": "README.md", "content": "x"},
+        decision=DECISION,
+        message="write_file waits for a person's approval",
+    ),
     ErrorReply: ErrorReply(code="denied", message="the policy refused the call"),
     policy.PolicyRequest: policy.PolicyRequest(
         session_id=SID,
@@ -272,38 +282,45 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         duration_s=1.0,
     ),
     sandbox.ReadFile: sandbox.ReadFile(
-        session_id=SID, workspace="/tmp/ws", path="a.txt", offset=3, limit=10
+        session_id=SID,
+        workspace="/tmp/ws",
+        input=toolinput.ReadFileInput(path="a.txt", offset=3, limit=10),
     ),
     sandbox.WriteFile: sandbox.WriteFile(
-        session_id=SID, workspace="/tmp/ws", path="d/a.txt", content="héllo\n"
+        session_id=SID,
+        workspace="/tmp/ws",
+        input=toolinput.WriteFileInput(path="d/a.txt", content="héllo\n"),
     ),
     sandbox.EditFile: sandbox.EditFile(
         session_id=SID,
         workspace="/tmp/ws",
-        path="a.py",
-        old_string="x = 1",
-        new_string="x = 2",
-        replace_all=True,
+        input=toolinput.EditFileInput(
+            path="a.py", old_string="x = 1", new_string="x = 2", replace_all=True
+        ),
     ),
     sandbox.ApplyPatch: sandbox.ApplyPatch(
-        session_id=SID, workspace="/tmp/ws", patch="--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n"
+        session_id=SID,
+        workspace="/tmp/ws",
+        input=toolinput.ApplyPatchInput(patch="--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n"),
     ),
-    sandbox.ListFiles: sandbox.ListFiles(session_id=SID, workspace="/tmp/ws", path="src"),
+    sandbox.ListFiles: sandbox.ListFiles(
+        session_id=SID, workspace="/tmp/ws", input=toolinput.ListFilesInput(path="src")
+    ),
     sandbox.ResolvePaths: sandbox.ResolvePaths(
         session_id=SID, workspace="/tmp/ws", paths=("notes/a.md",), patch=""
     ),
     sandbox.ResolvedPaths: sandbox.ResolvedPaths(paths=("notes/a.md", "secrets/key")),
     sandbox.FindFiles: sandbox.FindFiles(
-        session_id=SID, workspace="/tmp/ws", pattern="**/*.rs", path="src"
+        session_id=SID,
+        workspace="/tmp/ws",
+        input=toolinput.FindFilesInput(pattern="**/*.rs", path="src"),
     ),
     sandbox.SearchFiles: sandbox.SearchFiles(
         session_id=SID,
         workspace="/tmp/ws",
-        pattern="TODO",
-        path="src",
-        glob="*.py",
-        context=4,
-        case_insensitive=True,
+        input=toolinput.SearchFilesInput(
+            pattern="TODO", path="src", glob="*.py", context=4, case_insensitive=True
+        ),
     ),
     sandbox.CodeCheck: sandbox.CodeCheck(
         session_id=SID,
@@ -553,6 +570,7 @@ TAGS: dict[type[msgspec.Struct], str] = {
     session.SessionInfo: "session.info",
     tools.ToolCall: "tool.call",
     tools.ToolOutput: "tool.output",
+    tools.CallParked: "tool.parked",
     ErrorReply: "error",
     policy.PolicyRequest: "policy.request",
     policy.PolicyDecision: "policy.decision",
@@ -688,8 +706,9 @@ def wire_structs() -> set[type[msgspec.Struct]]:
         vault,
     )
     for module in (*modules, bastion.proto.errors):
-        for _, value in inspect.getmembers(module, inspect.isclass):
-            if issubclass(value, Message) and value not in (Message, Ingress):
+        for name, value in inspect.getmembers(module, inspect.isclass):
+            defined_here = value.__module__ == module.__name__ and not name.startswith("_")
+            if issubclass(value, Message) and value not in (Message, Ingress) and defined_here:
                 found.add(value)
     return found
 

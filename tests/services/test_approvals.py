@@ -26,7 +26,7 @@ from bastion.proto.approvals import (
 )
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import SessionInfo, SessionRef
-from bastion.proto.tools import ToolOutput
+from bastion.proto.tools import CallParked, ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
@@ -123,8 +123,9 @@ async def test_an_ask_parks_the_call_lists_it_and_the_session_waits_until_a_pers
         listed = await pending(client, sid)
         again = await call(client, sid, "read_file", path="README.md")
         waiting = await session_of(client, sid)
-    assert isinstance(parked, ErrorReply) and parked.code == "waiting_for_approval"
+    assert isinstance(parked, CallParked) and parked.tool == "write_file"
     [entry] = listed.approvals
+    assert parked.request_id == entry.request_id and parked.input == entry.input
     assert entry.tool == "write_file" and entry.state == "pending"
     assert entry.input == {"path": "README.md", "content": "x"}
     assert "L2 runs only once a person approves" in entry.decision.reason
@@ -225,7 +226,7 @@ async def test_an_always_answer_lets_the_same_call_run_again_and_a_given_rule_si
     assert not_a_rule.value.code == "invalid_input"
     assert ruled.approval.rule == "Write(notes/*)" and isinstance(ruled.result, ToolOutput)
     assert isinstance(similar, ToolOutput) and "Write(notes/*)" in similar.decision.approved_by
-    assert isinstance(elsewhere, ErrorReply) and elsewhere.code == "waiting_for_approval"
+    assert isinstance(elsewhere, CallParked)
     assert [(a.rule, a.source) for a in info.pre_approvals] == [
         ("write_file(README.md)", "always (cli:tester)"),
         ("Write(notes/*)", "always (cli:tester)"),
@@ -263,7 +264,7 @@ async def test_a_result_from_outside_taints_the_session_and_suspends_a_persons_r
         [second] = (await pending(client, sid)).approvals
     assert isinstance(ran.result, ToolOutput) and "one" in ran.result.text
     assert info.tainted_until is not None and info.tainted_until > datetime.now(UTC)
-    assert isinstance(asked, ErrorReply) and asked.code == "waiting_for_approval"
+    assert isinstance(asked, CallParked) and asked.request_id == second.request_id
     assert "because the session is tainted" in asked.message
     assert second.decision.asked_because_tainted
     assert "pre-approvals are suspended" in second.decision.reason
@@ -309,7 +310,7 @@ async def test_reading_a_skill_adds_its_allowed_tools_unless_skill_approvals_are
         assert isinstance(notes, ToolOutput)
         assert notes.decision.approved_by == "skill release-notes: Write(notes/*)"
     else:
-        assert isinstance(notes, ErrorReply) and notes.code == "waiting_for_approval"
+        assert isinstance(notes, CallParked)
         assert "--no-skill-approvals" in notes.message
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import typing
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ async def sandbox(
 
 
 async def tool(client: Client, workspace: Path, struct: Any, **fields: Any) -> str:
-    message = struct(session_id=SESSION, workspace=str(workspace), **fields)
+    given = typing.get_type_hints(struct)["input"](**fields)
+    message = struct(session_id=SESSION, workspace=str(workspace), input=given)
     result = await request(client, subjects.SANDBOX_FILES, message, FileResult, timeout_s=10)
     return str(result.text)
 

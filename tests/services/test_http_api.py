@@ -20,7 +20,7 @@ from bastion.mcp.service import mcp_service
 from bastion.mcp.settings import McpSettings
 from bastion.proto.approvals import ApprovalAnswered, ApprovalList
 from bastion.proto.errors import ErrorReply
-from bastion.proto.tools import ToolOutput
+from bastion.proto.tools import CallParked, ToolOutput
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError, RemoteError, Unavailable
 from bastion.shared.httptokens import UnsafeTokensFile
@@ -97,8 +97,9 @@ async def parked_write(client: Client, workspace: Path, **session: object) -> tu
     """A session whose write waits for a person: its id and the request's."""
     opened = await open_session(client, workspace=str(workspace), **session)
     parked = await call(client, opened.session_id, "write_file", path="README.md", content="x")
-    assert isinstance(parked, ErrorReply) and parked.code == "waiting_for_approval"
+    assert isinstance(parked, CallParked)
     [entry] = (await pending(client, opened.session_id)).approvals
+    assert parked.request_id == entry.request_id
     return opened.session_id, entry.request_id
 
 

@@ -17,7 +17,7 @@ from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.orchestrator.turns import TurnRecord, Turns, TurnTimeout
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.tools import ToolOutput
+from bastion.proto.tools import CallParked, ToolOutput
 from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.kv import open_bucket
@@ -149,7 +149,7 @@ async def test_a_session_taken_over_from_a_dead_holder_settles_its_running_call_
         session = await open_session(client, workspace=str(workspace), autonomy="L2")
         sid = session.session_id
         asked = await call(client, sid, "write_file", path="a.txt", content="a")
-        assert isinstance(asked, ErrorReply) and asked.code == "waiting_for_approval"
+        assert isinstance(asked, CallParked)
         [parked] = (await pending(client, sid)).approvals
         # As if an orchestrator died running the approved call, its turn still in the store.
         store = await ApprovalStore.open(client, subjects.APPROVALS_BUCKET)

@@ -23,6 +23,7 @@ from bastion.proto.sandbox import (
     SandboxReady,
     WriteFile,
 )
+from bastion.proto.toolinput import ReadFileInput, WriteFileInput
 from bastion.sandbox.service import output_cap, sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
@@ -77,13 +78,19 @@ async def shell(client: Client, workspace: Path, command: str, **fields: object)
 
 
 async def read(client: Client, workspace: Path, path: str, **fields: int) -> str:
-    message = ReadFile(session_id=SESSION, workspace=str(workspace), path=path, **fields)
+    message = ReadFile(
+        session_id=SESSION, workspace=str(workspace), input=ReadFileInput(path=path, **fields)
+    )
     result = await request(client, subjects.SANDBOX_FILES, message, FileResult, timeout_s=10)
     return str(result.text)
 
 
 async def write(client: Client, workspace: Path, path: str, content: str) -> str:
-    message = WriteFile(session_id=SESSION, workspace=str(workspace), path=path, content=content)
+    message = WriteFile(
+        session_id=SESSION,
+        workspace=str(workspace),
+        input=WriteFileInput(path=path, content=content),
+    )
     result = await request(client, subjects.SANDBOX_FILES, message, FileResult, timeout_s=10)
     return str(result.text)
 
@@ -410,7 +417,7 @@ async def test_a_workspace_that_overlaps_the_state_dir_or_is_no_directory_is_ref
         request(
             client,
             subjects.SANDBOX_FILES,
-            ReadFile(session_id=SESSION, workspace=workspace, path="x"),
+            ReadFile(session_id=SESSION, workspace=workspace, input=ReadFileInput(path="x")),
             FileResult,
             timeout_s=10,
         ),

@@ -13,6 +13,7 @@ from nats.aio.msg import Msg
 
 from bastion.proto import subjects
 from bastion.proto.sandbox import EditFile, ExecRequest, ExecResult, FileResult, ReadFile
+from bastion.proto.toolinput import EditFileInput, ReadFileInput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, connect, request
@@ -101,7 +102,9 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
         read: FileResult = await request(
             client,
             subjects.SANDBOX_FILES,
-            ReadFile(session_id=SESSION, workspace=str(workspace), path="leak.txt"),
+            ReadFile(
+                session_id=SESSION, workspace=str(workspace), input=ReadFileInput(path="leak.txt")
+            ),
             FileResult, timeout_s=10,
         )  # fmt: skip
         with pytest.raises(RemoteError) as missed:  # its error quotes the file's nearest lines
@@ -109,8 +112,10 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
                 client,
                 subjects.SANDBOX_FILES,
                 EditFile(
-                    session_id=SESSION, workspace=str(workspace), path="config.txt",
-                    old_string="api_key = another\nend", new_string="x",
+                    session_id=SESSION, workspace=str(workspace),
+                    input=EditFileInput(
+                        path="config.txt", old_string="api_key = another\nend", new_string="x"
+                    ),
                 ),
                 FileResult, timeout_s=10,
             )  # fmt: skip

@@ -27,9 +27,8 @@ from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered
 from bastion.proto.session import OpenSession, SessionInfo
-from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import connect, request
-from bastion.shared.errors import RemoteError
 from bastion.shared.statedir import find_bus_settings
 from tests.otlp import MetricPoint, ReceivedSpan, Receiver, otlp_receiver
 from tests.owners import owned
@@ -183,18 +182,17 @@ async def _park_a_shell_call(
             SessionInfo,
             timeout_s=30,
         )
-        with pytest.raises(RemoteError) as parked, trace.use_span(NonRecordingSpan(agent_span)):
-            await request(
+        with trace.use_span(NonRecordingSpan(agent_span)):
+            parked = await request(
                 client,
                 subjects.session_call(session.session_id),
                 ToolCall(tool="shell", input={"command": "true"}),
                 CallResult,
                 timeout_s=60,
             )
-    assert parked.value.code == "waiting_for_approval"
-    found = re.search(r"parked as request ([0-9a-f]{16})", parked.value.message)
-    assert found is not None, parked.value.message
-    return found[1]
+    assert isinstance(parked, CallParked), parked
+    assert f"parked as request {parked.request_id}" in parked.message
+    return parked.request_id
 
 
 async def _approve(traced: TracedUp, request_id: str) -> ApprovalAnswered:

@@ -17,7 +17,7 @@ from bastion.proto.approvals import ApprovalList, ApprovalQuery, ParkedCall
 from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import RunMark, RunMarked
 from bastion.proto.session import SessionInfo, SessionRef
-from bastion.proto.tools import CallResult, ToolCall
+from bastion.proto.tools import CallParked, CallResult, ToolCall
 from bastion.shared.bus import Client, request
 from bastion.shared.deadlines import call_wait_s
 from bastion.shared.errors import BastionError
@@ -90,6 +90,18 @@ async def parked_of(client: Client, session_id: str) -> ParkedCall | None:
     return found.approvals[0] if found.approvals else None
 
 
+async def _waiting_on(
+    client: Client, session: SessionInfo, result: CallResult
+) -> ParkedCall | CallParked | None:
+    """The call the session waits on: this one, parked, or (refused while the session
+    waits) the one parked before it."""
+    if isinstance(result, CallParked):
+        return result
+    if isinstance(result, ErrorReply) and result.code == codes.WAITING_FOR_APPROVAL:
+        return await parked_of(client, session.session_id)
+    return None
+
+
 async def drive(
     client: Client,
     session: SessionInfo,
@@ -113,8 +125,7 @@ async def drive(
             continue
         say(f"→ {step.tool} {show_input(step.input)}")
         result = await _call(client, session, step)
-        waiting = isinstance(result, ErrorReply) and result.code == codes.WAITING_FOR_APPROVAL
-        parked = await parked_of(client, session.session_id) if waiting else None
+        parked = await _waiting_on(client, session, result)
         if parked is None:
             say(show_result(result))
             errors += is_error(result)

@@ -6,9 +6,10 @@ import json
 import sys
 from typing import Any
 
+from bastion.proto import errors as codes
 from bastion.proto.approvals import ParkedCall
 from bastion.proto.errors import ErrorReply
-from bastion.proto.tools import CallResult
+from bastion.proto.tools import CallParked, CallResult
 
 __all__ = ["PREVIEW_CHARS", "say", "show_input", "show_result", "show_waiting"]
 
@@ -34,6 +35,8 @@ def show_result(result: CallResult) -> str:
     """The `← …` line(s) of a call's result; one that ran without asking says who allowed it."""
     if isinstance(result, ErrorReply):
         return f"← error ({result.code}): {result.message}"
+    if isinstance(result, CallParked):
+        return f"← error ({codes.WAITING_FOR_APPROVAL}): {result.message}"
     if result.decision.approved_by:
         return (
             f"← [ran without asking: pre-approved by {result.decision.approved_by}]\n{result.text}"
@@ -41,7 +44,7 @@ def show_result(result: CallResult) -> str:
     return f"← {result.text}"
 
 
-def show_waiting(parked: ParkedCall) -> None:
+def show_waiting(parked: ParkedCall | CallParked) -> None:
     """The lines of a call parked for a person, and how to answer it."""
     tainted = parked.decision.asked_because_tainted
     say(

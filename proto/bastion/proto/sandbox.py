@@ -7,6 +7,15 @@ from typing import Annotated, Literal
 import msgspec
 
 from bastion.proto._base import Identifier, Message, PathText, SessionId, Text
+from bastion.proto.toolinput import (
+    ApplyPatchInput,
+    EditFileInput,
+    FindFilesInput,
+    ListFilesInput,
+    ReadFileInput,
+    SearchFilesInput,
+    WriteFileInput,
+)
 
 __all__ = [
     "ApplyPatch",
@@ -110,84 +119,63 @@ class ExecResult(Message, frozen=True, kw_only=True, tag="sandbox.exec_result"):
     (`connections: a:443 allowed; b:443 refused: not a declared host`)."""
 
 
-class ReadFile(Message, frozen=True, kw_only=True, tag="file.read"):
+class _FileCall(Message, frozen=True, kw_only=True):
+    """A file tool's call on a session's workspace: whose it is and where, and the tool's
+    own input (its fields and bounds are the tool's, `bastion.proto.toolinput`).
+
+    `tenant` (`default` if not given): every value of the tenant's secrets is cut out of
+    the answer, and each tenant's searches have search workers of their own.
+    """
+
+    session_id: SessionId
+    workspace: PathText
+    tenant: Identifier = "default"
+
+
+class ReadFile(_FileCall, frozen=True, kw_only=True, tag="file.read"):
     """Read a stretch of a workspace file, its lines numbered from `offset` (1-based)."""
 
-    session_id: SessionId
-    workspace: PathText
-    path: PathText
-    offset: Annotated[int, msgspec.Meta(ge=1)] = 1
-    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 2000
-    tenant: Identifier = "default"
+    input: ReadFileInput
 
 
-class WriteFile(Message, frozen=True, kw_only=True, tag="file.write"):
+class WriteFile(_FileCall, frozen=True, kw_only=True, tag="file.write"):
     """Write a whole workspace file, atomically, creating its directories."""
 
-    session_id: SessionId
-    workspace: PathText
-    path: PathText
-    content: Text
-    tenant: Identifier = "default"
+    input: WriteFileInput
 
 
-class EditFile(Message, frozen=True, kw_only=True, tag="file.edit"):
+class EditFile(_FileCall, frozen=True, kw_only=True, tag="file.edit"):
     """Replace `old_string` in a workspace file: once, or every time with `replace_all`."""
 
-    session_id: SessionId
-    workspace: PathText
-    path: PathText
-    old_string: Text
-    new_string: Text
-    replace_all: bool = False
-    tenant: Identifier = "default"
+    input: EditFileInput
 
 
-class ApplyPatch(Message, frozen=True, kw_only=True, tag="file.patch"):
+class ApplyPatch(_FileCall, frozen=True, kw_only=True, tag="file.patch"):
     """Apply a unified diff or a `*** Begin Patch` patch to the workspace: all of it or none."""
 
-    session_id: SessionId
-    workspace: PathText
-    patch: Text
-    tenant: Identifier = "default"
+    input: ApplyPatchInput
 
 
-class ListFiles(Message, frozen=True, kw_only=True, tag="file.list"):
+class ListFiles(_FileCall, frozen=True, kw_only=True, tag="file.list"):
     """The entries of one workspace directory."""
 
-    session_id: SessionId
-    workspace: PathText
-    path: PathText = "."
-    tenant: Identifier = "default"
+    input: ListFilesInput
 
 
-class FindFiles(Message, frozen=True, kw_only=True, tag="file.find"):
+class FindFiles(_FileCall, frozen=True, kw_only=True, tag="file.find"):
     """Workspace files whose path matches a glob (`**`, `{a,b}`), under `path`."""
 
-    session_id: SessionId
-    workspace: PathText
-    pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
-    path: PathText = "."
-    tenant: Identifier = "default"
+    input: FindFilesInput
 
 
-class SearchFiles(Message, frozen=True, kw_only=True, tag="file.search"):
+class SearchFiles(_FileCall, frozen=True, kw_only=True, tag="file.search"):
     """Lines of workspace files matching a regular expression, with lines around each."""
 
-    session_id: SessionId
-    workspace: PathText
-    pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
-    path: PathText = "."
-    glob: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
-    context: Annotated[int, msgspec.Meta(ge=0, le=20)] = 2
-    case_insensitive: bool = False
-    tenant: Identifier = "default"
-    """Whose search it is: each tenant's searches have search workers of their own."""
+    input: SearchFilesInput
 
 
 FileRequest = ReadFile | WriteFile | EditFile | ApplyPatch | ListFiles | FindFiles | SearchFiles
-"""What `sandbox.files` takes; later file tools join this union. Each names its `tenant`
-(last, `default` if not): every value of the tenant's secrets is cut out of the answer."""
+"""What `sandbox.files` takes; later file tools join this union."""
 
 
 class ResolvePaths(Message, frozen=True, kw_only=True, tag="file.resolve"):

@@ -1,19 +1,29 @@
 """The input of each built-in tool, as an agent writes it: unknown fields refused, sizes bounded.
 
 The orchestrator validates a call's `input` against the tool's struct here before anything
-runs, and the same structs give the JSON Schema a client is shown for each tool.
+runs, and the same structs give the JSON Schema a client is shown for each tool. A sandbox
+file request carries its tool's input as it is (`bastion.proto.sandbox`).
+
+`BUILTIN_TOOLS` names every built-in tool with its input and its effect: the
+orchestrator's registry is built on it, and the policy service reads it (neither may
+import the other).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Final, Literal, NamedTuple
 
 import msgspec
 
 from bastion.proto._base import MAX_PATH, MAX_TEXT, Ingress
+from bastion.proto.policy import Effect
 
 __all__ = [
+    "BUILTIN_TOOLS",
     "ApplyPatchInput",
+    "BuiltinTool",
     "DiagnosticsInput",
     "EditFileInput",
     "FetchUrlInput",
@@ -172,3 +182,34 @@ class WebSearchInput(Ingress, frozen=True, kw_only=True):
     query: Annotated[str, msgspec.Meta(min_length=1, max_length=400)]
     count: Annotated[int, msgspec.Meta(ge=1, le=10)] = 5
     freshness: Literal["day", "week", "month", "year"] | None = None
+
+
+class BuiltinTool(NamedTuple):
+    """A built-in tool as every service may know it: the input it takes, the most it can do."""
+
+    input_type: type[Ingress]
+    effect: Effect | None
+    """None: it runs programs, so its effect is the session's network's (`write`, or
+    `external` with the machine's network)."""
+
+
+BUILTIN_TOOLS: Final[Mapping[str, BuiltinTool]] = MappingProxyType(
+    {
+        "read_file": BuiltinTool(ReadFileInput, "read"),
+        "write_file": BuiltinTool(WriteFileInput, "write"),
+        "edit_file": BuiltinTool(EditFileInput, "write"),
+        "apply_patch": BuiltinTool(ApplyPatchInput, "write"),
+        "list_files": BuiltinTool(ListFilesInput, "read"),
+        "find_files": BuiltinTool(FindFilesInput, "read"),
+        "search_files": BuiltinTool(SearchFilesInput, "read"),
+        "shell": BuiltinTool(ShellInput, None),
+        "diagnostics": BuiltinTool(DiagnosticsInput, None),
+        "run_tests": BuiltinTool(RunTestsInput, None),
+        "fetch_url": BuiltinTool(FetchUrlInput, "external"),
+        "web_search": BuiltinTool(WebSearchInput, "external"),
+        "skill_read": BuiltinTool(SkillReadInput, "read"),
+        "skill_run": BuiltinTool(SkillRunInput, "write"),
+        "skill_write": BuiltinTool(SkillWriteInput, "write"),
+    }
+)
+"""Every built-in tool by name, in the order a session's catalogue lists them."""

@@ -1,4 +1,5 @@
-"""A tool call as an agent makes it, and its result: output, or a typed error."""
+"""A tool call as an agent makes it, and its result: output, a call parked for a person, or
+a typed error."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from bastion.proto._base import Ingress, Message
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import Effect, PolicyDecision
 
-__all__ = ["CallResult", "ToolCall", "ToolName", "ToolOutput"]
+__all__ = ["CallParked", "CallResult", "ToolCall", "ToolName", "ToolOutput"]
 
 ToolName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
@@ -38,5 +39,24 @@ class ToolOutput(Message, frozen=True, kw_only=True, tag="tool.output"):
     duration_s: float
 
 
-CallResult = ToolOutput | ErrorReply
-"""What `session.<id>.call` answers: the tool's output, or why there is none."""
+class CallParked(Message, frozen=True, kw_only=True, tag="tool.parked"):
+    """A call that waits for a person: parked as approval `request_id` until a person
+    approves (it runs then) or declines it; the session takes no other call meanwhile.
+
+    `request_id` is the call's key in the approvals bucket (`subjects.APPROVALS_BUCKET`),
+    so whoever waits for the answer can watch that key. `decision` says what the policy
+    asks about; `message` is the sentence an agent is shown, saying how a person answers.
+    """
+
+    call_id: str
+    tool: str
+    session_id: str
+    request_id: str
+    input: dict[str, Any] = msgspec.field(default_factory=dict)
+    decision: PolicyDecision
+    message: str
+
+
+CallResult = ToolOutput | CallParked | ErrorReply
+"""What `session.<id>.call` answers: the tool's output, the call parked for a person, or
+why there is none."""

@@ -183,6 +183,7 @@ GRANTS: Final[dict[str, Grant]] = {
         ),
         listens=(s.event("session_closed", "*"),),
         buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),
+        reads_buckets=(s.APPROVALS_BUCKET,),  # the front door watches a parked call's answer
         reads_streams=(s.AUDIT_STREAM,),  # a front-door session's record, as a resource
     ),
     "vault": Grant(

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
-from typing import NoReturn
 
 import msgspec
 from opentelemetry.trace import Link, get_current_span
@@ -43,7 +42,7 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision, PreApproval, RuleCheck, RuleChecked
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import SkillRunInput
-from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
 from bastion.shared.telemetry import context_from_headers, headers_with_context, tracer
@@ -127,11 +126,11 @@ class Approvals:
         call_id: str,
         tool: ToolSpec,
         decision: PolicyDecision,
-    ) -> NoReturn:
-        """Park a call the policy asks about, or refuse it when nobody can be asked.
+    ) -> CallParked:
+        """Park a call the policy asks about: the result that says so, and how to answer.
 
         Raises:
-            RemoteError: `waiting_for_approval` (parked), or `needs_approval` (`--no-ask`).
+            RemoteError: `needs_approval`: nobody can be asked (`--no-ask`).
         """
         if not session.ask:
             raise RemoteError(
@@ -167,10 +166,15 @@ class Approvals:
             lambda s: msgspec.structs.replace(s, waiting_for=parked.request_id),
         )
         because = " (because the session is tainted)" if decision.asked_because_tainted else ""
-        raise RemoteError(
-            codes.WAITING_FOR_APPROVAL,
-            f"{tool.name} waits for a person's approval{because}: {decision.reason}. It is "
-            f"parked as request {parked.request_id}; a person can "
+        return CallParked(
+            call_id=call_id,
+            tool=tool.name,
+            session_id=session.session_id,
+            request_id=parked.request_id,
+            input=call.input,
+            decision=decision,
+            message=f"{tool.name} waits for a person's approval{because}: {decision.reason}. "
+            f"It is parked as request {parked.request_id}; a person can "
             + how_to_answer(session.session_id),
         )
 

@@ -16,15 +16,23 @@ from typing import Any, Final
 import msgspec
 from nats.js.client import JetStreamContext
 
+from bastion.proto import errors as codes
 from bastion.proto.audit import MAX_SUMMARY, AuditRecord
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo
-from bastion.proto.tools import CallResult
+from bastion.proto.tools import CallParked, CallResult
 from bastion.shared.audit import open_audit_stream, publish_audit
 from bastion.shared.bus import Client
 
-__all__ = ["CONTENT_FIELDS", "AuditLog", "bounded", "input_summary", "open_audit_stream"]
+__all__ = [
+    "CONTENT_FIELDS",
+    "AuditLog",
+    "bounded",
+    "error_code_of",
+    "input_summary",
+    "open_audit_stream",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +57,17 @@ def input_summary(tool_input: dict[str, Any]) -> str:
     return bounded(msgspec.json.encode(shown).decode())
 
 
+def error_code_of(result: CallResult) -> str:
+    """The code a result counts under: its error's, `waiting_for_approval` for a parked
+    call, empty for an output."""
+    if isinstance(result, ErrorReply):
+        return result.code
+    return codes.WAITING_FOR_APPROVAL if isinstance(result, CallParked) else ""
+
+
 def result_summary(result: CallResult) -> str:
     """A result for the audit: its size, or its error's code and first line (never content)."""
-    if isinstance(result, ErrorReply):
+    if isinstance(result, ErrorReply | CallParked):
         return bounded(result.message.split("\n", 1)[0])
     first = result.text.split("\n", 1)[0]
     if first.startswith("[answered from the journal"):
@@ -102,7 +118,7 @@ class AuditLog:
     async def result(
         self, session: SessionInfo, call_id: str, tool: str, result: CallResult
     ) -> None:
-        outcome = result.code if isinstance(result, ErrorReply) else "ok"
+        outcome = error_code_of(result) or "ok"
         await self.record(
             session,
             "result",

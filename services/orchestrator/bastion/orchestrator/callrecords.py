@@ -34,7 +34,7 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.journal import CallRecord
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
-from bastion.proto.tools import CallResult, ToolOutput
+from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client
 from bastion.shared.kv import AlreadyStored, ChangedSince, TypedBucket
 
@@ -88,7 +88,7 @@ class CallRecords:
         found = await self._bucket.find(record_key(session_id, call_id))
         return found is not None and found.value.state == "running"
 
-    async def recall(self, session_id: str, call_id: str) -> CallResult | None:
+    async def recall(self, session_id: str, call_id: str) -> ToolOutput | ErrorReply | None:
         """The outcome of the call made earlier with this call id, or None if none was.
 
         Called in the session's turn: a record still `running` is an orchestrator's that
@@ -119,7 +119,7 @@ class CallRecords:
         return self._outcome(record)
 
     @staticmethod
-    def _outcome(record: CallRecord) -> CallResult:
+    def _outcome(record: CallRecord) -> ToolOutput | ErrorReply:
         if record.error is not None:
             return record.error
         assert record.decision is not None and record.effect is not None

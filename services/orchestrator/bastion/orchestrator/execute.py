@@ -1,55 +1,30 @@
-"""Running an allowed call on the service that owns it, and the text the model is shown."""
+"""The sandbox's tools as the orchestrator runs them — commands, checks and file tools —
+and the text the model is shown of a command's result."""
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import msgspec
 
-from bastion.orchestrator.web import fetch_page, search_web
-from bastion.proto import subjects
-from bastion.proto.sandbox import (
-    ApplyPatch,
-    CodeCheck,
-    CodeReport,
-    EditFile,
-    ExecRequest,
-    ExecResult,
-    FileResult,
-    FindFiles,
-    ListFiles,
-    ReadFile,
-    SearchFiles,
-    WriteFile,
-)
-from bastion.proto.session import SessionInfo
-from bastion.proto.toolinput import (
-    ApplyPatchInput,
-    DiagnosticsInput,
-    EditFileInput,
-    FetchUrlInput,
-    FindFilesInput,
-    ListFilesInput,
-    ReadFileInput,
-    RunTestsInput,
-    SearchFilesInput,
-    ShellInput,
-    WebSearchInput,
-    WriteFileInput,
-)
-from bastion.shared.bus import Client, request
+from bastion.orchestrator.toolcall import Call
+from bastion.proto import sandbox, subjects, toolinput
+from bastion.proto.sandbox import CodeCheck, CodeReport, ExecRequest, ExecResult, FileResult, Limits
+from bastion.proto.toolinput import DiagnosticsInput, RunTestsInput, ShellInput
 from bastion.shared.deadlines import shell_wall_s
 
-__all__ = ["format_exec_result", "run_tool"]
+__all__ = ["FILE_REQUESTS", "format_exec_result", "run_check", "run_file_tool", "run_shell"]
 
-_FILE_REQUESTS: dict[type[msgspec.Struct], type[msgspec.Struct]] = {
-    ReadFileInput: ReadFile,
-    WriteFileInput: WriteFile,
-    EditFileInput: EditFile,
-    ApplyPatchInput: ApplyPatch,
-    ListFilesInput: ListFiles,
-    FindFilesInput: FindFiles,
-    SearchFilesInput: SearchFiles,
+FILE_REQUESTS: dict[type[msgspec.Struct], Any] = {
+    toolinput.ReadFileInput: sandbox.ReadFile,
+    toolinput.WriteFileInput: sandbox.WriteFile,
+    toolinput.EditFileInput: sandbox.EditFile,
+    toolinput.ApplyPatchInput: sandbox.ApplyPatch,
+    toolinput.ListFilesInput: sandbox.ListFiles,
+    toolinput.FindFilesInput: sandbox.FindFiles,
+    toolinput.SearchFilesInput: sandbox.SearchFiles,
 }
-"""Each file tool's input and the `sandbox.files` request it becomes (same field names)."""
+"""Each file tool's input and the `sandbox.files` request that carries it."""
 
 _SIGNAL_NAMES = {
     9: "SIGKILL",
@@ -110,79 +85,56 @@ def format_exec_result(result: ExecResult, wall_s: float | None = None) -> str:
     return "\n".join(parts)
 
 
-async def run_tool(
-    client: Client,
-    session: SessionInfo,
-    tool: str,
-    tool_input: msgspec.Struct,
-    timeout_s: float,
-) -> str:
-    """Run `tool` for `session` and return its text; errors are raised typed."""
-    if isinstance(tool_input, FetchUrlInput):
-        return await fetch_page(client, session, tool_input, timeout_s)
-    if isinstance(tool_input, WebSearchInput):
-        return await search_web(client, session, tool_input, timeout_s)
-    assert session.workspace is not None  # only workspace sessions have these tools
-    match tool_input:
-        case ShellInput(command=command, timeout_s=asked_s):
-            limits = msgspec.structs.replace(session.limits, wall_s=shell_wall_s(session, asked_s))
-            result: ExecResult = await request(
-                client,
-                subjects.SANDBOX_EXEC,
-                ExecRequest(
-                    session_id=session.session_id,
-                    workspace=session.workspace,
-                    command=command,
-                    backend=session.sandbox,
-                    network=session.network,
-                    limits=limits,
-                    read_only_dirs=session.read_only_dirs,
-                    tenant=session.tenant,
-                ),
-                ExecResult,
-                timeout_s=limits.wall_s + timeout_s,
-            )
-            text = format_exec_result(result, limits.wall_s)
-            if asked_s is not None and asked_s > session.limits.wall_s:
-                text = (
-                    f"[timeout_s {asked_s:g} is more than this session's wall-clock limit of "
-                    f"{session.limits.wall_s:g} s, so the command had {session.limits.wall_s:g}"
-                    " s; a session opened with `--sandbox-timeout SECONDS` has more]\n" + text
-                )
-            return text
-        case DiagnosticsInput() | RunTestsInput():
-            limits = session.limits
-            report: CodeReport = await request(
-                client,
-                subjects.SANDBOX_CHECK_CODE,
-                CodeCheck(
-                    session_id=session.session_id,
-                    workspace=session.workspace,
-                    what="diagnostics" if isinstance(tool_input, DiagnosticsInput) else "tests",
-                    backend=session.sandbox,
-                    network=session.network,
-                    limits=limits,
-                    read_only_dirs=session.read_only_dirs,
-                    tenant=session.tenant,
-                ),
-                CodeReport,
-                timeout_s=limits.wall_s + timeout_s,
-            )
-            return report.text
-    wire = _FILE_REQUESTS.get(type(tool_input))
-    if wire is None:
-        raise AssertionError(f"no route for tool {tool}")
-    fields = msgspec.structs.asdict(tool_input)
-    answer: FileResult = await request(
-        client,
-        subjects.SANDBOX_FILES,
-        wire(
-            session_id=session.session_id,
-            workspace=session.workspace,
-            tenant=session.tenant,
-            **fields,
-        ),
-        FileResult,
-        timeout_s=timeout_s,
+def _in_sandbox(call: Call, limits: Limits) -> dict[str, Any]:
+    """What a command and a check ask of the session's sandbox alike."""
+    session = call.session
+    return call.whose() | {
+        "workspace": call.workspace,
+        "backend": session.sandbox,
+        "network": session.network,
+        "limits": limits,
+        "read_only_dirs": session.read_only_dirs,
+    }
+
+
+async def run_shell(call: Call, given: ShellInput) -> str:
+    """`shell`: the command in the sandbox, within the wall clock it asked for (up to the
+    session's), and its result as the model is shown it."""
+    session = call.session
+    limits = msgspec.structs.replace(session.limits, wall_s=shell_wall_s(session, given.timeout_s))
+    result = await call.ask(
+        subjects.SANDBOX_EXEC,
+        ExecRequest(command=given.command, **_in_sandbox(call, limits)),
+        ExecResult,
+        timeout_s=limits.wall_s + call.timeout_s,
     )
+    text = format_exec_result(result, limits.wall_s)
+    if given.timeout_s is not None and given.timeout_s > session.limits.wall_s:
+        text = (
+            f"[timeout_s {given.timeout_s:g} is more than this session's wall-clock limit of "
+            f"{session.limits.wall_s:g} s, so the command had {session.limits.wall_s:g}"
+            " s; a session opened with `--sandbox-timeout SECONDS` has more]\n" + text
+        )
+    return text
+
+
+async def run_check(call: Call, given: DiagnosticsInput | RunTestsInput) -> str:
+    """`diagnostics` and `run_tests`: the project's checker or tests, and their report."""
+    limits = call.session.limits
+    what: Literal["diagnostics", "tests"] = (
+        "diagnostics" if isinstance(given, DiagnosticsInput) else "tests"
+    )
+    report = await call.ask(
+        subjects.SANDBOX_CHECK_CODE,
+        CodeCheck(what=what, **_in_sandbox(call, limits)),
+        CodeReport,
+        timeout_s=limits.wall_s + call.timeout_s,
+    )
+    return report.text
+
+
+async def run_file_tool(call: Call, given: msgspec.Struct) -> str:
+    """A file tool: its input in the `sandbox.files` request that carries it."""
+    message = FILE_REQUESTS[type(given)](**call.whose(), workspace=call.workspace, input=given)
+    answer = await call.ask(subjects.SANDBOX_FILES, message, FileResult)
     return answer.text

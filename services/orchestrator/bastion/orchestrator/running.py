@@ -7,6 +7,7 @@ once however often it is sent) are kept the same way for both.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,20 +15,16 @@ import msgspec
 
 from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.callrecords import CallRecords
-from bastion.orchestrator.catalogue import UpstreamInput
-from bastion.orchestrator.execute import run_tool
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
-from bastion.orchestrator.skillrun import run_skill, write_skill
-from bastion.orchestrator.skills import fetch_skill, skill_pre_approvals, with_pre_approvals
+from bastion.orchestrator.registry import route_of
 from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.taint import from_outside, tainted_by
-from bastion.orchestrator.upstream import call_upstream
+from bastion.orchestrator.toolcall import Call
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
-from bastion.proto.toolinput import SkillReadInput, SkillRunInput, SkillWriteInput
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.telemetry import span
@@ -35,30 +32,20 @@ from bastion.shared.telemetry import span
 __all__ = ["Runner"]
 
 
+@dataclass(frozen=True)
 class Runner:
     """Runs a call on the service that owns it — hooks, audit and journal around it — then
     records taint and skills' rules."""
 
-    def __init__(
-        self,
-        client: Client,
-        store: SessionStore,
-        timeout_s: float,
-        taint_s: float,
-        *,
-        journal: Journal,
-        audit: AuditLog,
-        hooks: Hooks,
-        records: CallRecords,
-    ) -> None:
-        self._client = client
-        self._records = records
-        self._store = store
-        self._timeout_s = timeout_s
-        self._taint_s = taint_s
-        self._journal = journal
-        self._audit = audit
-        self._hooks = hooks
+    client: Client
+    store: SessionStore
+    timeout_s: float
+    taint_s: float
+    _: KW_ONLY
+    journal: Journal
+    audit: AuditLog
+    hooks: Hooks
+    records: CallRecords
 
     async def run(
         self,
@@ -78,92 +65,51 @@ class Runner:
         Raises:
             UncertainCall: the call got no answer (journaled or not, it is not made again).
         """
-        started = await self._records.start(session, tool, call_id, decision)
+        started = await self.records.start(session, tool, call_id, decision)
         if started is None:  # sent again with its call id: it ran, or runs, once
-            recorded = await self._records.recall(session.session_id, call_id)
+            recorded = await self.records.recall(session.session_id, call_id)
             if isinstance(recorded, ErrorReply):
                 raise RemoteError(recorded.code, recorded.message)
             assert recorded is not None
             return recorded.text
         try:
-            text = await self._run(
-                session, tool, tool_input, call_input=call_input, call_id=call_id, decision=decision
-            )
+            with span("orchestrator.hooks.before_tool"):
+                await self.hooks.before_tool(session, tool.name, call_input, decision.outcome)
+            with span("orchestrator.audit"):
+                await self.audit.call(session, call_id, tool.name, call_input)
+            with span("orchestrator.journal.run"):
+                text = await self.journal.run(
+                    session,
+                    tool,
+                    tool_input,
+                    call_id,
+                    decision=decision,
+                    make=lambda: self._execute(session, tool, tool_input, call_id),
+                )
+            with span("orchestrator.hooks.after_tool"):
+                text = await self.hooks.after_tool(session, tool.name, call_input, text)
         except BastionError as error:
             if error.code == codes.UNCERTAIN:
-                await self._records.finish(started, error=error.to_reply())
+                await self.records.finish(started, error=error.to_reply())
             else:  # answered, though with an error: nothing changed, it may be made again
-                await self._records.drop(started)
+                await self.records.drop(started)
             raise
-        await self._records.finish(started, text=text)
+        await self.records.finish(started, text=text)
         return text
-
-    async def _run(
-        self,
-        session: SessionInfo,
-        tool: ToolSpec,
-        tool_input: msgspec.Struct,
-        *,
-        call_input: dict[str, Any],
-        call_id: str,
-        decision: PolicyDecision,
-    ) -> str:
-        with span("orchestrator.hooks.before_tool"):
-            await self._hooks.before_tool(session, tool.name, call_input, decision.outcome)
-        with span("orchestrator.audit"):
-            await self._audit.call(session, call_id, tool.name, call_input)
-        with span("orchestrator.journal.run"):
-            text = await self._journal.run(
-                session,
-                tool,
-                tool_input,
-                call_id,
-                decision=decision,
-                make=lambda: self._execute(session, tool, tool_input, call_id),
-            )
-        with span("orchestrator.hooks.after_tool"):
-            return await self._hooks.after_tool(session, tool.name, call_input, text)
 
     async def _execute(
         self, session: SessionInfo, tool: ToolSpec, tool_input: msgspec.Struct, call_id: str
     ) -> str:
-        """The call's text; a result from outside taints the session even when it failed,
-        since what came back (an error page, a command's output) may carry the outside."""
+        """The call's text, from the service its route names; a result from outside taints
+        the session even when it failed, since what came back (an error page, a command's
+        output) may carry the outside."""
+        call = Call(self.client, self.store, session, tool, call_id, self.timeout_s)
         with span("orchestrator.execute", tool=tool.name):
             try:
-                if isinstance(tool_input, SkillReadInput):
-                    document = await fetch_skill(
-                        self._client, session, tool_input.name, self._timeout_s
-                    )
-                    added = skill_pre_approvals(tool_input.name, document)
-                    await self._store.update(
-                        session.session_id, lambda s: with_pre_approvals(s, added)
-                    )
-                    return document.text
-                if isinstance(tool_input, SkillRunInput):
-                    return await run_skill(
-                        self._client,
-                        session,
-                        tool,
-                        tool_input,
-                        call_id=call_id,
-                        timeout_s=self._timeout_s,
-                    )
-                if isinstance(tool_input, SkillWriteInput):
-                    return await write_skill(self._client, session, tool_input, self._timeout_s)
-                if isinstance(tool_input, UpstreamInput):
-                    return await call_upstream(
-                        self._client,
-                        session,
-                        tool,
-                        tool_input,
-                        call_id=call_id,
-                        timeout_s=self._timeout_s,
-                    )
-                return await run_tool(self._client, session, tool.name, tool_input, self._timeout_s)
+                return await route_of(tool).run(call, tool_input)
             finally:
                 if from_outside(tool):
                     now = datetime.now(UTC)
-                    await self._store.update(
-                        session.session_id, lambda s: tainted_by(s, now, self._taint_s)
+                    await self.store.update(
+                        session.session_id, lambda s: tainted_by(s, now, self.taint_s)
                     )

@@ -15,7 +15,7 @@ import msgspec
 
 from bastion.orchestrator.approvals import Approvals
 from bastion.orchestrator.approvalstore import ApprovalStore
-from bastion.orchestrator.audit import AuditLog
+from bastion.orchestrator.audit import AuditLog, error_code_of
 from bastion.orchestrator.callrecords import CallRecords
 from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_of, tool_input_of
 from bastion.orchestrator.gate import ask_policy, policy_request, touched_paths
@@ -40,7 +40,7 @@ from bastion.proto.sandbox import (
     SandboxReleased,
 )
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
-from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import describe_decode_error, encode
 from bastion.shared.deadlines import call_wait_s
@@ -297,7 +297,7 @@ class Sessions:
             wait_s = call_wait_s(waiting, call.tool, call.input)
             session, result = await self._in_turn(session_id, call, call_id, started, wait_s)
         duration_s = time.perf_counter() - started
-        error_code = result.code if isinstance(result, ErrorReply) else ""
+        error_code = error_code_of(result)
         # A tool name the session does not offer is the agent's to choose: as a label it
         # would let an agent mint any number of series, so it is counted as `unknown`.
         known = find_tool(session, call.tool) is not None
@@ -346,7 +346,7 @@ class Sessions:
 
     async def _call(
         self, session: SessionInfo, call: ToolCall, call_id: str, started: float
-    ) -> ToolOutput:
+    ) -> ToolOutput | CallParked:
         if call.call_id is not None:
             # Sent again with its call id (its first sending got no answer): the outcome of
             # the one run it had, found in the turn the first held while it ran.
@@ -413,7 +413,7 @@ class Sessions:
             raise touched.problem
         if decision.outcome == "ask":
             with span("orchestrator.approval.park"):
-                await self.approvals.ask(session, call, call_id, tool, decision)
+                return await self.approvals.ask(session, call, call_id, tool, decision)
         text = await self._runner.run(
             session, tool, tool_input, call_input=call.input, call_id=call_id, decision=decision
         )

@@ -14,6 +14,7 @@ import msgspec
 
 from bastion.orchestrator.execute import format_exec_result
 from bastion.orchestrator.skills import fetch_skill
+from bastion.orchestrator.toolcall import Call
 from bastion.proto import subjects
 from bastion.proto.policy import Effect
 from bastion.proto.sandbox import (
@@ -27,7 +28,7 @@ from bastion.proto.sandbox import (
 )
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import SkillRunInput, SkillWriteInput
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
 
 __all__ = ["run_skill", "skill_limits", "skill_run_request", "skill_tool", "write_skill"]
@@ -67,9 +68,7 @@ def skill_run_request(
     assert session.workspace is not None and session.skills_dir is not None
     return RunSkill(
         skills_dir=session.skills_dir,
-        name=tool_input.name,
-        script=tool_input.script,
-        args=tool_input.args,
+        **msgspec.structs.asdict(tool_input),
         exec=ExecRequest(
             session_id=session.session_id,
             workspace=session.workspace,
@@ -86,50 +85,29 @@ def skill_run_request(
     )
 
 
-async def run_skill(
-    client: Client,
-    session: SessionInfo,
-    tool: ToolSpec,
-    tool_input: SkillRunInput,
-    *,
-    call_id: str,
-    timeout_s: float,
-) -> str:
+async def run_skill(call: Call, given: SkillRunInput) -> str:
     """Run the script as its skill declares, now; a skill that came to declare network
     after the call was decided is refused (the decision was for another effect)."""
-    document = await fetch_skill(client, session, tool_input.name, timeout_s)
-    if _effect_of(document) != tool.effect:
+    document = await fetch_skill(call.client, call.session, given.name, call.timeout_s)
+    if _effect_of(document) != call.tool.effect:
         raise InvalidInput(
-            f"skill {tool_input.name!r} changed what it declares while the call waited: "
+            f"skill {given.name!r} changed what it declares while the call waited: "
             "nothing ran; make the call again"
         )
-    ask = skill_run_request(session, document, tool_input, call_id)
-    result: ExecResult = await request(
-        client,
-        subjects.SANDBOX_SKILL_RUN,
-        ask,
-        ExecResult,
-        timeout_s=ask.exec.limits.wall_s + timeout_s,
-    )
+    ask = skill_run_request(call.session, document, given, call.call_id)
+    wall_s = ask.exec.limits.wall_s + call.timeout_s
+    result = await call.ask(subjects.SANDBOX_SKILL_RUN, ask, ExecResult, timeout_s=wall_s)
     return format_exec_result(result)
 
 
-async def write_skill(
-    client: Client, session: SessionInfo, tool_input: SkillWriteInput, timeout_s: float
-) -> str:
+async def write_skill(call: Call, given: SkillWriteInput) -> str:
     """Write the skill's SKILL.md through the sandbox service, which owns the skills dir."""
+    session = call.session
     assert session.skills_dir is not None
-    answer: FileResult = await request(
-        client,
-        subjects.SANDBOX_SKILL_WRITE,
-        WriteSkill(
-            session_id=session.session_id,
-            skills_dir=session.skills_dir,
-            name=tool_input.name,
-            description=tool_input.description,
-            instructions=tool_input.instructions,
-        ),
-        FileResult,
-        timeout_s=timeout_s,
+    message = WriteSkill(
+        session_id=session.session_id,
+        skills_dir=session.skills_dir,
+        **msgspec.structs.asdict(given),
     )
+    answer = await call.ask(subjects.SANDBOX_SKILL_WRITE, message, FileResult)
     return answer.text

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import msgspec
 
+from bastion.orchestrator.toolcall import Call
 from bastion.proto import subjects
 from bastion.proto.policy import SKILL_SOURCE_PREFIX, PreApproval
 from bastion.proto.sandbox import ReadSkill, SkillDocument
 from bastion.proto.session import SessionInfo
+from bastion.proto.toolinput import SkillReadInput
 from bastion.shared.bus import Client, request
 
-__all__ = ["fetch_skill", "skill_pre_approvals", "with_pre_approvals"]
+__all__ = ["fetch_skill", "read_skill", "skill_pre_approvals", "with_pre_approvals"]
 
 
 async def fetch_skill(
@@ -47,3 +49,11 @@ def with_pre_approvals(session: SessionInfo, added: tuple[PreApproval, ...]) -> 
     if not new:
         return session
     return msgspec.structs.replace(session, pre_approvals=session.pre_approvals + new)
+
+
+async def read_skill(call: Call, given: SkillReadInput) -> str:
+    """`skill_read`: the skill's text; its rules join the session's pre-approvals."""
+    document = await fetch_skill(call.client, call.session, given.name, call.timeout_s)
+    added = skill_pre_approvals(given.name, document)
+    await call.store.update(call.session.session_id, lambda s: with_pre_approvals(s, added))
+    return document.text

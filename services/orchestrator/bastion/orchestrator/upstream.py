@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
-from bastion.orchestrator.catalogue import UpstreamInput, upstream_tool
+from typing import Any
+
+import msgspec
+
+from bastion.orchestrator.toolcall import Call
 from bastion.proto import subjects
-from bastion.proto.mcp import McpCall, McpCallResult, OfferTools, ToolOffer
-from bastion.proto.session import SessionInfo, ToolSpec
+from bastion.proto.mcp import McpCall, McpCallResult, OfferedTool, OfferTools, ToolOffer
+from bastion.proto.session import ToolSpec
 from bastion.shared.bus import Client, request
 from bastion.shared.deadlines import UPSTREAM_MARGIN_S
 from bastion.shared.errors import Unavailable
 
-__all__ = ["call_upstream", "offer_upstream"]
+__all__ = ["UpstreamInput", "call_upstream", "offer_upstream", "upstream_tool"]
+
+
+class UpstreamInput(msgspec.Struct, frozen=True, kw_only=True):
+    """The input of an upstream MCP tool: its arguments as given, checked by its server.
+
+    Bounded by `ToolCall.input` (64 keys, the bus message's size); the arguments go to the
+    server as they are, so the journal keys a call on exactly them.
+    """
+
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def upstream_tool(offered: OfferedTool) -> ToolSpec:
+    """A session's tool for an upstream MCP tool the mcp service offered."""
+    return ToolSpec(**{name: getattr(offered, name) for name in ToolSpec.__struct_fields__})
 
 
 async def offer_upstream(
@@ -36,32 +55,23 @@ async def offer_upstream(
     return tuple(upstream_tool(t) for t in offer.tools), offer.notices
 
 
-async def call_upstream(
-    client: Client,
-    session: SessionInfo,
-    tool: ToolSpec,
-    tool_input: UpstreamInput,
-    *,
-    call_id: str,
-    timeout_s: float,
-) -> str:
+async def call_upstream(call: Call, given: UpstreamInput) -> str:
     """The upstream's answer as the model sees it; a tool's own error is said first."""
-    result: McpCallResult = await request(
-        client,
+    session, tool = call.session, call.tool
+    result = await call.ask(
         subjects.MCP_CALL,
         McpCall(
-            tenant=session.tenant,
-            session_id=session.session_id,
-            call_id=call_id,
+            **call.whose(),
+            call_id=call.call_id,
             server=tool.server,
             upstream_kind=tool.upstream_kind or "tool",
             tool=tool.upstream,
             digest=tool.digest,
-            arguments=tool_input.arguments,
+            arguments=given.arguments,
             can_ask=session.ask,
         ),
         McpCallResult,
-        timeout_s=(tool.call_timeout_s or timeout_s) + UPSTREAM_MARGIN_S,
+        timeout_s=(tool.call_timeout_s or call.timeout_s) + UPSTREAM_MARGIN_S,
     )
     if result.is_error:
         return f"the tool reported an error:\n{result.text}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bastion.proto.sandbox import EditFile, WriteFile
+from bastion.proto.toolinput import EditFileInput, WriteFileInput
 from bastion.sandbox.files import write_file
 from bastion.sandbox.textfile import not_found_sentence, read_text, with_newlines
 from bastion.sandbox.workspace import shown
@@ -15,7 +15,7 @@ __all__ = ["edit_file"]
 
 
 def edit_file(
-    workspace: Path, request: EditFile, owner: HostIds | None, *, git_writable: bool = False
+    workspace: Path, request: EditFileInput, owner: HostIds | None, *, git_writable: bool = False
 ) -> str:
     """Replace `old_string` once (it must be there once) or, with `replace_all`, each time;
     the file written is `owner`'s (`files.write_file`); in one of git's control files only
@@ -47,12 +47,7 @@ def edit_file(
     )
     write_file(
         workspace,
-        WriteFile(
-            session_id=request.session_id,
-            workspace=request.workspace,
-            path=request.path,
-            content=with_newlines(text, current.newline),
-        ),
+        WriteFileInput(path=request.path, content=with_newlines(text, current.newline)),
         owner,
         git_writable=git_writable,
     )

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from bastion.proto.sandbox import ReadFile, WriteFile
+from bastion.proto.toolinput import ReadFileInput, WriteFileInput
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput, NotFound
 from bastion.shared.sandboxing import WORKSPACE, HostIds
@@ -274,7 +274,7 @@ def _numbered(stream: BinaryIO, path: str, offset: int, limit: int) -> str:
     return "\n".join(out)
 
 
-def read_file(workspace: Path, request: ReadFile) -> str:
+def read_file(workspace: Path, request: ReadFileInput) -> str:
     """Lines `offset`.. of a workspace file, numbered, at most `limit` of them."""
     fd = open_for_reading(workspace, request.path)
     with os.fdopen(fd, "rb") as stream:
@@ -316,7 +316,7 @@ def _replace(parent: int, name: str, data: bytes, mode: int, owner: HostIds | No
 
 
 def write_file(
-    workspace: Path, request: WriteFile, owner: HostIds | None, *, git_writable: bool = False
+    workspace: Path, request: WriteFileInput, owner: HostIds | None, *, git_writable: bool = False
 ) -> str:
     """Write a whole workspace file atomically, creating its directories, all `owner`'s;
     one of git's control paths only with `git_writable`."""

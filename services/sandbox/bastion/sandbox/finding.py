@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Final
 
-from bastion.proto.sandbox import FindFiles, SearchFiles
+from bastion.proto.toolinput import FindFilesInput, SearchFilesInput
 from bastion.sandbox.files import _looks_binary
 from bastion.sandbox.globbing import compile_glob
 from bastion.sandbox.walking import MAX_WALKED, Walk, open_directory, shown_root
@@ -35,7 +35,7 @@ def _walk_note(walk: Walk) -> list[str]:
     return [f"(the walk stopped after {MAX_WALKED} entries: give a narrower path)"]
 
 
-def find_files(workspace: Path, request: FindFiles) -> str:
+def find_files(workspace: Path, request: FindFilesInput) -> str:
     """Files (and links, never followed) under `path` whose path matches the glob, sorted."""
     matcher = compile_glob(request.pattern)
     prefix = shown_root(request.path)
@@ -60,7 +60,7 @@ def find_files(workspace: Path, request: FindFiles) -> str:
     return "\n".join(lines + _walk_note(walk))
 
 
-def _regex(request: SearchFiles) -> re.Pattern[str]:
+def _regex(request: SearchFilesInput) -> re.Pattern[str]:
     flags = re.IGNORECASE if request.case_insensitive else 0
     try:
         return re.compile(request.pattern, flags)
@@ -113,7 +113,7 @@ def _shown_matches(path: str, lines: list[str], hits: list[int], context: int) -
     return out
 
 
-def search_files(workspace: Path, request: SearchFiles) -> str:
+def search_files(workspace: Path, request: SearchFilesInput) -> str:
     """Lines matching the regular expression, with `context` lines around each match."""
     regex = _regex(request)
     only = compile_glob(request.glob) if request.glob else None

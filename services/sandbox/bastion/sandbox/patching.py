@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from bastion.proto.sandbox import ApplyPatch
+from bastion.proto.toolinput import ApplyPatchInput
 from bastion.sandbox.files import _locate, _parts, give, written_mode
 from bastion.sandbox.patchfit import added_text, fit_hunks
 from bastion.sandbox.patchparse import FileChange, parse_patch
@@ -153,7 +153,7 @@ def _release(plan: list[_Planned]) -> None:
 
 
 def apply_patch(
-    workspace: Path, request: ApplyPatch, owner: HostIds | None, *, git_writable: bool = False
+    workspace: Path, request: ApplyPatchInput, owner: HostIds | None, *, git_writable: bool = False
 ) -> str:
     """Apply a whole patch, or change nothing and say which file and hunk did not fit;
     what it writes is `owner`'s; one that touches git's control paths only with

@@ -23,20 +23,15 @@ import anyio.to_process
 import anyio.to_thread
 import msgspec
 
-from bastion.proto import subjects
+from bastion.proto import subjects, toolinput
 from bastion.proto.sandbox import (
-    ApplyPatch,
     CodeCheck,
     CodeReport,
-    EditFile,
     ExecRequest,
     ExecResult,
     FileRequest,
     FileResult,
-    FindFiles,
     Limits,
-    ListFiles,
-    ReadFile,
     ReadSkill,
     ResolvedPaths,
     ResolvePaths,
@@ -45,9 +40,7 @@ from bastion.proto.sandbox import (
     SandboxReady,
     SandboxRelease,
     SandboxReleased,
-    SearchFiles,
     SkillDocument,
-    WriteFile,
     WriteSkill,
 )
 from bastion.sandbox.codecheck import check_code
@@ -98,19 +91,35 @@ from bastion.shared.version import VERSION
 
 __all__ = ["Sandboxes", "output_cap", "redacted", "sandbox_service"]
 
-_FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
-    ReadFile: read_file,
-    ListFiles: list_files,
-    FindFiles: find_files,
+
+@dataclasses.dataclass(frozen=True)
+class _FileTool:
+    """How `sandbox.files` runs one file tool on the checked workspace, in a worker thread.
+
+    `writes`: it is given the host user what it writes is for, and `git_writable`, and it
+    refuses git's control paths (`gitguard`) unless the operator's `git_writable` lets it;
+    the workspace's bound is checked first (`grows`: by how much the input may grow it).
+    `in_process`: it runs in a worker process of its tenant instead (`Sandboxes._search`).
+    """
+
+    run: Callable[..., str]
+    writes: bool = False
+    grows: Callable[[Any], int] = lambda _input: 0
+    in_process: bool = False
+
+
+_FILE_TOOLS: dict[type, _FileTool] = {
+    toolinput.ReadFileInput: _FileTool(read_file),
+    toolinput.ListFilesInput: _FileTool(list_files),
+    toolinput.FindFilesInput: _FileTool(find_files),
+    toolinput.SearchFilesInput: _FileTool(search_files, in_process=True),
+    toolinput.WriteFileInput: _FileTool(
+        write_file, writes=True, grows=lambda given: len(given.content.encode())
+    ),
+    toolinput.EditFileInput: _FileTool(edit_file, writes=True),
+    toolinput.ApplyPatchInput: _FileTool(apply_patch, writes=True),
 }
-"""Each reading file tool's function: it runs in a worker thread, on the checked workspace."""
-_WRITING_TOOLS: dict[type, Callable[..., str]] = {
-    WriteFile: write_file,
-    EditFile: edit_file,
-    ApplyPatch: apply_patch,
-}
-"""Each writing file tool's function, given the host user what it writes is for; each
-refuses git's control paths (`gitguard`) unless the operator's `git_writable` lets it."""
+"""Each file tool by the type of its input: `sandbox.files`' whole dispatch."""
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +236,18 @@ class Sandboxes:
         )
         return chosen, spec
 
+    def _spec_of(self, request: ExecRequest | CodeCheck) -> tuple[SandboxBackend, SandboxSpec]:
+        """The backend and spec of a command's or a check's run, as its request names them."""
+        return self._spec(
+            request.workspace,
+            request.backend,
+            request.network,
+            request.limits,
+            read_only_dirs=request.read_only_dirs,
+            session_id=request.session_id,
+            tenant=request.tenant,
+        )
+
     def _owner(self, workspace: Path) -> HostIds | None:
         """The host user a sandbox in `workspace` runs as and what is written there is for.
 
@@ -260,15 +281,7 @@ class Sandboxes:
         """Run `command` as `request` says: its leased secrets set and every value of its
         tenant cut from its output, and with declared hosts, the egress bridge under a grant
         for this call."""
-        backend, spec = self._spec(
-            request.workspace,
-            request.backend,
-            request.network,
-            request.limits,
-            read_only_dirs=request.read_only_dirs,
-            session_id=request.session_id,
-            tenant=request.tenant,
-        )
+        backend, spec = self._spec_of(request)
         spec, room = await self._bounded(dataclasses.replace(spec, skill_dir=skill_dir))
         bridged = request.network == "declared" and bool(request.declared_hosts)
         if bridged and request.backend != "bwrap":
@@ -377,22 +390,21 @@ class Sandboxes:
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Run one file tool on the workspace, confined to it; its answer and its error
         (which may quote the file's lines) with the tenant's values cut out."""
+        given = request.input
+        tool = _FILE_TOOLS[type(given)]
         try:
             workspace = checked_workspace(request.workspace, self._state_dir)
-            if isinstance(request, WriteFile | EditFile | ApplyPatch):
-                grows = len(request.content.encode()) if isinstance(request, WriteFile) else 0
-                await anyio.to_thread.run_sync(self._bound.check_write, workspace, grows)
-            if isinstance(request, SearchFiles):
-                text = await self._search(workspace, request)
-            elif type(request) in _WRITING_TOOLS:
-                write = functools.partial(
-                    _WRITING_TOOLS[type(request)], git_writable=self._git_writable
+            if tool.in_process:
+                text = await self._search(tool.run, workspace, request.tenant, given)
+            elif tool.writes:
+                await anyio.to_thread.run_sync(
+                    self._bound.check_write, workspace, tool.grows(given)
                 )
+                write = functools.partial(tool.run, git_writable=self._git_writable)
                 owner = self._owner(workspace)
-                text = await anyio.to_thread.run_sync(write, workspace, request, owner)
+                text = await anyio.to_thread.run_sync(write, workspace, given, owner)
             else:
-                tool: Callable[[Path, Any], str] = _FILE_TOOLS[type(request)]
-                text = await anyio.to_thread.run_sync(tool, workspace, request)
+                text = await anyio.to_thread.run_sync(tool.run, workspace, given)
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)
             raise
@@ -410,16 +422,18 @@ class Sandboxes:
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
         return await anyio.to_thread.run_sync(read_skill, skills_dir, request)
 
-    async def _search(self, workspace: Path, request: SearchFiles) -> str:
+    async def _search(
+        self, search: Callable[..., str], workspace: Path, tenant: str, given: msgspec.Struct
+    ) -> str:
         """A search in a worker process, killed at the deadline: a pattern with nested
         repetition can backtrack for ever, and a thread cannot be stopped, a process can.
         It runs in one of its tenant's own workers, so another tenant's never wait for it."""
-        async with self._searches.slot(request.tenant):
+        async with self._searches.slot(tenant):
             with anyio.move_on_after(self._search_timeout_s):
                 text: str = await anyio.to_process.run_sync(
-                    search_files,
+                    search,
                     workspace,
-                    request,
+                    given,
                     cancellable=True,
                     limiter=self._search_processes,
                 )
@@ -432,15 +446,7 @@ class Sandboxes:
 
     async def check_code(self, request: CodeCheck, _context: RequestContext) -> CodeReport:
         """Run the workspace's checker or tests in the session's sandbox, like a command."""
-        backend, spec = self._spec(
-            request.workspace,
-            request.backend,
-            request.network,
-            request.limits,
-            read_only_dirs=request.read_only_dirs,
-            session_id=request.session_id,
-            tenant=request.tenant,
-        )
+        backend, spec = self._spec_of(request)
 
         spec, room = await self._bounded(spec)
 

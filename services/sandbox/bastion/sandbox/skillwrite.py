@@ -7,7 +7,8 @@ import contextlib
 from pathlib import Path
 from typing import Final
 
-from bastion.proto.sandbox import WriteFile, WriteSkill
+from bastion.proto.sandbox import WriteSkill
+from bastion.proto.toolinput import WriteFileInput
 from bastion.sandbox.files import read_text, write_file
 from bastion.sandbox.skills import MAX_SKILL_BYTES
 from bastion.shared.errors import InvalidInput, NotFound
@@ -75,12 +76,7 @@ def write_skill(skills_dir: Path, request: WriteSkill, owner: HostIds | None) ->
     text = skill_text(request)
     write_file(
         skills_dir,
-        WriteFile(
-            session_id=request.session_id,
-            workspace=str(skills_dir),
-            path=f"{request.name}/SKILL.md",
-            content=text,
-        ),
+        WriteFileInput(path=f"{request.name}/SKILL.md", content=text),
         owner,
     )
     skill_dir = (skills_dir / request.name).resolve()

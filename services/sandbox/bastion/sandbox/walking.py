@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from bastion.proto.sandbox import ListFiles
+from bastion.proto.toolinput import ListFilesInput
 from bastion.sandbox.files import _DIR_FLAGS, _locate
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput, NotFound
@@ -140,7 +140,7 @@ def _holds_anything(parent: int, name: str) -> bool:
         os.close(fd)
 
 
-def list_files(workspace: Path, request: ListFiles) -> str:
+def list_files(workspace: Path, request: ListFilesInput) -> str:
     """The entries of one directory, sorted; directories end with `/`, links with `@`."""
     top = open_directory(workspace, request.path)
     try:

@@ -5,7 +5,8 @@ or decline with a reason), answered through `approvals.answer`, and the call's r
 returned. An "always" for a call no rule can cover (a command holding `;`, say) approves
 it once, and its result starts with the sentence saying why no rule was made. Otherwise
 the front door waits a bounded time for a person to answer elsewhere
-(`bastion agent continue`, `POST /v1/approvals/ID`), then says how to.
+(`bastion agent continue`, `POST /v1/approvals/ID`), watching the parked call's key in the
+approvals bucket (the result names it), then says how to.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
 import msgspec
+import nats.errors
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
@@ -32,15 +36,16 @@ from bastion.proto.approvals import (
     ParkedCall,
 )
 from bastion.proto.errors import ErrorReply
-from bastion.proto.tools import CallResult, ToolOutput
+from bastion.proto.subjects import APPROVALS_BUCKET
+from bastion.proto.tools import CallParked, CallResult, ToolOutput
 from bastion.shared.bus import Client, request
-from bastion.shared.errors import BastionError, InvalidInput, RemoteError
+from bastion.shared.errors import BastionError, InvalidInput, RemoteError, Unavailable
+from bastion.shared.kv import TypedBucket
 
 __all__ = ["Asking", "takes_form_elicitation", "takes_input_required"]
 
 logger = logging.getLogger(__name__)
 
-_POLL_S: Final = 0.25
 _INPUT_KEY: Final = "approval"
 _STATE_PREFIX: Final = "approval:"
 _DECISIONS: Final = ("approve", "always", "decline")
@@ -86,7 +91,11 @@ def takes_input_required(ctx: ServerRequestContext[Any, Any]) -> bool:
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and _declares_form_elicitation(ctx)
 
 
-def _question(parked: ParkedCall) -> str:
+Asked = ParkedCall | CallParked
+"""A call parked for a person: as the approvals list it, or as its call was answered."""
+
+
+def _question(parked: Asked) -> str:
     because = " (the session is tainted)" if parked.decision.asked_because_tainted else ""
     return (
         f"Bastion asks before {parked.tool} runs{because}: {parked.decision.reason}."
@@ -94,27 +103,20 @@ def _question(parked: ParkedCall) -> str:
     )
 
 
+@dataclass(frozen=True)
 class Asking:
-    """Settles a parked call for the MCP request that made it."""
+    """Settles a parked call for the MCP request that made it: asking its person within
+    `timeout_s`, or waiting `wait_s` at most for an answer given elsewhere."""
 
-    def __init__(self, client: Client, timeout_s: float, wait_s: float) -> None:
-        self._client = client
-        self._timeout_s = timeout_s
-        self._wait_s = wait_s
+    client: Client
+    timeout_s: float
+    wait_s: float
 
     async def settle(
-        self,
-        ctx: ServerRequestContext[Any, Any],
-        session_id: str,
-        call_id: str,
-        parked_message: str,
-        by: str,
+        self, ctx: ServerRequestContext[Any, Any], parked: CallParked, by: str
     ) -> CallResult | InputRequiredResult:
         """The parked call's result once a person answered, or an error saying how to; for
         a stateless client that takes elicitation, the question to come back with."""
-        parked = await self._parked(session_id, call_id)
-        if parked is None:
-            return ErrorReply(code=codes.WAITING_FOR_APPROVAL, message=parked_message)
         if takes_form_elicitation(ctx):
             try:
                 return await self._ask_client(ctx, parked, by)
@@ -149,7 +151,7 @@ class Asking:
         request_id = request_state.removeprefix(_STATE_PREFIX)
         parked = None
         if request_state.startswith(_STATE_PREFIX):
-            parked = await self._parked(session_id, request_id, every=True, by_request=True)
+            parked = await self._parked(session_id, request_id)
         if parked is None:
             raise InvalidInput(
                 "the requestState of this call is not one of an approval of this session: "
@@ -161,7 +163,7 @@ class Asking:
         return await self._answer(parked, answer, by)
 
     async def _ask_client(
-        self, ctx: ServerRequestContext[Any, Any], parked: ParkedCall, by: str
+        self, ctx: ServerRequestContext[Any, Any], parked: Asked, by: str
     ) -> CallResult:
         try:
             answer = await ctx.session.elicit_form(
@@ -174,7 +176,7 @@ class Asking:
             return await self._wait(parked)
         return await self._answer(parked, answer, by)
 
-    async def _answer(self, parked: ParkedCall, answer: ElicitResult, by: str) -> CallResult:
+    async def _answer(self, parked: Asked, answer: ElicitResult, by: str) -> CallResult:
         """Carry out the person's answer given in the client; the call's result."""
         content = answer.content or {}
         decision = content.get("decision") if answer.action == "accept" else None
@@ -200,7 +202,7 @@ class Asking:
         )
         return result
 
-    async def _send(self, parked: ParkedCall, decision: str, by: str, reason: str) -> CallResult:
+    async def _send(self, parked: Asked, decision: str, by: str, reason: str) -> CallResult:
         """The person's `decision` on `parked`, carried out by `approvals.answer`.
 
         Raises:
@@ -208,7 +210,7 @@ class Asking:
                 `invalid_input`: no "always" rule can cover the call).
         """
         answered: ApprovalAnswered = await request(
-            self._client,
+            self.client,
             subjects.APPROVALS_ANSWER,
             ApprovalAnswer(
                 request_id=parked.request_id,
@@ -218,30 +220,32 @@ class Asking:
                 reason="" if decision != "decline" else reason,
             ),
             ApprovalAnswered,
-            timeout_s=self._timeout_s,
+            timeout_s=self.timeout_s,
         )
         return answered.result
 
-    async def _wait(self, parked: ParkedCall) -> CallResult:
-        """Wait up to the bounded time for an answer given elsewhere."""
-        with anyio.move_on_after(self._wait_s):
-            while True:
-                current = await self._parked(parked.session_id, parked.call_id, every=True)
-                done = current is not None and current.state in ("done", "declined")
-                if done and current is not None and current.result is not None:
-                    return current.result
-                if current is not None and current.state == "uncertain":
-                    return ErrorReply(
-                        code=codes.UNCERTAIN,
-                        message=f"{parked.tool} was approved but its outcome is not known "
-                        "(a service stopped while it ran); it will not run again",
-                    )
-                await anyio.sleep(_POLL_S)
+    async def _wait(self, parked: Asked) -> CallResult:
+        """Wait up to the bounded time for an answer given elsewhere: each change of the
+        parked call's key in the approvals bucket, until it has its outcome."""
+        with anyio.move_on_after(self.wait_s):
+            try:
+                approvals = await TypedBucket.existing(self.client, APPROVALS_BUCKET, ParkedCall)
+                if approvals is None:
+                    raise Unavailable(f"the KV bucket {APPROVALS_BUCKET} is not there")
+                async with aclosing(approvals.watch(parked.request_id)) as changes:
+                    async for change in changes:
+                        if change.value is None:
+                            continue
+                        answered = _outcome(parked, change.value)
+                        if answered is not None:
+                            return answered
+            except (BastionError, nats.errors.Error) as error:  # the agent is told how to answer
+                logger.warning("a parked call cannot be watched", extra={"error": str(error)})
         return ErrorReply(
             code=codes.WAITING_FOR_APPROVAL,
             message=(
                 f"{parked.tool} waits for a person's approval: {parked.decision.reason}. "
-                f"Nobody answered within {self._wait_s:g} s. It runs as soon as a person "
+                f"Nobody answered within {self.wait_s:g} s. It runs as soon as a person "
                 f"approves it: `bastion agent continue {parked.session_id} --approve` "
                 f"(or `--decline WHY`), or `POST /v1/approvals/{parked.request_id}` on the "
                 'front door with {"approve": true}. Until then this session takes no other '
@@ -249,24 +253,35 @@ class Asking:
             ),
         )
 
-    async def _parked(
-        self, session_id: str, wanted: str, *, every: bool = False, by_request: bool = False
-    ) -> ParkedCall | None:
-        """The session's parked call of call id (or request id) `wanted`, if any."""
+    async def _parked(self, session_id: str, request_id: str) -> ParkedCall | None:
+        """The session's parked call `request_id`, in whatever state, if it has one."""
         try:
             found: ApprovalList = await request(
-                self._client,
+                self.client,
                 subjects.APPROVALS_LIST,
-                ApprovalQuery(session_id=session_id, every_state=every),
+                ApprovalQuery(session_id=session_id, every_state=True),
                 ApprovalList,
-                timeout_s=self._timeout_s,
+                timeout_s=self.timeout_s,
             )
         except BastionError:
             return None
         for parked in found.approvals:
-            if (parked.request_id if by_request else parked.call_id) == wanted:
+            if parked.request_id == request_id:
                 return parked
         return None
+
+
+def _outcome(parked: Asked, current: ParkedCall) -> CallResult | None:
+    """The parked call's result once it has one, as its approvals entry now says."""
+    if current.state in ("done", "declined") and current.result is not None:
+        return current.result
+    if current.state == "uncertain":
+        return ErrorReply(
+            code=codes.UNCERTAIN,
+            message=f"{parked.tool} was approved but its outcome is not known "
+            "(a service stopped while it ran); it will not run again",
+        )
+    return None
 
 
 def _noted(result: CallResult, problem: str) -> CallResult:

@@ -12,6 +12,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -39,7 +40,7 @@ from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import ToolSpec
-from bastion.proto.tools import CallResult, ToolCall
+from bastion.proto.tools import CallParked, CallResult, ToolCall
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import (
     BastionError,
@@ -105,10 +106,10 @@ def request_agent(ctx: ServerRequestContext[Any, Any]) -> tuple[Agent, str | Non
 
 
 def _text(result: CallResult) -> CallToolResult:
-    if isinstance(result, ErrorReply):
+    if isinstance(result, ErrorReply | CallParked):
+        code = result.code if isinstance(result, ErrorReply) else codes.WAITING_FOR_APPROVAL
         return CallToolResult(
-            content=[TextContent(type="text", text=f"{result.code}: {result.message}")],
-            is_error=True,
+            content=[TextContent(type="text", text=f"{code}: {result.message}")], is_error=True
         )
     return CallToolResult(content=[TextContent(type="text", text=result.text)], is_error=False)
 
@@ -135,24 +136,22 @@ async def _progress(ctx: ServerRequestContext[Any, Any], tool: str) -> AsyncIter
             ticking.cancel_scope.cancel()
 
 
+@dataclass(frozen=True)
 class ToolHandlers:
     """The two tool methods, acting in the request's Bastion session."""
 
-    def __init__(
-        self, client: Client, binding: Binding, asking: Asking, call_timeout_s: float
-    ) -> None:
-        self._client = client
-        self._binding = binding
-        self._asking = asking
-        self._call_timeout_s = call_timeout_s
+    client: Client
+    binding: Binding
+    asking: Asking
+    call_timeout_s: float
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], _params: PaginatedRequestParams | None
     ) -> ListToolsResult:
         agent, mcp_session_id = request_agent(ctx)
         try:
-            session_id = await self._binding.session_of(agent, mcp_session_id)
-            info = await self._binding.info(session_id)
+            session_id = await self.binding.session_of(agent, mcp_session_id)
+            info = await self.binding.info(session_id)
         except BastionError as error:
             raise mcp_error(error) from None
         return ListToolsResult(tools=[tool_of(spec) for spec in info.tools])
@@ -178,8 +177,8 @@ class ToolHandlers:
                 "tools",
             ) from None
         try:
-            session_id = await self._binding.session_of(agent, mcp_session_id)
-            async with _progress(ctx, call.tool), relaying(self._client, ctx, session_id):
+            session_id = await self.binding.session_of(agent, mcp_session_id)
+            async with _progress(ctx, call.tool), relaying(self.client, ctx, session_id):
                 result = await self._call(ctx, agent, session_id, call)
         except BastionError as error:
             raise mcp_error(error) from None
@@ -193,8 +192,8 @@ class ToolHandlers:
         """A call that comes back with the person's answer its approval asked for."""
         assert params.request_state is not None
         try:
-            session_id = await self._binding.session_of(agent, mcp_session_id)
-            result = await self._asking.resume(
+            session_id = await self.binding.session_of(agent, mcp_session_id)
+            result = await self.asking.resume(
                 session_id,
                 params.request_state,
                 params.input_responses,
@@ -208,7 +207,7 @@ class ToolHandlers:
         self, agent: Agent, mcp_session_id: str | None, session_id: str, result: CallResult
     ) -> CallToolResult:
         if isinstance(result, ErrorReply) and result.code == codes.SESSION_CLOSED:
-            await self._binding.closed(agent, mcp_session_id, session_id)
+            await self.binding.closed(agent, mcp_session_id, session_id)
         if isinstance(result, ErrorReply) and result.code in _PROTOCOL_CODES:
             raise mcp_error(RemoteError(result.code, result.message))
         return _text(result)
@@ -221,17 +220,14 @@ class ToolHandlers:
             # `traceparent` of the request's `_meta`, else a new trace): the call's root.
             annotate(session_id=session_id, tool=call.tool)
             result: CallResult = await request(
-                self._client,
+                self.client,
                 subjects.session_call(session_id),
                 call,
                 CallResult,
-                timeout_s=self._call_timeout_s,
+                timeout_s=self.call_timeout_s,
             )
         except RemoteError as refused:
-            if refused.code != codes.WAITING_FOR_APPROVAL:
-                return refused.to_reply()
-            assert call.call_id is not None
-            return await self._asking.settle(
-                ctx, session_id, call.call_id, refused.message, by=f"mcp:{agent.info.agent}"
-            )
+            return refused.to_reply()
+        if isinstance(result, CallParked):
+            return await self.asking.settle(ctx, result, by=f"mcp:{agent.info.agent}")
         return result
