@@ -26,7 +26,7 @@ ServiceRunner = Callable[..., AbstractAsyncContextManager[Service]]
 def pytest_configure(config: pytest.Config) -> None:
     """As root, a base temporary directory of this run's own (not pytest's shared
     `/tmp/pytest-of-root`, which each run resets to 0700): a root sandbox service runs a
-    command as its workspace's owner (`tests.owners`), who must be able to reach it."""
+    command as its workspace's owner (`tests.helpers.owners`), who must be able to reach it."""
     if os.geteuid() == 0 and config.option.basetemp is None:
         config.option.basetemp = tempfile.mkdtemp(prefix="bastion-tests-", dir="/tmp")
 
@@ -61,7 +61,7 @@ def own_state_dir(
 
     As root, `tmp_path` and the run's base temporary directory above it are made searchable
     (not readable) by every user: a sandbox runs as its workspace's unprivileged owner
-    (`tests.owners`), who must be able to reach a workspace made under `tmp_path`."""
+    (`tests.helpers.owners`), who must be able to reach a workspace made under `tmp_path`."""
     state_dir = tmp_path / "default-state"
     monkeypatch.setenv("BASTION_STATE_DIR", str(state_dir))
     if os.geteuid() == 0:

@@ -21,7 +21,7 @@ from bastion.shared.sandboxing.cgroup import cgroup_prefix
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
 from tests.docker.conftest import backend_name, engine, image_id, owner  # noqa: F401
-from tests.owners import owned
+from tests.helpers.owners import owned
 
 SESSION = "0123456789abcdef"
 CANARY = "the host's own words\n"

@@ -35,7 +35,7 @@ from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 from tests.attacks.conftest import in_sandbox_cgroups
 from tests.conftest import ServiceRunner, raw_request
-from tests.owners import owned
+from tests.helpers.owners import owned
 from tests.services.test_mcp_front_door import mcp_client, new_token, text_of
 
 SESSION = "0123456789abcdef"

@@ -47,10 +47,10 @@ from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
-from tests.attacks.egress_helpers import guard_network
 from tests.conftest import ServiceRunner
+from tests.helpers.egress import guard_network
+from tests.helpers.vault import add, key_file, vault_settings
 from tests.services.test_orchestrator import call, open_session
-from tests.services.vaulthelp import add, key_file, vault_settings
 
 NAME = "LEAK_TOKEN"
 IDN = "LEAK_IDN"

@@ -44,7 +44,7 @@ from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.attacks.conftest import SESSION, shell, write
 from tests.conftest import ServiceRunner
-from tests.owners import OWNER_GID, OWNER_UID, owned
+from tests.helpers.owners import OWNER_GID, OWNER_UID, owned
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="these attacks need a root service")
 

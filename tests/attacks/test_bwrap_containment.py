@@ -39,8 +39,8 @@ from tests.attacks.conftest import (
     write,
 )
 from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.sleepers import sleeping, unique_duration
+from tests.helpers.owners import owned
+from tests.helpers.sleepers import sleeping, unique_duration
 
 MiB = 1024 * 1024
 SMALL = Limits(wall_s=20.0, address_space_bytes=256 * MiB, processes=64, memory_bytes=128 * MiB)

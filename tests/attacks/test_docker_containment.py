@@ -50,7 +50,7 @@ from tests.attacks.conftest import (
 )
 from tests.conftest import ServiceRunner
 from tests.docker.conftest import OWNER_UID, containers_of
-from tests.sleepers import sleeping, unique_duration
+from tests.helpers.sleepers import sleeping, unique_duration
 
 MiB = 1024 * 1024
 SESSION = "0123456789abcdef"

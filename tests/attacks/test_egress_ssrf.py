@@ -26,8 +26,8 @@ from bastion.proto.stubs import FetchRequest
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import encode
 from bastion.shared.errors import RemoteError
-from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
 from tests.conftest import ServiceRunner
+from tests.helpers.egress import ask_proxy, basic, guard_network, web_server
 
 SESSION = "0123456789abcdef"
 

@@ -46,9 +46,9 @@ from bastion.shared.statedir import find_bus_settings, read_run_record
 from tests.attacks.conftest import wait_for_file
 from tests.attacks.test_egress_ssrf import RESOLVER
 from tests.conftest import ServiceRunner
-from tests.loopback import serving_on_loopback
-from tests.running_up import running_up
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
+from tests.helpers.loopback import serving_on_loopback
+from tests.helpers.mcp_upstream import SERVERS, stdio_spec
+from tests.helpers.running_up import running_up
 
 pytestmark = pytest.mark.anyio
 

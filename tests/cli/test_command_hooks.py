@@ -24,7 +24,7 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.owners import owned
 from tests.services.test_orchestrator import call, open_session, orchestrator
 
 BASTION = [sys.executable, "-m", "bastion.cli"]

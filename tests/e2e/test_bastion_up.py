@@ -23,7 +23,7 @@ from bastion.shared.bus import connect, request
 from bastion.shared.errors import BastionError
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
-from tests.owners import owned
+from tests.helpers.owners import owned
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from bastion.shared.bus import connect, request
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
 from tests.e2e.test_bastion_up import BASTION, bastion
-from tests.running_up import running_up
+from tests.helpers.running_up import running_up
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,7 @@ from bastion.shared.errors import BastionError
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
 from tests.e2e.test_bastion_up import BASTION, Up, bastion
-from tests.owners import owned
+from tests.helpers.owners import owned
 
 pytestmark = pytest.mark.e2e
 

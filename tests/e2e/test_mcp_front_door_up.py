@@ -14,7 +14,7 @@ from mcp_types import TextContent
 
 from tests.e2e import test_bastion_up
 from tests.e2e.test_bastion_up import Up, bastion
-from tests.owners import owned
+from tests.helpers.owners import owned
 
 up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
 

@@ -30,7 +30,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.owners import owned
 from tests.services.test_audit import records_of
 from tests.services.test_orchestrator import call, open_session
 

@@ -17,7 +17,7 @@ from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.owners import owned
 from tests.services.test_orchestrator import call, open_session, orchestrator
 
 

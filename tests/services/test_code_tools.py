@@ -26,7 +26,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner, raw_request
-from tests.owners import owned
+from tests.helpers.owners import owned
 
 SESSION = "0123456789abcdef"
 

@@ -27,9 +27,9 @@ from bastion.proto.sandbox import ExecRequest, ExecResult
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
-from tests.attacks.egress_helpers import basic, guard_network, web_server
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.egress import basic, guard_network, web_server
+from tests.helpers.owners import owned
 from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
 SESSION = "0123456789abcdef"

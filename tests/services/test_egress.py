@@ -13,13 +13,13 @@ from bastion.proto.audit import AuditRecord
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
-from tests.attacks.egress_helpers import ask_proxy, basic, web_server
 from tests.attacks.test_egress_ssrf import (
     RESOLVER,
     Egress,
     egress_loopback_allowed,  # noqa: F401
 )
 from tests.conftest import ServiceRunner
+from tests.helpers.egress import ask_proxy, basic, web_server
 
 
 async def test_a_tunnel_to_a_declared_host_reaches_it_and_is_recorded(

@@ -13,10 +13,10 @@ from anyio.abc import SocketStream
 
 from bastion.egress.service import EgressSettings, egress_service
 from bastion.shared.bus import Client
-from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
 from tests.attacks.test_egress_ssrf import RESOLVER, Egress
 from tests.conftest import ServiceRunner
-from tests.loopback import serving_on_loopback
+from tests.helpers.egress import ask_proxy, basic, guard_network, web_server
+from tests.helpers.loopback import serving_on_loopback
 
 
 @dataclass

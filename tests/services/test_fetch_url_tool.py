@@ -13,9 +13,9 @@ from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
-from tests.attacks.egress_helpers import guard_network, web_server
 from tests.attacks.test_egress_ssrf import RESOLVER, _settings
 from tests.conftest import ServiceRunner
+from tests.helpers.egress import guard_network, web_server
 from tests.services.test_orchestrator import call, open_session
 
 

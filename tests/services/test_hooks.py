@@ -22,7 +22,7 @@ from bastion.shared.codec import decode, encode
 from bastion.shared.patterns import pattern_matches
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.owners import owned
 from tests.services.test_orchestrator import call, open_session, orchestrator
 
 Answer = Callable[[HookEvent], HookAnswer | None]

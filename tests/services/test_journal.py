@@ -26,7 +26,7 @@ from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.owners import owned
 from tests.services.test_orchestrator import call, open_session, orchestrator
 
 

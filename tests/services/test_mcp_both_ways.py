@@ -14,7 +14,7 @@ from bastion.proto import subjects
 from bastion.proto.mcp import AddServer, EffectOverride, McpReview, SamplingAllowance
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
+from tests.helpers.mcp_upstream import SERVERS, stdio_spec
 from tests.services.test_approvals import Plane, plane_of, workspace
 from tests.services.test_mcp_front_door import (
     Asked,

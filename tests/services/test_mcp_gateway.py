@@ -32,8 +32,7 @@ from bastion.shared.sealing import public_bytes
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.mcp_upstream_helpers import (
+from tests.helpers.mcp_upstream import (
     NOTES,
     PYTHON_DIRS,
     SERVERS,
@@ -41,9 +40,10 @@ from tests.services.mcp_upstream_helpers import (
     serving_http,
     stdio_spec,
 )
+from tests.helpers.owners import owned
+from tests.helpers.vault import add as add_secret
+from tests.helpers.vault import key_file, vault_settings
 from tests.services.test_orchestrator import call, open_session
-from tests.services.vaulthelp import add as add_secret
-from tests.services.vaulthelp import key_file, vault_settings
 from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
 NOTES_SERVER = NOTES

@@ -12,7 +12,7 @@ from bastion.proto.errors import ErrorReply
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
+from tests.helpers.mcp_upstream import SERVERS, stdio_spec
 from tests.services.test_mcp_gateway import add, plane, review, text_of
 from tests.services.test_orchestrator import call, open_session
 

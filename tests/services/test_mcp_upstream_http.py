@@ -21,13 +21,13 @@ from bastion.proto import subjects
 from bastion.proto.egress import ConnectionLog, ConnectionsRequest
 from bastion.proto.mcp import McpServerSpec
 from bastion.shared.bus import Client, request
-from tests.attacks.egress_helpers import guard_network
 from tests.attacks.test_egress_ssrf import RESOLVER, Egress, egress_loopback_allowed  # noqa: F401
 from tests.conftest import ServiceRunner
+from tests.helpers.egress import guard_network
 from tests.services.test_declared_network import short_dir
 
 __all__ = ["short_dir"]  # a fixture, imported to be used here
-from tests.services.mcp_upstream_helpers import NOTES, SERVERS, serving_http
+from tests.helpers.mcp_upstream import NOTES, SERVERS, serving_http
 
 MISBEHAVING = SERVERS / "misbehaving.py"
 SESSION = "0123456789abcdef"

@@ -25,7 +25,7 @@ from bastion.shared.errors import RemoteError, Unavailable
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner, raw_request
-from tests.owners import owned
+from tests.helpers.owners import owned
 
 
 @pytest.fixture

@@ -29,11 +29,11 @@ from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.vault.service import vault_service
-from tests.attacks.egress_helpers import guard_network
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.egress import guard_network
+from tests.helpers.owners import owned
+from tests.helpers.vault import add, key_file, vault_settings
 from tests.services.test_orchestrator import call, open_session
-from tests.services.vaulthelp import add, key_file, vault_settings
 
 RESOLVER = FixedResolver({"pypi.test": ["127.0.0.1"], "example.test": ["127.0.0.1"]})
 TOKEN = "pypi-AgEIcHlwaS5vcmcCJGExYjJjM2Q0LWU1ZjYtNzg5MC1hYmNkLWVmMDEyMzQ1Njc4OQ"

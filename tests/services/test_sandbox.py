@@ -29,8 +29,8 @@ from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner, raw_request
-from tests.owners import owned
-from tests.sleepers import sleeping, unique_duration
+from tests.helpers.owners import owned
+from tests.helpers.sleepers import sleeping, unique_duration
 
 SESSION = "0123456789abcdef"
 MiB = 1024 * 1024

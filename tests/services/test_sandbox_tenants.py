@@ -17,7 +17,7 @@ from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.attacks.conftest import wait_for_file
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.owners import owned
 
 SESSION = "0123456789abcdef"
 

@@ -20,8 +20,8 @@ from bastion.shared.redaction import forms
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.vaulthelp import SESSION, add, key_file, vault_settings
+from tests.helpers.owners import owned
+from tests.helpers.vault import SESSION, add, key_file, vault_settings
 from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
 
 NAME = "LEAK_TOKEN"

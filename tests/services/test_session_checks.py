@@ -22,7 +22,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.owners import owned
 
 
 @pytest.fixture

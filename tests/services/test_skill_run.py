@@ -24,10 +24,10 @@ from bastion.shared.errors import InvalidInput, NotFound
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.owners import owned
+from tests.helpers.vault import add, key_file, vault_settings
 from tests.services.test_approvals import session_of
 from tests.services.test_orchestrator import call, open_session
-from tests.services.vaulthelp import add, key_file, vault_settings
 
 COUNT_PY = """#!/usr/bin/env python3
 import os, sys

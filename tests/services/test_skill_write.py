@@ -12,7 +12,7 @@ from bastion.sandbox.skillwrite import write_skill
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
 from bastion.shared.skillmatter import front_matter
-from tests.owners import owned
+from tests.helpers.owners import owned
 from tests.services.test_orchestrator import call
 from tests.services.test_skill_run import Plane, _session, plane  # noqa: F401  (fixture)
 

@@ -31,8 +31,8 @@ from bastion.shared.bus import connect, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.natsserver import free_port
 from bastion.shared.statedir import find_bus_settings
-from tests.otlp import MetricPoint, ReceivedSpan, Receiver, otlp_receiver
-from tests.owners import owned
+from tests.helpers.otlp import MetricPoint, ReceivedSpan, Receiver, otlp_receiver
+from tests.helpers.owners import owned
 
 pytestmark = pytest.mark.e2e
 

@@ -30,7 +30,7 @@ from bastion.shared.secretnames import check_name
 from bastion.vault.masterkey import VaultKeyError
 from bastion.vault.service import vault_service
 from tests.conftest import ServiceRunner
-from tests.services.vaulthelp import (
+from tests.helpers.vault import (
     SESSION,
     add,
     expose,

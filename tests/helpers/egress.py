@@ -13,7 +13,7 @@ import pytest
 from anyio.abc import SocketStream
 
 import bastion.egress.dial
-from tests.loopback import serving_on_loopback
+from tests.helpers.loopback import serving_on_loopback
 
 PAGES: dict[str, tuple[str, dict[str, str], bytes]] = {
     "/": (
