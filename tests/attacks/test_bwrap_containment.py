@@ -26,7 +26,9 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import (
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
+from tests.helpers.sandbox import (
     CANARY,
     SECRET,
     Host,
@@ -38,8 +40,6 @@ from tests.attacks.conftest import (
     wait_for_file,
     write,
 )
-from tests.conftest import ServiceRunner
-from tests.helpers.owners import owned
 from tests.helpers.sleepers import sleeping, unique_duration
 
 MiB = 1024 * 1024

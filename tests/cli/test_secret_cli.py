@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 
 from bastion.vault.service import vault_service
-from tests.conftest import ServiceRunner
+from tests.helpers.bus import ServiceRunner
 from tests.helpers.vault import key_file, random_value, vault_settings
 
 

@@ -15,8 +15,8 @@ from bastion.proto.tools import ToolCall, ToolOutput
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.docker.conftest import OWNER_UID, containers_of
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.docker import OWNER_UID, containers_of
 
 
 async def test_closing_a_docker_session_removes_its_container(

@@ -21,8 +21,7 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.helpers.owners import owned
+from tests.helpers.bus import ServiceRunner
 
 SESSION = "0123456789abcdef"
 
@@ -36,11 +35,6 @@ class Arithmetic(unittest.TestCase):
     def test_subtracts(self):
         self.assertEqual(2 - 1, 0)
 """
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

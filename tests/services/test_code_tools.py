@@ -25,15 +25,9 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner, raw_request
-from tests.helpers.owners import owned
+from tests.helpers.bus import ServiceRunner, raw_request
 
 SESSION = "0123456789abcdef"
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import wait_for_file
-from tests.conftest import ServiceRunner
+from tests.helpers.bus import ServiceRunner
 from tests.helpers.owners import owned
+from tests.helpers.sandbox import wait_for_file
 
 SESSION = "0123456789abcdef"
 
@@ -32,7 +32,7 @@ def settings(bus_settings: BusSettings, tmp_path: Path) -> SandboxSettings:
     )
 
 
-def workspace(tmp_path: Path, name: str) -> Path:
+def workspace_named(tmp_path: Path, name: str) -> Path:
     return owned(tmp_path / name)
 
 
@@ -51,7 +51,7 @@ async def run(client: Client, where: Path, command: str, tenant: str) -> ExecRes
 async def test_a_call_over_the_tenants_cap_waits_for_a_turn_then_runs(
     client: Client, run_service: ServiceRunner, settings: SandboxSettings, tmp_path: Path
 ) -> None:
-    first, second = workspace(tmp_path, "a"), workspace(tmp_path, "b")
+    first, second = workspace_named(tmp_path, "a"), workspace_named(tmp_path, "b")
     results: dict[str, ExecResult] = {}
 
     async def hold() -> None:
@@ -65,7 +65,7 @@ async def test_a_call_over_the_tenants_cap_waits_for_a_turn_then_runs(
         await anyio.to_thread.run_sync(wait_for_file, first / "started", 20.0)
         group.start_soon(follow)
         # The second is held back while the first runs; a third tenant is not.
-        other = await run(client, workspace(tmp_path, "c"), "true", "globex")
+        other = await run(client, workspace_named(tmp_path, "c"), "true", "globex")
         assert other.exit_status == 0
         assert not (second / "ran").exists()
         (first / "go").touch()
@@ -76,7 +76,7 @@ async def test_a_call_over_the_tenants_cap_waits_for_a_turn_then_runs(
 async def test_a_call_that_waits_past_the_bound_fails_saying_how_many_run_and_what_to_do(
     client: Client, run_service: ServiceRunner, settings: SandboxSettings, tmp_path: Path
 ) -> None:
-    first, second = workspace(tmp_path, "a"), workspace(tmp_path, "b")
+    first, second = workspace_named(tmp_path, "a"), workspace_named(tmp_path, "b")
     short = msgspec.structs.replace(settings, tenant_wait_s=0.2)
     async with run_service(sandbox_service, short), anyio.create_task_group() as group:
         group.start_soon(run, client, first, HELD, "acme")

@@ -17,7 +17,7 @@ from bastion.shared.telemetry import (
     headers_with_context,
     tracer,
 )
-from tests.shared.conftest import Spans
+from tests.helpers.tracing import Spans
 
 
 def record(message: str, **extra: object) -> logging.LogRecord:

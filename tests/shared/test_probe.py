@@ -12,7 +12,7 @@ import anyio
 
 from bastion.shared.bus import Client
 from bastion.shared.probe import STALE_AFTER_S, check
-from tests.shared.test_runtime_runner import read_all, service_env, wait_until_pinged
+from tests.helpers.runtime import read_all, service_env, wait_until_pinged
 
 
 def probe(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
