@@ -31,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bastion.cli.natsserver import free_port
 from bench.common import bastion_up, percentile, sandbox_workspace
-from tests.otlp import ReceivedSpan, otlp_receiver
+from tests.helpers.otlp import ReceivedSpan, otlp_receiver
 
 DOOR = "tools/call shell"
 PATH = [

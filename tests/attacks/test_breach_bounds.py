@@ -37,10 +37,10 @@ from bastion.shared.errors import RemoteError
 from bastion.shared.sandboxing.cgroup import cgroup_prefix, find_cgroup_root, tenant_group_name
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import in_sandbox_cgroups
-from tests.conftest import ServiceRunner, raw_request
-from tests.owners import owned
-from tests.services.test_mcp_front_door import mcp_client, new_token, text_of
+from tests.helpers.bus import ServiceRunner, raw_request
+from tests.helpers.front_door import mcp_client, new_token, text_of
+from tests.helpers.owners import owned
+from tests.helpers.sandbox import in_sandbox_cgroups
 
 SESSION = "0123456789abcdef"
 
@@ -236,7 +236,7 @@ async def test_a_sessions_searches_count_against_its_own_tenant_through_the_orch
 TOKEN = "00112233445566ff"
 
 
-async def open_session(client: Client, tenant: str, token_id: str = "") -> SessionInfo:
+async def open_tenant_session(client: Client, tenant: str, token_id: str = "") -> SessionInfo:
     ask = OpenSession(agent="flooder", tenant=tenant, token_id=token_id)
     info: SessionInfo = await request(client, subjects.SESSION_OPEN, ask, SessionInfo, timeout_s=10)
     return info
@@ -259,27 +259,27 @@ async def test_open_sessions_are_capped_per_token_and_per_tenant_across_replicas
         run_service(orchestrator_service, settings),
         run_service(orchestrator_service, settings),
     ):
-        opened = [await open_session(client, "acme", TOKEN) for _ in range(3)]
+        opened = [await open_tenant_session(client, "acme", TOKEN) for _ in range(3)]
         assert {s.token_id for s in opened} == {TOKEN}
         for _ in range(4):  # whichever replica answers, the token is at its cap
             with pytest.raises(RemoteError) as token_refused:
-                await open_session(client, "acme", TOKEN)
+                await open_tenant_session(client, "acme", TOKEN)
             assert token_refused.value.code == codes.QUOTA_EXCEEDED
         assert f"token {TOKEN} has 3 sessions open" in token_refused.value.message
         assert "BASTION_MAX_SESSIONS_PER_TOKEN" in token_refused.value.message
         # The tenant has room for two more sessions not opened with the token, then none.
-        await open_session(client, "acme")
-        await open_session(client, "acme")
+        await open_tenant_session(client, "acme")
+        await open_tenant_session(client, "acme")
         with pytest.raises(RemoteError) as tenant_refused:
-            await open_session(client, "acme")
+            await open_tenant_session(client, "acme")
         assert tenant_refused.value.code == codes.QUOTA_EXCEEDED
         assert "tenant acme has 5 sessions open" in tenant_refused.value.message
         assert "BASTION_MAX_SESSIONS_PER_TENANT" in tenant_refused.value.message
         assert "close sessions" in tenant_refused.value.message
         # Another tenant is not held back, and closing a session frees its place.
-        await open_session(client, "globex", TOKEN.replace("f", "e"))
+        await open_tenant_session(client, "globex", TOKEN.replace("f", "e"))
         await close_session(client, opened[0].session_id)
-        await open_session(client, "acme", TOKEN)
+        await open_tenant_session(client, "acme", TOKEN)
 
 
 async def test_a_token_opening_mcp_sessions_through_the_front_door_meets_its_cap(
@@ -501,16 +501,16 @@ async def test_a_count_left_stale_by_a_dead_orchestrator_does_not_hold_a_place_f
 ) -> None:
     settings = OrchestratorSettings(nats_url=bus_settings.nats_url, max_sessions_per_tenant=2)
     async with run_service(orchestrator_service, settings):
-        closed = await open_session(client, "acme")
+        closed = await open_tenant_session(client, "acme")
         await close_session(client, closed.session_id)
         # As an orchestrator killed between its steps would leave it: one session closed
         # but still counted, one counted long ago and never stored.
         kv = await client.jetstream().key_value(subjects.SESSIONS_BUCKET)
         stale = {closed.session_id: 0.0, "ffffffffffffffff": 0.0}
         await kv.put(f"open.tenant.{b'acme'.hex()}", encode({"sessions": stale}))
-        first = await open_session(client, "acme")
-        second = await open_session(client, "acme")
+        first = await open_tenant_session(client, "acme")
+        second = await open_tenant_session(client, "acme")
         with pytest.raises(RemoteError) as refused:
-            await open_session(client, "acme")
+            await open_tenant_session(client, "acme")
     assert first.state == second.state == "open"
     assert refused.value.code == codes.QUOTA_EXCEEDED

@@ -31,10 +31,9 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import CANARY, SESSION, Host, exists, shell, wait_for_file
-from tests.attacks.test_docker_containment import Box, release
-from tests.conftest import ServiceRunner
-from tests.docker.conftest import containers_of
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.docker import Box, containers_of, release
+from tests.helpers.sandbox import CANARY, SESSION, Host, exists, shell, wait_for_file
 
 OWNER: Final = 1000
 SWAPPER: Final = r"""

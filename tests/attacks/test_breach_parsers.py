@@ -42,11 +42,11 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.patterns import MAX_GLOBSTARS, pattern_matches
 from bastion.shared.skillmatter import MAX_FRONT_MATTER, InvalidSkillFile
-from tests.attacks.conftest import Host
-from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
-from tests.conftest import ServiceRunner
-from tests.loopback import serving_on_loopback
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import ask_proxy, basic, guard_network, web_server
+from tests.helpers.loopback import serving_on_loopback
+from tests.helpers.mcp_upstream import SERVERS, stdio_spec
+from tests.helpers.sandbox import Host
 
 SESSION = "0123456789abcdef"
 RESOLVER = FixedResolver(

@@ -23,20 +23,10 @@ from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.services.test_approvals import Plane, answer, pending, plane_of, session_of
-from tests.services.test_mcp_front_door import (
-    Asked,
-    DoorOf,
-    door_of,
-    mcp_client,
-    new_token,
-    read_json,
-    text_of,
-)
-from tests.services.test_orchestrator import call, open_session
-
-__all__ = ["door_of", "plane_of"]  # fixtures, imported to be used here
+from tests.helpers.approvals import answer, pending
+from tests.helpers.bus import Plane, ServiceRunner
+from tests.helpers.front_door import Asked, DoorOf, mcp_client, new_token, read_json, text_of
+from tests.helpers.session import call, open_session, session_of
 
 OWNER = 1000
 """Workspaces belong to an unprivileged user: a root-owned one is refused by the sandbox."""
@@ -59,14 +49,6 @@ def skill(root: Path, name: str, allowed: str, scripts: dict[str, str] | None = 
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    owned(path)
-    return path
-
-
-@pytest.fixture
 def skills_dir(tmp_path: Path) -> Path:
     path = tmp_path / "skills"
     path.mkdir()
@@ -74,7 +56,9 @@ def skills_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def plane(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path) -> Plane:
+def plane_with_policies(
+    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> Plane:
     """Policy (with the operator policies of `tmp_path/policies`), sandbox, orchestrator."""
 
     @asynccontextmanager
@@ -173,11 +157,11 @@ def git_repo(workspace: Path) -> None:
     ],
 )
 async def test_a_git_log_prefix_never_covers_options_that_write_files_or_run_programs(
-    client: Client, plane: Plane, workspace: Path, skills_dir: Path, command: str
+    client: Client, plane_with_policies: Plane, workspace: Path, skills_dir: Path, command: str
 ) -> None:
     git_repo(workspace)
     skill(skills_dir, "history", "Bash(git log:*)")
-    async with plane():
+    async with plane_with_policies():
         session = await open_session(
             client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
         )
@@ -211,7 +195,7 @@ async def test_a_git_log_prefix_never_covers_options_that_write_files_or_run_pro
 )
 async def test_a_prefix_rule_never_covers_what_runs_another_program_or_writes_elsewhere(
     client: Client,
-    plane: Plane,
+    plane_with_policies: Plane,
     workspace: Path,
     skills_dir: Path,
     rule: str,
@@ -220,7 +204,7 @@ async def test_a_prefix_rule_never_covers_what_runs_another_program_or_writes_el
     git_repo(workspace)
     before = (workspace / "a.txt").read_text()
     skill(skills_dir, "tools", rule)
-    async with plane():
+    async with plane_with_policies():
         session = await open_session(
             client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
         )
@@ -253,12 +237,12 @@ def tar_file(workspace: Path) -> None:
     ],
 )
 async def test_a_command_rule_never_covers_a_word_an_unset_variable_turns_into_an_option(
-    client: Client, plane: Plane, workspace: Path, skills_dir: Path, command: str
+    client: Client, plane_with_policies: Plane, workspace: Path, skills_dir: Path, command: str
 ) -> None:
     git_repo(workspace)
     tar_file(workspace)
     skill(skills_dir, "tools", EXPANDED)
-    async with plane():
+    async with plane_with_policies():
         session = await open_session(
             client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
         )
@@ -353,13 +337,13 @@ PROGRAM = f'BEGIN {{ system("touch /workspace/{PWNED}") }}\n'
     ],
 )
 async def test_sed_tar_and_awk_rules_cover_only_options_of_an_allow_list(
-    client: Client, plane: Plane, workspace: Path, skills_dir: Path, command: str
+    client: Client, plane_with_policies: Plane, workspace: Path, skills_dir: Path, command: str
 ) -> None:
     (workspace / "a.txt").write_text("one\n")
     (workspace / "prog.txt").write_text(PROGRAM)
     tar_file(workspace)
     skill(skills_dir, "readers", READERS)
-    async with plane():
+    async with plane_with_policies():
         session = await open_session(
             client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
         )
@@ -376,11 +360,11 @@ async def test_sed_tar_and_awk_rules_cover_only_options_of_an_allow_list(
 
 
 async def test_always_for_one_skills_script_never_covers_another_skills_script_of_that_name(
-    client: Client, plane: Plane, workspace: Path, skills_dir: Path
+    client: Client, plane_with_policies: Plane, workspace: Path, skills_dir: Path
 ) -> None:
     skill(skills_dir, "lint", "skill_read", {"scripts/check.sh": "echo lint ran\n"})
     skill(skills_dir, "deploy", "skill_read", {"scripts/check.sh": "echo deploy ran\n"})
-    async with plane():
+    async with plane_with_policies():
         session = await open_session(
             client, workspace=str(workspace), skills_dir=str(skills_dir), shell=True
         )
@@ -457,10 +441,10 @@ def policies(tmp_path: Path, text: str) -> None:
 
 
 async def test_a_forbid_on_write_file_paths_holds_for_every_path_an_apply_patch_touches(
-    client: Client, plane: Plane, workspace: Path, tmp_path: Path
+    client: Client, plane_with_policies: Plane, workspace: Path, tmp_path: Path
 ) -> None:
     policies(tmp_path, NO_SECRETS)
-    async with plane():
+    async with plane_with_policies():
         session = await open_session(client, workspace=str(workspace), autonomy="L3")
         sid = session.session_id
         patched = await call(client, sid, "apply_patch", patch=PATCH_TWO_FILES)
@@ -478,12 +462,12 @@ async def test_a_forbid_on_write_file_paths_holds_for_every_path_an_apply_patch_
 
 
 async def test_a_forbid_on_shell_holds_for_run_tests_which_runs_the_makefile(
-    client: Client, plane: Plane, workspace: Path, tmp_path: Path
+    client: Client, plane_with_policies: Plane, workspace: Path, tmp_path: Path
 ) -> None:
     policies(tmp_path, NO_SHELL)
     (workspace / "Makefile").write_text("test:\n\techo tests ran\n")
     owned(workspace)
-    async with plane():
+    async with plane_with_policies():
         session = await open_session(client, workspace=str(workspace), autonomy="L3", shell=True)
         sid = session.session_id
         tests = await call(client, sid, "run_tests")
@@ -506,7 +490,7 @@ async def test_a_forbid_on_shell_holds_for_run_tests_which_runs_the_makefile(
 )
 async def test_a_path_pre_approval_matches_where_a_write_lands_not_the_path_through_a_link(
     client: Client,
-    plane: Plane,
+    plane_with_policies: Plane,
     workspace: Path,
     skills_dir: Path,
     rule: str,
@@ -518,7 +502,7 @@ async def test_a_path_pre_approval_matches_where_a_write_lands_not_the_path_thro
     (workspace / "notes" / link).symlink_to(points_to)
     owned(workspace)
     skill(skills_dir, "release-notes", rule)
-    async with plane():
+    async with plane_with_policies():
         session = await open_session(client, workspace=str(workspace), skills_dir=str(skills_dir))
         sid = session.session_id
         await call(client, sid, "skill_read", name="release-notes")
@@ -530,13 +514,13 @@ async def test_a_path_pre_approval_matches_where_a_write_lands_not_the_path_thro
 
 
 async def test_a_cedar_path_condition_matches_the_path_after_the_workspaces_links(
-    client: Client, plane: Plane, workspace: Path, tmp_path: Path
+    client: Client, plane_with_policies: Plane, workspace: Path, tmp_path: Path
 ) -> None:
     policies(tmp_path, NO_SECRETS)
     (workspace / "secrets").mkdir()
     (workspace / "docs").symlink_to("secrets")
     owned(workspace)
-    async with plane():
+    async with plane_with_policies():
         session = await open_session(client, workspace=str(workspace), autonomy="L3")
         sid = session.session_id
         wrote = await call(client, sid, "write_file", path="docs/key", content="stolen")

@@ -12,9 +12,6 @@ import base64
 import logging
 import os
 import secrets
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -51,10 +48,10 @@ from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
-from tests.attacks.egress_helpers import guard_network
-from tests.conftest import ServiceRunner
-from tests.services.test_orchestrator import call, open_session
-from tests.services.vaulthelp import add, key_file, vault_settings
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import guard_network
+from tests.helpers.session import call, open_session
+from tests.helpers.vault import add, key_file, vault_settings
 
 NAME = "LEAK_TOKEN"
 IDN = "LEAK_IDN"
@@ -136,23 +133,13 @@ def idn_value() -> str:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
+def writable_workspace(tmp_path: Path) -> Path:
+    """A workspace of the unprivileged owner that every user may write."""
     path = tmp_path / "workspace"
     path.mkdir()
     os.chown(path, OWNER, OWNER)
     path.chmod(0o777)  # writable by the sandbox's user whether or not it runs as the owner
     return path
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A directory with a short path: a Unix socket's path is at most 107 bytes."""
-    made = Path(tempfile.mkdtemp(prefix="bx", dir="/tmp"))
-    made.chmod(0o711)  # searchable: the sandbox's own host user connects to the socket
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made, ignore_errors=True)
 
 
 def put(workspace: Path, name: str, text: str) -> None:
@@ -189,7 +176,7 @@ async def test_a_value_spelled_into_refused_host_names_is_cut_from_every_record(
     bus_settings: BusSettings,
     nats_url: str,
     tmp_path: Path,
-    workspace: Path,
+    writable_workspace: Path,
     short_dir: Path,
     value: str,
     idn_value: str,
@@ -198,7 +185,7 @@ async def test_a_value_spelled_into_refused_host_names_is_cut_from_every_record(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     off_loopback = guard_network(monkeypatch)
-    put(workspace, "probe.py", PROBE)
+    put(writable_workspace, "probe.py", PROBE)
     sock = short_dir / "egress.sock"
     egress = EgressSettings(
         nats_url=nats_url, egress_allow_ranges="127.0.0.0/8", egress_listen=f"unix:{sock}"
@@ -224,7 +211,7 @@ async def test_a_value_spelled_into_refused_host_names_is_cut_from_every_record(
         result = await run(
             client,
             ExecRequest(
-                session_id=SESSION, workspace=str(workspace), command="python3 probe.py",
+                session_id=SESSION, workspace=str(writable_workspace), command="python3 probe.py",
                 network="declared", call_id="call-1", secrets=(NAME, IDN),
                 declared_hosts=("allowed.test:443",),
             ),
@@ -260,8 +247,8 @@ async def test_a_value_spelled_into_refused_host_names_is_cut_from_every_record(
 
 
 async def test_a_file_tools_error_quoting_the_file_has_the_value_cut(
-    client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path, workspace: Path,
-    value: str,
+    client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path,
+    writable_workspace: Path, value: str,
 ) -> None:  # fmt: skip
     writes = "printf 'line one\\napi_key = %s\\nline three\\n' \"$LEAK_TOKEN\" > config.txt"
     sandbox = SandboxSettings(nats_url=nats_url, state_dir=str(tmp_path / "state"))
@@ -273,7 +260,7 @@ async def test_a_file_tools_error_quoting_the_file_has_the_value_cut(
         wrote = await run(
             client,
             ExecRequest(
-                session_id=SESSION, workspace=str(workspace), command=writes,
+                session_id=SESSION, workspace=str(writable_workspace), command=writes,
                 call_id="call-1", secrets=(NAME,),
             ),
         )  # fmt: skip
@@ -283,7 +270,7 @@ async def test_a_file_tools_error_quoting_the_file_has_the_value_cut(
                 client,
                 subjects.SANDBOX_FILES,
                 EditFile(
-                    session_id=SESSION, workspace=str(workspace),
+                    session_id=SESSION, workspace=str(writable_workspace),
                     input=EditFileInput(
                         path="config.txt", old_string="api_key = not-this-one\nline three",
                         new_string="x",
@@ -295,12 +282,12 @@ async def test_a_file_tools_error_quoting_the_file_has_the_value_cut(
     assert "the nearest lines of the file are" in missed.value.message
     assert f"api_key = [secret {NAME}]" in missed.value.message
     assert leaked(missed.value.message, value) == []
-    assert value in (workspace / "config.txt").read_text()  # the command did have it
+    assert value in (writable_workspace / "config.txt").read_text()  # the command did have it
 
 
 async def test_a_value_left_in_the_workspace_is_cut_in_the_tenants_next_session(
-    client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path, workspace: Path,
-    value: str,
+    client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path,
+    writable_workspace: Path, value: str,
 ) -> None:  # fmt: skip
     state = str(tmp_path / "state")
     vault = vault_settings(nats_url, key_file(tmp_path / "vault"))
@@ -312,7 +299,7 @@ async def test_a_value_left_in_the_workspace_is_cut_in_the_tenants_next_session(
             wrote = await run(
                 client,
                 ExecRequest(
-                    session_id=SESSION, workspace=str(workspace), tenant="acme",
+                    session_id=SESSION, workspace=str(writable_workspace), tenant="acme",
                     command='printf "token: %s\\n" "$LEAK_TOKEN" > notes.txt',
                     call_id="call-1", secrets=(NAME,),
                 ),
@@ -329,7 +316,7 @@ async def test_a_value_left_in_the_workspace_is_cut_in_the_tenants_next_session(
             shown = await run(
                 client,
                 ExecRequest(
-                    session_id=LATER, workspace=str(workspace), tenant="acme",
+                    session_id=LATER, workspace=str(writable_workspace), tenant="acme",
                     command="cat notes.txt; base64 -w0 notes.txt; echo; od -An -tx1 notes.txt",
                 ),
             )  # fmt: skip
@@ -339,7 +326,7 @@ async def test_a_value_left_in_the_workspace_is_cut_in_the_tenants_next_session(
             read: FileResult = await request(
                 client, subjects.SANDBOX_FILES,
                 ReadFile(
-                    session_id=LATER, workspace=str(workspace), tenant="acme",
+                    session_id=LATER, workspace=str(writable_workspace), tenant="acme",
                     input=ReadFileInput(path="notes.txt"),
                 ),
                 FileResult, timeout_s=10,
@@ -347,7 +334,7 @@ async def test_a_value_left_in_the_workspace_is_cut_in_the_tenants_next_session(
             found: FileResult = await request(
                 client, subjects.SANDBOX_FILES,
                 SearchFiles(
-                    session_id=LATER, workspace=str(workspace), tenant="acme",
+                    session_id=LATER, workspace=str(writable_workspace), tenant="acme",
                     input=SearchFilesInput(pattern="token"),
                 ),
                 FileResult, timeout_s=10,
@@ -367,13 +354,13 @@ async def test_what_a_session_is_shown_journaled_and_audited_has_the_tenants_val
     bus_settings: BusSettings,
     nats_url: str,
     tmp_path: Path,
-    workspace: Path,
+    writable_workspace: Path,
     value: str,
 ) -> None:
     """Through the orchestrator: a session of the tenant that never leased the value reads
     a file a skill of the tenant left it in; the model's answers, every message on the bus
     (replies, events, journal writes) and the audit all have it cut."""
-    put(workspace, "notes.txt", f"first line\ntoken = {value}\nlast line\n")
+    put(writable_workspace, "notes.txt", f"first line\ntoken = {value}\nlast line\n")
     seen: list[Msg] = []
 
     async def record(msg: Msg) -> None:
@@ -392,7 +379,7 @@ async def test_what_a_session_is_shown_journaled_and_audited_has_the_tenants_val
         await recorder.flush()
         await add(client, NAME, value.encode(), tenant="acme")
         session = await open_session(
-            client, workspace=str(workspace), shell=True, autonomy="L5", tenant="acme"
+            client, workspace=str(writable_workspace), shell=True, autonomy="L5", tenant="acme"
         )
         sid = session.session_id
         answers = [
@@ -422,8 +409,8 @@ async def test_what_a_session_is_shown_journaled_and_audited_has_the_tenants_val
 
 
 async def test_a_replaced_value_stays_cut_and_so_does_a_known_one_while_the_vault_is_away(
-    client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path, workspace: Path,
-    value: str,
+    client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path,
+    writable_workspace: Path, value: str,
 ) -> None:  # fmt: skip
     """The sandbox process keeps what it leased for the tenant: a value the operator has
     replaced since (the vault no longer holds it) is still cut from the tenant's later
@@ -440,7 +427,7 @@ async def test_a_replaced_value_stays_cut_and_so_does_a_known_one_while_the_vaul
             wrote = await run(
                 client,
                 ExecRequest(
-                    session_id=SESSION, workspace=str(workspace), tenant="acme",
+                    session_id=SESSION, workspace=str(writable_workspace), tenant="acme",
                     command='printf "%s\\n" "$LEAK_TOKEN" > old.txt', call_id="c1",
                     secrets=(NAME,),
                 ),
@@ -449,11 +436,15 @@ async def test_a_replaced_value_stays_cut_and_so_does_a_known_one_while_the_vaul
             await add(client, NAME, b"the-replacing-value-0042", tenant="acme")
             replaced = await run(
                 client,
-                ExecRequest(session_id=LATER, workspace=str(workspace), tenant="acme", command=cat),
+                ExecRequest(
+                    session_id=LATER, workspace=str(writable_workspace), tenant="acme", command=cat
+                ),
             )
         away = await run(
             client,
-            ExecRequest(session_id=LATER, workspace=str(workspace), tenant="acme", command=cat),
+            ExecRequest(
+                session_id=LATER, workspace=str(writable_workspace), tenant="acme", command=cat
+            ),
         )
     assert replaced.stdout == f"[secret {NAME}]\n"
     assert away.stdout == f"[secret {NAME}]\n"

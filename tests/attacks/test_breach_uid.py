@@ -44,20 +44,15 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import SESSION, shell, write
-from tests.conftest import ServiceRunner
-from tests.owners import OWNER_GID, OWNER_UID, owned
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import OWNER_GID, OWNER_UID, owned
+from tests.helpers.sandbox import SESSION, shell, write
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="these attacks need a root service")
 
 OTHER = 2000
 """An operator's dedicated sandbox user, apart from the workspace's owner."""
 SETUID_SHELL = "cp /bin/sh sh-copy && chmod u+s,g+s sh-copy"
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

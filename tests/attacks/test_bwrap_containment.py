@@ -27,7 +27,9 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import (
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
+from tests.helpers.sandbox import (
     CANARY,
     SECRET,
     Host,
@@ -39,9 +41,7 @@ from tests.attacks.conftest import (
     wait_for_file,
     write,
 )
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.sleepers import sleeping, unique_duration
+from tests.helpers.sleepers import sleeping, unique_duration
 
 MiB = 1024 * 1024
 SMALL = Limits(wall_s=20.0, address_space_bytes=256 * MiB, processes=64, memory_bytes=128 * MiB)

@@ -20,7 +20,7 @@ import os
 import secrets
 import subprocess
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -30,14 +30,15 @@ import msgspec
 import pytest
 
 from bastion.proto import errors as codes
-from bastion.proto import subjects
-from bastion.proto.sandbox import ExecResult, Limits, SandboxRelease, SandboxReleased
+from bastion.proto.sandbox import Limits
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import (
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.docker import OWNER_UID, Box, containers_of, release
+from tests.helpers.sandbox import (
     CANARY,
     SECRET,
     SECRET_ENV,
@@ -49,9 +50,7 @@ from tests.attacks.conftest import (
     shell,
     write,
 )
-from tests.conftest import ServiceRunner
-from tests.docker.conftest import OWNER_UID, containers_of
-from tests.sleepers import sleeping, unique_duration
+from tests.helpers.sleepers import sleeping, unique_duration
 
 MiB = 1024 * 1024
 SESSION = "0123456789abcdef"
@@ -70,11 +69,8 @@ def _own(path: Path) -> None:
 
 
 @pytest.fixture
-def host(tmp_path: Path, engine: Any) -> Iterator[Host]:
+def host(tmp_path: Path, workspace: Path, engine: Any) -> Iterator[Host]:
     """The attacks' host, its workspace owned by an ordinary user (the container's)."""
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    _own(workspace)
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     (state_dir / "sessions.key").write_text("state secret\n")
@@ -106,41 +102,6 @@ async def sandbox(
     monkeypatch.setenv(SECRET_ENV, SECRET)
     async with run_service(sandbox_service, settings):
         yield
-
-
-async def release(client: Client, session: str) -> int:
-    """Close a session as the orchestrator does: its container goes."""
-    released = await request(
-        client,
-        subjects.SANDBOX_RELEASE,
-        SandboxRelease(session_id=session),
-        SandboxReleased,
-        timeout_s=30,
-    )
-    return released.containers
-
-
-@dataclass
-class Box:
-    """A way into the Docker sandbox that remembers which sessions it opened."""
-
-    client: Client
-    host: Host
-    backend: str
-    sessions: set[str] = field(default_factory=set)
-
-    async def shell(self, command: str, session: str = SESSION, **fields: object) -> ExecResult:
-        """Run `command` in the session's container, network `none`."""
-        self.sessions.add(session)
-        return await shell(
-            self.client,
-            self.host.workspace,
-            command,
-            session,
-            backend=self.backend,
-            network="none",
-            **fields,
-        )
 
 
 @pytest.fixture

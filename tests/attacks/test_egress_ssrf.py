@@ -5,39 +5,26 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bastion.egress.resolver import FixedResolver
 from bastion.egress.service import egress_service
-from bastion.egress.settings import EgressSettings
 from bastion.proto import subjects
-from bastion.proto.egress import (
-    ConnectionLog,
-    ConnectionsRequest,
-    EgressGrant,
-    FetchedPage,
-    GrantRecord,
-    GrantRequest,
-)
-from bastion.proto.stubs import FetchRequest
-from bastion.shared.bus import Client, request
+from bastion.proto.egress import GrantRecord
+from bastion.shared.bus import Client
 from bastion.shared.codec import encode
 from bastion.shared.errors import RemoteError
-from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
-from tests.conftest import ServiceRunner
-
-SESSION = "0123456789abcdef"
-
-RESOLVER = FixedResolver(
-    {
-        "internal.test": ["10.0.0.5"],
-        "metadata.test": ["169.254.169.254"],
-        "mixed.test": ["192.168.7.7", "fd00::7"],
-        "public.test": ["127.0.0.1"],
-    }
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import (
+    RESOLVER,
+    SESSION,
+    Egress,
+    ask_proxy,
+    basic,
+    egress_settings,
+    guard_network,
+    web_server,
 )
 
 ATTEMPTS = [
@@ -76,66 +63,13 @@ ATTEMPTS = [
 ]
 
 
-@dataclass
-class Egress:
-    client: Client
-    off_loopback: list[str]
-
-    async def grant(self, *hosts: str, any_public_host: bool = False) -> EgressGrant:
-        grant: EgressGrant = await request(
-            self.client,
-            subjects.EGRESS_GRANT,
-            GrantRequest(
-                session_id=SESSION, tenant="acme", hosts=hosts, any_public_host=any_public_host
-            ),
-            EgressGrant,
-            timeout_s=10,
-        )
-        return grant
-
-    async def connections(self, grant: EgressGrant) -> str:
-        log: ConnectionLog = await request(
-            self.client,
-            subjects.EGRESS_CONNECTIONS,
-            ConnectionsRequest(grant_id=grant.grant_id),
-            ConnectionLog,
-            timeout_s=10,
-        )
-        return log.summary()
-
-    async def fetch(self, url: str, fmt: str = "markdown") -> FetchedPage:
-        page: FetchedPage = await request(
-            self.client,
-            subjects.EGRESS_FETCH,
-            FetchRequest(session_id=SESSION, url=url, format=fmt, tenant="acme"),
-            FetchedPage,
-            timeout_s=30,
-        )
-        return page
-
-
-def _settings(nats_url: str, allow: str = "") -> EgressSettings:
-    return EgressSettings(nats_url=nats_url, egress_allow_ranges=allow, egress_fetch_timeout_s=10)
-
-
 @pytest.fixture
 async def egress(
     client: Client, run_service: ServiceRunner, nats_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Egress]:
     """The egress service with the test resolver and no operator range."""
     off_loopback = guard_network(monkeypatch)
-    async with run_service(egress_service(RESOLVER), _settings(nats_url)):
-        yield Egress(client, off_loopback)
-    assert off_loopback == []
-
-
-@pytest.fixture
-async def egress_loopback_allowed(
-    client: Client, run_service: ServiceRunner, nats_url: str, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Egress]:
-    """The egress service with `BASTION_EGRESS_ALLOW_RANGES=127.0.0.0/8`, for this test only."""
-    off_loopback = guard_network(monkeypatch)
-    async with run_service(egress_service(RESOLVER), _settings(nats_url, "127.0.0.0/8")):
+    async with run_service(egress_service(RESOLVER), egress_settings(nats_url)):
         yield Egress(client, off_loopback)
     assert off_loopback == []
 

@@ -12,10 +12,8 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from bastion.shared.bus import Client as Bus
-from tests.services.test_approvals import Plane, plane_of, workspace
-from tests.services.test_mcp_front_door import DoorOf, door_of, mcp_client, new_token, text_of
-
-__all__ = ["door_of", "plane_of", "workspace"]  # fixtures, imported to be used here
+from tests.helpers.bus import Plane
+from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
 
 ACCEPT = "application/json, text/event-stream"
 INITIALIZE = {

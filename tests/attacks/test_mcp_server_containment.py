@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 from bastion.mcp.gateway.upstream import open_upstream
-from tests.owners import owned
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
+from tests.helpers.mcp_upstream import SERVERS, stdio_spec
+from tests.helpers.owners import owned
 
 
 async def test_a_hostile_server_in_bwrap_gets_nowhere(tmp_path: Path) -> None:

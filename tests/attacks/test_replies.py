@@ -46,12 +46,12 @@ from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, service_env,
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.shared.statedir import find_bus_settings, read_run_record
-from tests.attacks.conftest import wait_for_file
-from tests.attacks.test_egress_ssrf import RESOLVER
-from tests.conftest import ServiceRunner
-from tests.loopback import serving_on_loopback
-from tests.running_up import running_up
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import RESOLVER
+from tests.helpers.loopback import serving_on_loopback
+from tests.helpers.mcp_upstream import SERVERS, stdio_spec
+from tests.helpers.running_up import running_up
+from tests.helpers.sandbox import wait_for_file
 
 pytestmark = pytest.mark.anyio
 
@@ -110,7 +110,7 @@ async def as_service(setup: Any, settings: BusSettings) -> AsyncIterator[Service
 
 
 @asynccontextmanager
-async def plane(
+async def secured_plane(
     secured: Secured, tmp_path: Path, *extra: tuple[Any, BusSettings]
 ) -> AsyncIterator[Client]:
     """Policy, sandbox and orchestrator, each as its own user (and `extra` services); yields
@@ -132,7 +132,7 @@ async def plane(
         yield await stack.enter_async_context(connect(operator, "operator"))
 
 
-async def open_session(client: Client, **fields: object) -> SessionInfo:
+async def open_l3_session(client: Client, **fields: object) -> SessionInfo:
     ask = msgspec.convert({"agent": "tester", "autonomy": "L3", **fields}, OpenSession)
     info: SessionInfo = await request(client, subjects.SESSION_OPEN, ask, SessionInfo, timeout_s=30)
     return info
@@ -155,8 +155,8 @@ async def test_a_command_longer_than_the_reply_window_returns_its_result_once(
 ) -> None:
     workspace = owned_dir(tmp_path / "work")
     command = f"echo ran >> log.txt; sleep {LONGER_S}; echo done"
-    async with plane(secured, tmp_path) as operator:
-        session = await open_session(operator, workspace=str(workspace), shell=True)
+    async with secured_plane(secured, tmp_path) as operator:
+        session = await open_l3_session(operator, workspace=str(workspace), shell=True)
         result = await send(
             operator, session.session_id, ToolCall(tool="shell", input={"command": command})
         )
@@ -186,9 +186,9 @@ async def test_a_page_slower_than_the_reply_window_is_fetched(
     )
     async with (
         serving_on_loopback(_slow_page) as port,
-        plane(secured, tmp_path, (egress_service(RESOLVER), egress)) as operator,
+        secured_plane(secured, tmp_path, (egress_service(RESOLVER), egress)) as operator,
     ):
-        session = await open_session(operator, web=True, autonomy="L5")
+        session = await open_l3_session(operator, web=True, autonomy="L5")
         url = f"http://public.test:{port}/slow"
         result = await send(
             operator, session.session_id, ToolCall(tool="fetch_url", input={"url": url})
@@ -211,12 +211,12 @@ async def test_an_upstream_tool_slower_than_the_reply_window_answers(
     directory = tmp_path / "slow"
     directory.mkdir()
     spec = stdio_spec(SERVERS / "slow.py", directory)
-    async with plane(secured, tmp_path, (mcp_service, mcp)) as operator:
+    async with secured_plane(secured, tmp_path, (mcp_service, mcp)) as operator:
         added: McpReview = await request(
             operator, subjects.MCP_ADD, AddServer(name="slow", spec=spec), McpReview, timeout_s=60
         )
         assert added.pinned, added
-        session = await open_session(operator, mcp=["slow"])
+        session = await open_l3_session(operator, mcp=["slow"])
         call = ToolCall(tool="slow_wait", input={"seconds": LONGER_S})
         result = await send(operator, session.session_id, call)
     assert isinstance(result, ToolOutput), result
@@ -244,7 +244,7 @@ async def test_a_shell_call_sent_again_while_it_runs_and_after_it_ended_runs_onc
     client: Client, in_process: None, tmp_path: Path
 ) -> None:
     workspace = owned_dir(tmp_path / "work")
-    session = await open_session(
+    session = await open_l3_session(
         client, workspace=str(workspace), shell=True, limits=SessionLimits(wall_s=30)
     )
     call = ToolCall(
@@ -298,7 +298,7 @@ async def test_a_call_sent_again_to_another_replica_while_it_runs_waits_for_its_
         anyio.create_task_group() as both,
     ):
         await both.start(orchestrator, stop_first)
-        session = await open_session(client, workspace=str(workspace), shell=True)
+        session = await open_l3_session(client, workspace=str(workspace), shell=True)
         both.start_soon(sending)  # the first orchestrator, alone, runs it
         await anyio.to_thread.run_sync(wait_for_file, workspace / "log.txt", 20.0)
         await both.start(orchestrator, stop_second)
@@ -321,7 +321,7 @@ async def test_a_call_answered_with_an_error_may_be_sent_again_and_then_is_kept(
     """An error answer changed nothing (as with the journal): the same call id is made again;
     once it has a result, that result is what every later sending gets."""
     workspace = owned_dir(tmp_path / "work")
-    session = await open_session(client, workspace=str(workspace), shell=True)
+    session = await open_l3_session(client, workspace=str(workspace), shell=True)
     call = ToolCall(tool="read_file", input={"path": "later.txt"}, call_id="c-later")
     first = await send(client, session.session_id, call)
     later = workspace / "later.txt"
@@ -383,7 +383,7 @@ async def _forty_calls(
     async with connect(settings, "kills") as client:
         sids = [
             (
-                await open_session(
+                await open_l3_session(
                     client, workspace=str(w), shell=True, limits=SessionLimits(wall_s=5)
                 )
             ).session_id

@@ -8,26 +8,21 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
 from bastion.hooks.service import HookRunner, answer_event
-from bastion.policy.service import policy_service
-from bastion.policy.settings import PolicySettings
 from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import HookEvent
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import sandbox_service
-from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.hookfile import CommandHook, hooks_path, save_hooks
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.test_orchestrator import call, open_session, orchestrator
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
+from tests.helpers.session import call, open_session, orchestrator
 
 BASTION = [sys.executable, "-m", "bastion.cli"]
 SID = "0123456789abcdef"
@@ -200,15 +195,6 @@ async def test_a_hooks_file_others_may_change_is_refused_and_blocks_every_call(
     assert f"chmod go-w {hooks_path(tmp_path)}" in answer.reason
     listed = hooks_cli(tmp_path, "list")
     assert listed.returncode == 1 and "refused" in listed.stderr
-
-
-@pytest.fixture
-async def plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
-) -> AsyncIterator[None]:
-    settings = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "sbx"))
-    async with run_service(policy_service, PolicySettings), run_service(sandbox_service, settings):
-        yield
 
 
 @pytest.mark.usefixtures("plane")

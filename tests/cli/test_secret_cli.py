@@ -12,8 +12,8 @@ from pathlib import Path
 import anyio
 
 from bastion.vault.service import vault_service
-from tests.conftest import ServiceRunner
-from tests.services.vaulthelp import key_file, random_value, vault_settings
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.vault import key_file, random_value, vault_settings
 
 
 def bastion(

@@ -19,7 +19,7 @@ from bastion.shared.sandboxing import (
     SandboxSpec,
     parse_docker_backend,
 )
-from tests.docker.conftest import OWNER_UID, containers_of
+from tests.helpers.docker import OWNER_UID, containers_of
 
 SESSION = "0123456789abcdef"
 MiB = 1024 * 1024

@@ -12,9 +12,7 @@ from mcp.types import TextContent
 
 from bastion.mcp.gateway.upstream import UpstreamUnreachable, open_upstream
 from bastion.proto.mcp import McpServerSpec
-from tests.docker.conftest import OWNER_UID, workspace
-
-__all__ = ["workspace"]  # a fixture, imported to be used here
+from tests.helpers.docker import OWNER_UID
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_servers" / "stdlib_server.py"
 

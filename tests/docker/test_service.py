@@ -23,8 +23,8 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.sandboxing import DockerSandboxes, SandboxSpec, parse_docker_backend
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.docker.conftest import OWNER_UID, containers_of
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.docker import OWNER_UID, containers_of
 
 SESSION = "0123456789abcdef"
 

@@ -18,8 +18,8 @@ from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.docker.conftest import OWNER_UID, containers_of
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.docker import OWNER_UID, containers_of
 
 
 async def test_closing_a_docker_session_removes_its_container(

@@ -7,30 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import test_bastion_up
-from tests.e2e.test_bastion_up import REPO, Up, bastion
-from tests.owners import owned
-
-up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
+from tests.helpers.owners import owned
+from tests.helpers.running_up import REPO, WAITING, Up, bastion, notes_run
 
 pytestmark = pytest.mark.e2e
-
-SKILLS = REPO / "examples" / "skills"
-WAITING = re.compile(
-    r"^session (?P<sid>[0-9a-f]{16}): waiting for you: (?P<tool>\w+) (?P<input>\{.*\}) "
-    r"\((?P<why>.*); request (?P<rid>[0-9a-f]{16})\)\. Answer with "
-    r"`bastion agent continue (?P=sid) --approve`.* or `--decline <why>`\.$"
-)
-
-
-def notes_run(up: Up, workspace: Path, *flags: str) -> list[str]:
-    run = bastion(
-        "agent", "run", "--script", str(REPO / "examples" / "notes.json"),
-        "--workspace", str(workspace), "--skills-dir", str(SKILLS), "--autonomy", "L2",
-        *flags, state_dir=up.state_dir,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
-    return run.stdout.splitlines()
 
 
 def test_a_skill_pre_approves_the_notes_the_readme_waits_and_a_decline_finishes_the_run(

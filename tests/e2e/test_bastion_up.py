@@ -6,60 +6,22 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import pytest
 
-from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import connect, request
 from bastion.shared.errors import BastionError
 from bastion.shared.statedir import find_bus_settings
-from tests.owners import owned
+from tests.helpers.owners import owned
+from tests.helpers.running_up import REPO, Up, bastion
 
 pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[2]
-BASTION = [sys.executable, "-m", "bastion.cli"]
-
-
-@dataclass
-class Up:
-    process: subprocess.Popen[str]
-    state_dir: Path
-    output: list[str]
-
-    def pids(self) -> dict[str, int]:
-        """The pid of each child as `bastion up` printed it."""
-        found: dict[str, int] = {}
-        for line in self.output:
-            match = re.match(r"\s+(\w+)\s+(?:nats://\S+\s+)?pid (\d+)", line)
-            if match:
-                found[match.group(1)] = int(match.group(2))
-        return found
-
-
-def bastion(
-    *args: str, state_dir: Path, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    # Before a `--`: what follows it is a command's own arguments (`bastion mcp add … -- CMD`).
-    end = args.index("--") if "--" in args else len(args)
-    return subprocess.run(
-        [*BASTION, *args[:end], "--state-dir", str(state_dir), *args[end:]],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def alive(pid: int) -> bool:
@@ -72,34 +34,6 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
-
-
-@pytest.fixture
-def up(tmp_path: Path) -> Iterator[Up]:
-    state_dir = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
-    process = subprocess.Popen(
-        [*BASTION, "up", "--state-dir", str(state_dir), "--http-port", str(free_port())],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    output: list[str] = []
-    assert process.stdout is not None
-    for line in process.stdout:
-        output.append(line.rstrip("\n"))
-        if line.startswith(("ready:", "error:")):
-            break
-    assert output and output[-1].startswith("ready:"), "\n".join(output)
-    running = Up(process, state_dir, output)
-    try:
-        yield running
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            process.communicate(timeout=60)
-        process.stdout.close()
 
 
 def test_up_brings_six_services_that_status_lists_and_a_second_up_is_refused(up: Up) -> None:

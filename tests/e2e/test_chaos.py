@@ -32,9 +32,8 @@ from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import BastionError
 from bastion.shared.statedir import find_bus_settings, read_run_record
-from tests.e2e.test_bastion_up import bastion
-from tests.owners import owned
-from tests.running_up import running_up
+from tests.helpers.owners import owned
+from tests.helpers.running_up import bastion, running_up
 
 pytestmark = pytest.mark.e2e
 

@@ -21,8 +21,7 @@ from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.shared.bus import connect, request
 from bastion.shared.statedir import find_bus_settings
-from tests.e2e.test_bastion_up import BASTION, bastion
-from tests.running_up import running_up
+from tests.helpers.running_up import BASTION, bastion, running_up
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +36,7 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield state
 
 
-def workspace(tmp_path: Path) -> Path:
+def writable_workspace_in(tmp_path: Path) -> Path:
     """A workspace of an unprivileged owner that any sandbox user may write."""
     path = tmp_path / "work"
     path.mkdir()
@@ -59,7 +58,7 @@ def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
 def test_a_fifty_megabyte_write_is_refused_naming_the_limit_and_the_session_goes_on(
     state_dir: Path, tmp_path: Path
 ) -> None:
-    work = workspace(tmp_path)
+    work = writable_workspace_in(tmp_path)
     steps: list[dict[str, object]] = [
         {"tool": "write_file", "input": {"path": "big.txt", "content": "x" * (50 * MB)}},
         {"tool": "write_file", "input": {"path": "small.txt", "content": "fits\n"}},
@@ -103,7 +102,7 @@ def test_agent_run_exits_one_when_a_step_ends_in_an_error_of_bastions(
     status: int,
     words: str,
 ) -> None:
-    work = workspace(tmp_path)
+    work = writable_workspace_in(tmp_path)
     (work / "a.txt").write_text("hello\n")
     (work / "a.txt").chmod(0o666)
     run = bastion(
@@ -157,7 +156,7 @@ def test_output_piped_into_head_ends_without_a_traceback(
     if kind == "schema":
         command = [*BASTION, "proto", "schema"]  # some 160 KB: more than a pipe holds
     else:
-        work = workspace(tmp_path)
+        work = writable_workspace_in(tmp_path)
         (work / "a.txt").write_text("line of text\n" * 300)
         (work / "a.txt").chmod(0o666)
         steps: list[dict[str, object]] = [{"tool": "read_file", "input": {"path": "a.txt"}}] * 40
@@ -193,7 +192,7 @@ def test_a_fetch_of_loopback_names_the_setting_that_allows_a_range(
 def test_a_timeout_says_its_limit_and_a_longer_timeout_s_is_said_to_be_lowered(
     state_dir: Path, tmp_path: Path
 ) -> None:
-    work = workspace(tmp_path)
+    work = writable_workspace_in(tmp_path)
     steps: list[dict[str, object]] = [
         {"tool": "shell", "input": {"command": "sleep 30", "timeout_s": 300}},
     ]
@@ -221,7 +220,7 @@ async def _approve_elsewhere(state_dir: Path, session_id: str) -> None:
 def test_continue_carries_on_a_script_whose_call_was_answered_elsewhere(
     state_dir: Path, tmp_path: Path
 ) -> None:
-    work = workspace(tmp_path)
+    work = writable_workspace_in(tmp_path)
     steps: list[dict[str, object]] = [
         {"tool": "write_file", "input": {"path": "a.txt", "content": "approved\n"}},
         {"tool": "read_file", "input": {"path": "a.txt"}},

@@ -8,12 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e import test_bastion_up
-from tests.e2e.test_approvals_up import WAITING, notes_run
-from tests.e2e.test_bastion_up import Up, bastion
-from tests.owners import owned
-
-up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
+from tests.helpers.owners import owned
+from tests.helpers.running_up import WAITING, Up, bastion, notes_run
 
 pytestmark = pytest.mark.e2e
 

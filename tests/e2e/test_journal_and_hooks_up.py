@@ -24,8 +24,8 @@ from bastion.shared.bus import Client, connect, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError
 from bastion.shared.statedir import find_bus_settings
-from tests.e2e.test_bastion_up import BASTION, Up, bastion
-from tests.owners import owned
+from tests.helpers.owners import owned
+from tests.helpers.running_up import BASTION, Up, bastion
 
 pytestmark = pytest.mark.e2e
 

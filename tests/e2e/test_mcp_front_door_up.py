@@ -12,11 +12,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import TextContent
 
-from tests.e2e import test_bastion_up
-from tests.e2e.test_bastion_up import Up, bastion
-from tests.owners import owned
-
-up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
+from tests.helpers.owners import owned
+from tests.helpers.running_up import Up, bastion
 
 pytestmark = pytest.mark.e2e
 

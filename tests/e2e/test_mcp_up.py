@@ -9,12 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import test_bastion_up
-from tests.e2e.test_bastion_up import BASTION, REPO, Up, bastion
-from tests.owners import owned
-from tests.services.mcp_upstream_helpers import PYTHON_DIRS, sandboxed_python
-
-up = test_bastion_up.up  # the same fixture: `bastion up` on a state dir of the test's own
+from tests.helpers.mcp_upstream import PYTHON_DIRS, sandboxed_python
+from tests.helpers.owners import owned
+from tests.helpers.running_up import BASTION, REPO, Up, bastion
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,8 @@ from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.statedir import find_bus_settings
-from tests.owners import owned
-from tests.running_up import running_up
+from tests.helpers.owners import owned
+from tests.helpers.running_up import running_up
 
 pytestmark = pytest.mark.e2e
 

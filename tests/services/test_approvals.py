@@ -2,40 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
-import msgspec
 import pytest
 
 from bastion.orchestrator.approvalstore import ApprovalStore
-from bastion.orchestrator.service import orchestrator_service
-from bastion.orchestrator.settings import OrchestratorSettings
-from bastion.policy.service import policy_service
-from bastion.policy.settings import PolicySettings
-from bastion.proto import subjects
-from bastion.proto.approvals import (
-    ApprovalAnswer,
-    ApprovalAnswered,
-    ApprovalList,
-    ApprovalQuery,
-    ParkedCall,
-)
+from bastion.proto.approvals import ApprovalAnswered
 from bastion.proto.errors import ErrorReply
-from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import CallParked, ToolOutput
-from bastion.sandbox.service import sandbox_service
-from bastion.sandbox.settings import SandboxSettings
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
-from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.test_audit import records_of
-from tests.services.test_orchestrator import call, open_session
+from tests.helpers.approvals import answer, as_running, pending, records_of
+from tests.helpers.bus import Plane
+from tests.helpers.session import call, open_session, session_of
 
 SKILL = """---
 name: release-notes
@@ -48,69 +29,11 @@ Write the notes of each release to notes/<version>.md with write_file.
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "work")
-
-
-@pytest.fixture
 def skills_dir(tmp_path: Path) -> Path:
     path = tmp_path / "skills"
     (path / "release-notes").mkdir(parents=True)
     (path / "release-notes" / "SKILL.md").write_text(SKILL)
     return path
-
-
-Plane = Callable[..., AbstractAsyncContextManager[None]]
-
-
-@pytest.fixture
-def plane_of(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path) -> Plane:
-    """Policy, sandbox and orchestrator, each a fresh instance every time it is entered."""
-
-    @asynccontextmanager
-    async def running(taint_s: float = 600.0, policy: bool = True) -> AsyncIterator[None]:
-        sandbox = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "st"))
-        orchestrator = OrchestratorSettings(nats_url=bus_settings.nats_url, taint_s=taint_s)
-        async with (
-            run_service(sandbox_service, sandbox),
-            run_service(orchestrator_service, orchestrator),
-        ):
-            if policy:
-                async with run_service(policy_service, PolicySettings):
-                    yield
-            else:
-                yield
-
-    return running
-
-
-async def pending(client: Client, session_id: str | None = None, **query: object) -> ApprovalList:
-    found: ApprovalList = await request(
-        client,
-        subjects.APPROVALS_LIST,
-        ApprovalQuery(session_id=session_id, **query),  # type: ignore[arg-type]
-        ApprovalList,
-        timeout_s=10,
-    )
-    return found
-
-
-async def answer(client: Client, request_id: str, **fields: object) -> ApprovalAnswered:
-    answered: ApprovalAnswered = await request(
-        client,
-        subjects.APPROVALS_ANSWER,
-        ApprovalAnswer(request_id=request_id, by="cli:tester", **fields),  # type: ignore[arg-type]
-        ApprovalAnswered,
-        timeout_s=30,
-    )
-    return answered
-
-
-async def session_of(client: Client, session_id: str) -> SessionInfo:
-    info: SessionInfo = await request(
-        client, subjects.SESSION_GET, SessionRef(session_id=session_id), SessionInfo, timeout_s=10
-    )
-    return info
 
 
 async def test_an_ask_parks_the_call_lists_it_and_the_session_waits_until_a_person_answers(
@@ -341,7 +264,7 @@ async def test_a_call_found_running_after_a_restart_is_uncertain_and_never_runs_
         [entry] = (await pending(client, sid)).approvals
     # As if an orchestrator died between pending → running and running → done.
     store = await ApprovalStore.open(client, "bastion_approvals")
-    await store.move(entry.request_id, ("pending",), _running)
+    await store.move(entry.request_id, ("pending",), as_running)
     async with plane_of():
         [found] = (await pending(client, sid, every_state=True)).approvals
         with pytest.raises(RemoteError) as refused:
@@ -351,10 +274,6 @@ async def test_a_call_found_running_after_a_restart_is_uncertain_and_never_runs_
     assert refused.value.code == "conflict" and "uncertain" in refused.value.message
     assert isinstance(after, ErrorReply) and after.code == "not_found"  # it never ran
     assert not (workspace / "log").exists()
-
-
-def _running(parked: ParkedCall) -> ParkedCall:
-    return msgspec.structs.replace(parked, state="running", answered_by="cli:gone")
 
 
 async def test_with_the_policy_service_stopped_calls_fail_closed_and_say_why(

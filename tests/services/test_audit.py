@@ -3,52 +3,18 @@ whole input, content or secret in it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats.js.errors
 import pytest
 
-from bastion.policy.service import policy_service
-from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
-from bastion.proto.audit import AuditRecord
-from bastion.sandbox.service import sandbox_service
-from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
-from bastion.shared.codec import decode
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.test_orchestrator import call, open_session, orchestrator
-
-
-@pytest.fixture
-async def plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
-) -> AsyncIterator[None]:
-    settings = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"))
-    async with run_service(policy_service, PolicySettings), run_service(sandbox_service, settings):
-        yield
-
-
-async def records_of(
-    client: Client, tenant: str, session_id: str
-) -> list[tuple[bytes, AuditRecord]]:
-    """The session's records in the order the stream keeps them, each with its raw bytes."""
-    js = client.jetstream()
-    found: list[tuple[bytes, AuditRecord]] = []
-    seq = 1
-    while True:
-        try:
-            msg = await js.get_msg(
-                subjects.AUDIT_STREAM, seq, subject=subjects.audit(tenant, session_id), next=True
-            )
-        except nats.js.errors.NotFoundError:
-            return found
-        assert msg.data is not None and msg.seq is not None
-        found.append((msg.data, decode(msg.data, AuditRecord)))
-        seq = msg.seq + 1
+from tests.helpers.approvals import records_of
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
+from tests.helpers.session import call, open_session, orchestrator
 
 
 @pytest.mark.usefixtures("plane")

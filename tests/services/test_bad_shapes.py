@@ -17,7 +17,7 @@ from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner, raw_request
+from tests.helpers.bus import ServiceRunner, raw_request
 
 
 def mcp_on_any_port(client: Client, settings: BusSettings) -> AbstractAsyncContextManager[Service]:

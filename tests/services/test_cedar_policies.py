@@ -24,7 +24,7 @@ from bastion.proto.policy import (
 )
 from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
+from tests.helpers.bus import ServiceRunner
 
 NO_SECRETS = """
 @id("no-secrets")
@@ -76,7 +76,7 @@ def settings(bus_settings: BusSettings, policy_dir: Path, tmp_path: Path) -> Pol
     )
 
 
-def call(
+def policy_request(
     tool: str,
     effect: Effect,
     target: str = "",
@@ -126,11 +126,11 @@ async def test_a_forbid_on_a_path_turns_a_run_into_a_deny_and_names_the_policy(
 ) -> None:
     (policy_dir / "paths.cedar").write_text(NO_SECRETS)
     async with run_service(policy_service, settings):
-        refused = await decide(client, call("write_file", "write", "secrets/deploy.key"))
-        elsewhere = await decide(client, call("write_file", "write", "notes/a.md"))
-        reading = await decide(client, call("read_file", "read", "secrets/deploy.key"))
+        refused = await decide(client, policy_request("write_file", "write", "secrets/deploy.key"))
+        elsewhere = await decide(client, policy_request("write_file", "write", "notes/a.md"))
+        reading = await decide(client, policy_request("read_file", "read", "secrets/deploy.key"))
         detours = [
-            await decide(client, call("write_file", "write", path))
+            await decide(client, policy_request("write_file", "write", path))
             for path in ("./secrets/deploy.key", "notes/../secrets/deploy.key")
         ]
     assert refused.outcome == "deny"
@@ -146,9 +146,11 @@ async def test_a_forbid_on_a_tool_name_applies_to_the_principals_it_names(
 ) -> None:
     (policy_dir / "tools.cedar").write_text(NO_SHELL_FOR_ACME)
     async with run_service(policy_service, settings):
-        acme = await decide(client, call("shell", "write", "ls", tenant="acme"))
-        other = await decide(client, call("shell", "write", "ls", tenant="globex"))
-        acme_writes = await decide(client, call("write_file", "write", "a.txt", tenant="acme"))
+        acme = await decide(client, policy_request("shell", "write", "ls", tenant="acme"))
+        other = await decide(client, policy_request("shell", "write", "ls", tenant="globex"))
+        acme_writes = await decide(
+            client, policy_request("write_file", "write", "a.txt", tenant="acme")
+        )
     assert (acme.outcome, acme.rule) == ("deny", "cedar:acme-no-shell")
     assert other.outcome == "allow"
     assert acme_writes.outcome == "allow"
@@ -160,9 +162,10 @@ async def test_an_ask_annotation_turns_a_run_into_a_question_even_when_pre_appro
     (policy_dir / "review.cedar").write_text(SHELL_ASKS)
     approval = PreApproval(rule="Bash(git log:*)", source="skill history")
     async with run_service(policy_service, settings):
-        running = await decide(client, call("shell", "write", "make"))
+        running = await decide(client, policy_request("shell", "write", "make"))
         preapproved = await decide(
-            client, call("shell", "write", "git log", autonomy="L2", approvals=(approval,))
+            client,
+            policy_request("shell", "write", "git log", autonomy="L2", approvals=(approval,)),
         )
     assert (running.outcome, running.rule) == ("ask", "cedar:shell-asks")
     assert "reviewed by a person" in running.reason
@@ -176,7 +179,7 @@ async def test_a_policy_whose_evaluation_errors_refuses_instead_of_being_skipped
 ) -> None:
     (policy_dir / "overflow.cedar").write_text(OVERFLOWS)
     async with run_service(policy_service, settings):
-        decision = await decide(client, call("read_file", "read", "a.txt"))
+        decision = await decide(client, policy_request("read_file", "read", "a.txt"))
     assert (decision.outcome, decision.rule) == ("deny", "cedar:overflows")
     assert "could not be evaluated" in decision.reason and "overflow" in decision.reason
 
@@ -187,7 +190,7 @@ async def test_a_policy_that_does_not_validate_is_rejected_at_load_and_nothing_r
     (policy_dir / "typo.cedar").write_text(DOES_NOT_VALIDATE)
     async with run_service(policy_service, settings):
         current = await status(client)
-        decision = await decide(client, call("read_file", "read", "a.txt"))
+        decision = await decide(client, policy_request("read_file", "read", "a.txt"))
     assert current.generation == 0 and current.files == ()
     assert "typo.cedar" in current.error and "does not validate" in current.error
     assert decision.outcome == "deny"
@@ -208,7 +211,7 @@ async def test_a_broken_file_keeps_the_last_good_set_and_fixing_it_reloads(
         assert "paths.cedar is not valid Cedar" in broken.error
         assert "last good set stays in force" in broken.error
         assert (broken.generation, broken.files) == (first.generation, first.files)
-        still = await decide(client, call("write_file", "write", "secrets/deploy.key"))
+        still = await decide(client, policy_request("write_file", "write", "secrets/deploy.key"))
         assert (still.outcome, still.rule) == ("deny", "cedar:no-secrets")
 
         policy.write_text(NO_SECRETS + NO_SHELL_FOR_ACME)
@@ -216,7 +219,7 @@ async def test_a_broken_file_keeps_the_last_good_set_and_fixing_it_reloads(
         assert (fixed.error, fixed.policies) == ("", 2)
         assert fixed.loaded_at is not None and first.loaded_at is not None
         assert fixed.loaded_at >= first.loaded_at
-        shell = await decide(client, call("shell", "write", "ls", tenant="acme"))
+        shell = await decide(client, policy_request("shell", "write", "ls", tenant="acme"))
         assert shell.rule == "cedar:acme-no-shell"
 
 
@@ -227,8 +230,10 @@ async def test_a_permit_never_widens_what_the_level_refuses(
         '@id("everything")\npermit (principal, action, resource);'
     )
     async with run_service(policy_service, settings):
-        refused = await decide(client, call("write_file", "write", "a.txt", autonomy="L1"))
-        asked = await decide(client, call("write_file", "write", "a.txt", autonomy="L2"))
+        refused = await decide(
+            client, policy_request("write_file", "write", "a.txt", autonomy="L1")
+        )
+        asked = await decide(client, policy_request("write_file", "write", "a.txt", autonomy="L2"))
     assert (refused.outcome, refused.rule) == ("deny", "level.L1.write")
     assert (asked.outcome, asked.rule) == ("ask", "level.L2.write")
 
@@ -239,7 +244,7 @@ async def test_no_policy_directory_means_no_operator_policies(
     absent = msgspec.structs.replace(settings, policy_dir=str(tmp_path / "absent"))
     async with run_service(policy_service, absent):
         current = await status(client)
-        decision = await decide(client, call("write_file", "write", "secrets/deploy.key"))
+        decision = await decide(client, policy_request("write_file", "write", "secrets/deploy.key"))
     assert (current.files, current.error, current.generation) == ((), "", 1)
     assert decision.outcome == "allow"
 
@@ -255,7 +260,7 @@ async def test_a_policy_directory_created_later_is_picked_up(
         later.mkdir()
         (later / "paths.cedar").write_text(NO_SECRETS)
         await status_when(client, lambda s: s.policies == 1)
-        decision = await decide(client, call("write_file", "write", "secrets/deploy.key"))
+        decision = await decide(client, policy_request("write_file", "write", "secrets/deploy.key"))
     assert before.policies == 0
     assert decision.rule == "cedar:no-secrets"
 

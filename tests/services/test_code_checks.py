@@ -22,8 +22,7 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.bus import ServiceRunner
 
 SESSION = "0123456789abcdef"
 
@@ -37,11 +36,6 @@ class Arithmetic(unittest.TestCase):
     def test_subtracts(self):
         self.assertEqual(2 - 1, 0)
 """
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

@@ -27,15 +27,9 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner, raw_request
-from tests.owners import owned
+from tests.helpers.bus import ServiceRunner, raw_request
 
 SESSION = "0123456789abcdef"
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

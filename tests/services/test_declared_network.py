@@ -8,9 +8,7 @@ the proxy variables name; nothing else leaves its sandbox.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -28,10 +26,10 @@ from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
-from tests.attacks.egress_helpers import basic, guard_network, web_server
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import basic, guard_network, web_server
+from tests.helpers.owners import owned
+from tests.helpers.tracing import Spans, span_ancestry
 
 SESSION = "0123456789abcdef"
 RESOLVER = FixedResolver({"pypi.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
@@ -85,17 +83,6 @@ class Declared:
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A directory with a short path: a Unix socket's path is at most 107 bytes."""
-    made = Path(tempfile.mkdtemp(prefix="bx", dir="/tmp"))
-    made.chmod(0o711)  # searchable by the sandbox's host user, which connects to the socket
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made, ignore_errors=True)
-
-
-@pytest.fixture
 async def declared(
     client: Client,
     run_service: ServiceRunner,
@@ -139,7 +126,7 @@ async def test_a_command_reaches_its_declared_host_through_the_proxy_variables(
 
 async def test_the_egress_grant_and_its_close_are_spans_under_the_sandbox_exec(
     declared: Declared,
-    spans: Spans,  # noqa: F811
+    spans: Spans,
 ) -> None:
     with anyio.fail_after(60):
         result = await declared.run("true", "pypi.test:80")

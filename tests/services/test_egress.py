@@ -18,17 +18,12 @@ from bastion.proto.audit import AuditRecord
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.errors import InvalidInput, RemoteError
-from tests.attacks.egress_helpers import ask_proxy, basic, web_server
-from tests.attacks.test_egress_ssrf import (
-    RESOLVER,
-    Egress,
-    egress_loopback_allowed,  # noqa: F401
-)
-from tests.conftest import ServiceRunner
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import RESOLVER, Egress, ask_proxy, basic, web_server
 
 
 async def test_a_tunnel_to_a_declared_host_reaches_it_and_is_recorded(
-    egress_loopback_allowed: Egress,  # noqa: F811
+    egress_loopback_allowed: Egress,
 ) -> None:
     egress = egress_loopback_allowed
     async with web_server() as server:
@@ -58,7 +53,7 @@ async def test_a_tunnel_to_a_declared_host_reaches_it_and_is_recorded(
 
 
 async def test_a_plain_request_is_sent_in_origin_form_without_the_grant(
-    egress_loopback_allowed: Egress,  # noqa: F811
+    egress_loopback_allowed: Egress,
 ) -> None:
     egress = egress_loopback_allowed
     async with web_server() as server:
@@ -75,7 +70,7 @@ async def test_a_plain_request_is_sent_in_origin_form_without_the_grant(
 
 
 async def test_fetch_url_reads_a_page_as_markdown_without_its_scripts(
-    egress_loopback_allowed: Egress,  # noqa: F811
+    egress_loopback_allowed: Egress,
 ) -> None:
     egress = egress_loopback_allowed
     async with web_server() as server:
@@ -91,7 +86,7 @@ async def test_fetch_url_reads_a_page_as_markdown_without_its_scripts(
 
 
 async def test_fetch_url_follows_a_redirect_checking_each_hop_and_records_them(
-    egress_loopback_allowed: Egress,  # noqa: F811
+    egress_loopback_allowed: Egress,
 ) -> None:
     egress = egress_loopback_allowed
     async with web_server() as server:
@@ -109,7 +104,7 @@ async def test_fetch_url_follows_a_redirect_checking_each_hop_and_records_them(
 
 
 async def test_fetch_url_refuses_what_is_not_text_with_a_sentence(
-    egress_loopback_allowed: Egress,  # noqa: F811
+    egress_loopback_allowed: Egress,
 ) -> None:
     async with web_server() as server:
         with pytest.raises(RemoteError) as refused:

@@ -14,10 +14,9 @@ from anyio.abc import SocketStream
 from bastion.egress.service import egress_service
 from bastion.egress.settings import EgressSettings
 from bastion.shared.bus import Client
-from tests.attacks.egress_helpers import ask_proxy, basic, guard_network, web_server
-from tests.attacks.test_egress_ssrf import RESOLVER, Egress
-from tests.conftest import ServiceRunner
-from tests.loopback import serving_on_loopback
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import RESOLVER, Egress, ask_proxy, basic, guard_network, web_server
+from tests.helpers.loopback import serving_on_loopback
 
 
 @dataclass

@@ -15,10 +15,9 @@ from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
-from tests.attacks.egress_helpers import guard_network, web_server
-from tests.attacks.test_egress_ssrf import RESOLVER, _settings
-from tests.conftest import ServiceRunner
-from tests.services.test_orchestrator import call, open_session
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import RESOLVER, egress_settings, guard_network, web_server
+from tests.helpers.session import call, open_session
 
 
 async def test_fetch_url_is_offered_with_web_only_and_taints_the_session(
@@ -32,7 +31,9 @@ async def test_fetch_url_is_offered_with_web_only_and_taints_the_session(
     async with (
         run_service(policy_service, PolicySettings),
         run_service(orchestrator_service, orchestrator_settings),
-        run_service(egress_service(RESOLVER), _settings(bus_settings.nats_url, "127.0.0.0/8")),
+        run_service(
+            egress_service(RESOLVER), egress_settings(bus_settings.nats_url, "127.0.0.0/8")
+        ),
         web_server() as server,
     ):
         plain = await open_session(client, autonomy="L5")

@@ -4,44 +4,25 @@ with no hook registered no one is asked."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from nats.aio.msg import Msg
 
 from bastion.orchestrator.hooks import Hooks
-from bastion.policy.service import policy_service
-from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import HookAnswer, HookEvent, HookRegistration, RunMark, RunMarked
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import sandbox_service
-from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode, encode
 from bastion.shared.patterns import pattern_matches
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.test_orchestrator import call, open_session, orchestrator
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.session import call, open_session, orchestrator
 
 Answer = Callable[[HookEvent], HookAnswer | None]
-
-
-@pytest.fixture
-async def plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
-) -> AsyncIterator[None]:
-    settings = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"))
-    async with run_service(policy_service, PolicySettings), run_service(sandbox_service, settings):
-        yield
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "work")
 
 
 async def hook(client: Client, registration: HookRegistration, answer: Answer) -> list[HookEvent]:

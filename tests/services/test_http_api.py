@@ -25,12 +25,10 @@ from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError, RemoteError, Unavailable
 from bastion.shared.httptokens import UnsafeTokensFile
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.services.test_approvals import Plane, pending, plane_of, session_of, workspace
-from tests.services.test_orchestrator import call, open_session
-from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
-
-__all__ = ["plane_of", "workspace"]  # fixtures, imported to be used here
+from tests.helpers.approvals import pending
+from tests.helpers.bus import Plane, ServiceRunner
+from tests.helpers.session import call, open_session, session_of
+from tests.helpers.tracing import Spans, span_ancestry
 
 TOKEN = "s3cret-token-for-alice-0123456789"
 
@@ -136,7 +134,7 @@ async def test_an_answer_over_http_continues_the_callers_traceparent_down_to_the
     plane_of: Plane,
     door_of: DoorOf,
     workspace: Path,
-    spans: Spans,  # noqa: F811
+    spans: Spans,
 ) -> None:
     trace_id, span_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
     async with plane_of(), door_of() as door:

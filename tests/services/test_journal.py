@@ -28,14 +28,8 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode, encode
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.test_orchestrator import call, open_session, orchestrator
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "work")
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.session import call, open_session, orchestrator
 
 
 @pytest.fixture

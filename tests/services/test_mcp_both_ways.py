@@ -14,18 +14,9 @@ from bastion.proto import subjects
 from bastion.proto.mcp import AddServer, EffectOverride, McpReview, SamplingAllowance
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
-from tests.services.test_approvals import Plane, plane_of, workspace
-from tests.services.test_mcp_front_door import (
-    Asked,
-    DoorOf,
-    door_of,
-    mcp_client,
-    new_token,
-    text_of,
-)
-
-__all__ = ["door_of", "plane_of", "workspace"]  # fixtures, imported to be used here
+from tests.helpers.bus import Plane
+from tests.helpers.front_door import Asked, DoorOf, mcp_client, new_token, text_of
+from tests.helpers.mcp_upstream import SERVERS, stdio_spec
 
 
 class Model:

@@ -2,99 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx2
 import msgspec
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import ElicitRequestParams, ElicitResult, TextContent, TextResourceContents
 
-from bastion.cli.natsserver import free_port
-from bastion.mcp.service import mcp_service
-from bastion.mcp.settings import McpSettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.events import SessionClosed
-from bastion.proto.frontdoor import (
-    CreateToken,
-    ListTokens,
-    RevokeToken,
-    TokenCreated,
-    TokenList,
-    TokenRevoked,
-)
+from bastion.proto.frontdoor import ListTokens, RevokeToken, TokenList, TokenRevoked
 from bastion.proto.mcp import ElicitAnswer, ElicitQuestion
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
 from bastion.shared.codec import decode
 from bastion.shared.errors import Unavailable
-from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.services.test_approvals import (
-    Plane,
-    answer,
-    pending,
-    plane_of,
-    session_of,
-    workspace,
-)
-
-__all__ = ["plane_of", "workspace"]  # fixtures, imported to be used here
-
-DoorOf = Callable[..., AbstractAsyncContextManager[str]]
-
-
-@pytest.fixture
-def door_of(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path) -> DoorOf:
-    """An mcp service with its front door on a free loopback port; yields its base URL."""
-    tokens_file = tmp_path / "http-tokens"
-    tokens_file.write_text("operator:op-token-0123456789abcdef\n")
-    tokens_file.chmod(0o600)
-
-    @asynccontextmanager
-    async def running(**settings: Any) -> AsyncIterator[str]:
-        port = free_port()
-        mcp = McpSettings(
-            nats_url=bus_settings.nats_url,
-            http_listen=f"127.0.0.1:{port}",
-            http_tokens_file=str(tokens_file),
-            **settings,
-        )
-        async with run_service(mcp_service, mcp):
-            yield f"http://127.0.0.1:{port}"
-
-    return running
-
-
-async def new_token(bus: Bus, workspace: Path, **profile: Any) -> str:
-    ask = msgspec.convert({"agent": "claude", "workspace": str(workspace), **profile}, CreateToken)
-    created: TokenCreated = await request(
-        bus, subjects.FRONTDOOR_TOKEN_CREATE, ask, TokenCreated, timeout_s=10
-    )
-    return created.token
-
-
-@dataclass
-class Asked:
-    """An elicitation callback that answers with `content`, and what it was asked."""
-
-    content: dict[str, Any] | None
-    messages: list[str] = field(default_factory=list)
-
-    async def __call__(self, _context: object, params: ElicitRequestParams) -> ElicitResult:
-        self.messages.append(params.message)
-        if self.content is None:
-            return ElicitResult(action="decline")
-        return ElicitResult(action="accept", content=self.content)
+from tests.helpers.approvals import answer, pending
+from tests.helpers.bus import Plane
+from tests.helpers.front_door import Asked, DoorOf, mcp_client, new_token, read_json, text_of
+from tests.helpers.session import session_of
 
 
 class RoundRobin(httpx2.AsyncBaseTransport):
@@ -115,49 +44,6 @@ class RoundRobin(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-@asynccontextmanager
-async def mcp_client(
-    url: str,
-    token: str,
-    mode: str = "legacy",
-    elicit: Asked | None = None,
-    transport: httpx2.AsyncBaseTransport | None = None,
-    delete_on_exit: bool = True,
-    sample: Any = None,
-) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=httpx2.Timeout(30, read=120),
-        transport=transport,
-    )
-    async with (
-        http,
-        Client(
-            streamable_http_client(
-                f"{url}/mcp", http_client=http, terminate_on_close=delete_on_exit
-            ),
-            mode=mode,  # type: ignore[arg-type]
-            elicitation_callback=elicit,
-            sampling_callback=sample,
-            cache=None,
-        ) as client,
-    ):
-        yield client
-
-
-def text_of(result: Any) -> str:
-    [content] = result.content
-    assert isinstance(content, TextContent)
-    return content.text
-
-
-async def read_json(client: Client, uri: str) -> Any:
-    read = await client.read_resource(uri)
-    [contents] = read.contents
-    assert isinstance(contents, TextResourceContents)
-    return msgspec.json.decode(contents.text)
 
 
 @pytest.mark.parametrize(("mode", "version"), [("legacy", "2025-11-25"), ("auto", "2026-07-28")])

@@ -8,8 +8,6 @@ bubblewrap (its virtual environment shown read-only) — the peer is the real SD
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
@@ -24,7 +22,7 @@ from bastion.policy.service import policy_service
 from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.mcp import AddServer, McpReview, McpServerSpec, ReviewServer
+from bastion.proto.mcp import AddServer, McpReview, McpServerSpec
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client, request
@@ -33,9 +31,9 @@ from bastion.shared.keyfiles import read_x25519_key
 from bastion.shared.sealing import public_bytes
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.mcp_upstream_helpers import (
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.mcp_gateway import add, mcp_plane, output_text, review
+from tests.helpers.mcp_upstream import (
     NOTES,
     PYTHON_DIRS,
     SERVERS,
@@ -43,10 +41,11 @@ from tests.services.mcp_upstream_helpers import (
     serving_http,
     stdio_spec,
 )
-from tests.services.test_orchestrator import call, open_session
-from tests.services.vaulthelp import add as add_secret
-from tests.services.vaulthelp import key_file, vault_settings
-from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
+from tests.helpers.owners import owned
+from tests.helpers.session import call, open_session
+from tests.helpers.tracing import Spans, span_ancestry
+from tests.helpers.vault import add as add_secret
+from tests.helpers.vault import key_file, vault_settings
 
 NOTES_SERVER = NOTES
 
@@ -62,51 +61,11 @@ def notes_spec(directory: Path, **fields: object) -> McpServerSpec:
     return McpServerSpec(**(values | fields))  # type: ignore[arg-type]
 
 
-@asynccontextmanager
-async def plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, state_dir: Path
-) -> AsyncIterator[None]:
-    async with (
-        run_service(policy_service, PolicySettings),
-        run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
-        run_service(
-            mcp_service,
-            McpSettings(
-                nats_url=bus_settings.nats_url, http_listen="127.0.0.1:0", state_dir=str(state_dir)
-            ),
-        ),
-    ):
-        yield
-
-
-async def add(client: Client, name: str, spec: McpServerSpec) -> McpReview:
-    review: McpReview = await request(
-        client, subjects.MCP_ADD, AddServer(name=name, spec=spec), McpReview, timeout_s=60
-    )
-    return review
-
-
-async def review(client: Client, name: str, *, accept: bool = False) -> McpReview:
-    found: McpReview = await request(
-        client,
-        subjects.MCP_REVIEW,
-        ReviewServer(name=name, accept=accept),
-        McpReview,
-        timeout_s=60,
-    )
-    return found
-
-
-def text_of(result: object) -> str:
-    assert isinstance(result, ToolOutput), result
-    return result.text
-
-
 async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_are_withheld(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
     notes = owned(tmp_path / "notes")
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         added = await add(client, "notes", notes_spec(notes))
         session = await open_session(client, autonomy="L3", mcp=["notes"])
         kept = await call(
@@ -151,11 +110,11 @@ async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_ar
     )
     assert offered["notes_read_note"].effect == "read"
     assert session.notices == ()
-    assert "release" in text_of(kept)
-    assert "release" in text_of(listed)
-    assert "Ship the shell and MCP tools on Friday." in text_of(read)
-    assert "note://{name}" in text_of(resources)
-    assert text_of(resource) == "Ship the shell and MCP tools on Friday."
+    assert "release" in output_text(kept)
+    assert "release" in output_text(listed)
+    assert "Ship the shell and MCP tools on Friday." in output_text(read)
+    assert "note://{name}" in output_text(resources)
+    assert output_text(resource) == "Ship the shell and MCP tools on Friday."
     assert offered["notes_resources"].taints and offered["notes_read_resource"].taints
     assert tainted.tainted_until is not None  # what a resource says comes from outside
 
@@ -166,7 +125,7 @@ async def test_a_notes_server_is_added_pinned_offered_and_called_then_changes_ar
     )
     assert any("add_note changed" in n for n in changed.notices)
     assert isinstance(withheld, ErrorReply) and withheld.code == "unknown_tool"
-    assert "Ship the shell" in text_of(still)
+    assert "Ship the shell" in output_text(still)
 
     statuses = {t.name: t.status for t in looked.tools}
     assert statuses["export_notes"] == "new"
@@ -183,10 +142,10 @@ async def test_an_upstream_call_is_a_client_span_under_the_mcp_services_span(
     run_service: ServiceRunner,
     bus_settings: BusSettings,
     tmp_path: Path,
-    spans: Spans,  # noqa: F811
+    spans: Spans,
 ) -> None:
     notes = owned(tmp_path / "notes")
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         await add(client, "notes", notes_spec(notes))
         session = await open_session(client, autonomy="L3", mcp=["notes"])
         listed = await call(client, session.session_id, "notes_list_notes")
@@ -206,7 +165,7 @@ async def test_a_notes_server_over_streamable_http_is_pinned_called_and_its_chan
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
     notes = owned(tmp_path / "notes")
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         async with serving_http(NOTES, notes, "--http") as port:
             url = f"http://127.0.0.1:{port}/mcp"
             added = await add(client, "notes", McpServerSpec(transport="http", url=url))
@@ -221,8 +180,8 @@ async def test_a_notes_server_over_streamable_http_is_pinned_called_and_its_chan
             await review(client, "notes", accept=True)
             after = await open_session(client, autonomy="L3", mcp=["notes"])
     assert added.pinned and added.protocol
-    assert "groceries" in text_of(kept)
-    assert text_of(read) == "rice"
+    assert "groceries" in output_text(kept)
+    assert output_text(read) == "rice"
     assert "notes_add_note" not in {t.name for t in changed.tools}
     assert any("export_notes is new" in n for n in changed.notices)
     assert {"notes_add_note", "notes_export_notes"} <= {t.name for t in after.tools}
@@ -233,7 +192,7 @@ async def test_a_tool_changed_after_the_session_started_is_not_called(
 ) -> None:
     """The pin is checked again at call time, on the live connection: a server that changes
     a tool between tools/list and tools/call does not get the call."""
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         await add(client, "shifty", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
         session = await open_session(client, autonomy="L5", mcp=["shifty"])
         before = await call(client, session.session_id, "shifty_target", text="a")
@@ -246,7 +205,7 @@ async def test_a_tool_changed_after_the_session_started_is_not_called(
             SessionInfo,
             timeout_s=10,
         )
-    assert text_of(before) == "kept a"
+    assert output_text(before) == "kept a"
     assert isinstance(refused, ErrorReply), refused
     assert refused.code == "tool_changed"
     assert "changed target since this session was offered it" in refused.message
@@ -257,7 +216,7 @@ async def test_a_tool_changed_after_the_session_started_is_not_called(
 async def test_a_session_asking_for_an_unknown_server_is_told_so(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         session = await open_session(client, autonomy="L3", mcp=["ghost"])
     assert session.tools == ()
     assert len(session.notices) == 1
@@ -275,7 +234,7 @@ async def test_a_server_without_its_command_or_url_is_refused_with_what_to_give(
     spec = (
         McpServerSpec(transport="stdio") if field == "command" else McpServerSpec(transport="http")
     )
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         with pytest.raises(RemoteError) as refused:
             await request(
                 client, subjects.MCP_ADD, AddServer(name="notes", spec=spec), McpReview,
@@ -288,7 +247,7 @@ async def test_a_server_without_its_command_or_url_is_refused_with_what_to_give(
 async def test_a_server_dying_mid_call_leaves_the_call_uncertain_and_never_repeats_it(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
         session = await open_session(client, autonomy="L5", mcp=["bad"])
         died = await call(client, session.session_id, "bad_die")
@@ -299,7 +258,7 @@ async def test_a_server_dying_mid_call_leaves_the_call_uncertain_and_never_repea
     assert isinstance(again, ErrorReply) and again.code == "uncertain", again
     assert "an identical bad_die call was made" in again.message
     assert "ask MCP server bad" in again.message
-    assert text_of(alive).splitlines()[-1].isdigit()
+    assert output_text(alive).splitlines()[-1].isdigit()
 
 
 @pytest.mark.parametrize(
@@ -314,7 +273,7 @@ async def test_an_oversized_or_malformed_answer_is_a_bounded_clear_error_and_the
     tool: str,
     said: str,
 ) -> None:
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
         session = await open_session(client, autonomy="L5", mcp=["bad"])
         first = await call(client, session.session_id, "bad_environ")
@@ -324,7 +283,7 @@ async def test_an_oversized_or_malformed_answer_is_a_bounded_clear_error_and_the
     assert said in broken.message, broken.message
     assert len(broken.message) < 1000
     assert isinstance(first, ToolOutput)
-    assert text_of(after).isdigit()  # the next call is made on a new connection
+    assert output_text(after).isdigit()  # the next call is made on a new connection
 
 
 async def test_a_server_gets_its_variables_from_the_vault_and_never_shows_them_to_the_model(
@@ -360,7 +319,7 @@ async def test_a_server_gets_its_variables_from_the_vault_and_never_shows_them_t
         await add_secret(client, "NOTES_TOKEN", b"not-a-real-token-0451")
         await add(client, "bad", spec)
         session = await open_session(client, autonomy="L5", mcp=["bad"])
-        shown = text_of(await call(client, session.session_id, "bad_environ"))
+        shown = output_text(await call(client, session.session_id, "bad_environ"))
     assert '"NOTES_TOKEN": "[secret NOTES_TOKEN]"' in shown
     assert '"FROM_SERVICE_ENV": "[secret FROM_SERVICE_ENV]"' in shown
     assert "not-a-real-token-0451" not in shown and "a-value-from-the-environment" not in shown
@@ -391,7 +350,7 @@ async def test_a_value_of_the_tenants_never_given_to_the_server_is_cut_from_its_
         await add_secret(client, "DEPLOY_TOKEN", value.encode())
         await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
         session = await open_session(client, autonomy="L5", mcp=["bad"])
-        shown = text_of(await call(client, session.session_id, "bad_target", text=value))
+        shown = output_text(await call(client, session.session_id, "bad_target", text=value))
     assert shown == "kept [secret DEPLOY_TOKEN]"
 
 
@@ -404,7 +363,7 @@ async def test_a_variable_with_no_value_anywhere_is_refused_saying_where_to_put_
     master = key_file(tmp_path)
     async with (
         run_service(vault_service, vault_settings(bus_settings.nats_url, master)),
-        plane(run_service, bus_settings, tmp_path / "state"),
+        mcp_plane(run_service, bus_settings, tmp_path / "state"),
     ):
         with pytest.raises(RemoteError) as refused:
             await add(client, "bad", spec)

@@ -11,10 +11,10 @@ from bastion.mcp.gateway.signing import generate_private_key, private_key_pem, p
 from bastion.proto.errors import ErrorReply
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
-from tests.services.test_mcp_gateway import add, plane, review, text_of
-from tests.services.test_orchestrator import call, open_session
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.mcp_gateway import add, mcp_plane, output_text, review
+from tests.helpers.mcp_upstream import SERVERS, stdio_spec
+from tests.helpers.session import call, open_session
 
 
 def signing_key(directory: Path) -> str:
@@ -31,7 +31,7 @@ async def test_a_signed_server_is_accepted_and_every_broken_signature_is_refused
     server.mkdir()
     public = signing_key(server)
     spec = msgspec.structs.replace(stdio_spec(SERVERS / "signed.py", server), public_key_pem=public)
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         added = await add(client, "signed", spec)
         good = await open_session(client, autonomy="L3", mcp=["signed"])
         greeted = await call(client, good.session_id, "signed_greet", name="ada")
@@ -52,7 +52,7 @@ async def test_a_signed_server_is_accepted_and_every_broken_signature_is_refused
     assert {t.name: t.status for t in added.tools} == {"greet": "new", "store": "new"}
     assert {"signed_greet", "signed_store"} <= {t.name for t in good.tools}
     assert good.notices == ()
-    assert text_of(greeted) == "hello ada"
+    assert output_text(greeted) == "hello ada"
 
     assert "signed_greet" not in {t.name for t in tampered.tools}
     assert "signed_store" in {t.name for t in tampered.tools}
@@ -77,7 +77,7 @@ async def test_a_server_with_a_key_that_signs_nothing_has_nothing_pinned(
     spec = msgspec.structs.replace(
         stdio_spec(SERVERS / "misbehaving.py", tmp_path), public_key_pem=signing_key(elsewhere)
     )
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         added = await add(client, "plain", spec)
         session = await open_session(client, autonomy="L5", mcp=["plain"])
     assert {t.status for t in added.tools} == {"refused"}

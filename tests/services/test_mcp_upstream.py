@@ -10,8 +10,8 @@ from mcp import types
 
 from bastion.mcp.gateway.upstream import UpstreamRefused, UpstreamUnreachable, open_upstream
 from bastion.proto.mcp import McpServerSpec
-from tests.owners import owned
-from tests.services.mcp_upstream_helpers import NOTES, stdio_spec
+from tests.helpers.mcp_upstream import NOTES, stdio_spec
+from tests.helpers.owners import owned
 
 
 def _text(result: types.CallToolResult) -> str:

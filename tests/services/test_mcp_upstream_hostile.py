@@ -23,8 +23,8 @@ from bastion.mcp.gateway.upstream import (
     open_upstream,
 )
 from bastion.proto.mcp import ElicitAnswer, ElicitQuestion, McpServerSpec
-from tests.owners import owned
-from tests.services.mcp_upstream_helpers import PYTHON, SERVERS, stdio_spec
+from tests.helpers.mcp_upstream import PYTHON, SERVERS, stdio_spec
+from tests.helpers.owners import owned
 
 MISBEHAVING = SERVERS / "misbehaving.py"
 SESSION = "0123456789abcdef"

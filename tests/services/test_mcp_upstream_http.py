@@ -21,13 +21,9 @@ from bastion.proto import subjects
 from bastion.proto.egress import ConnectionLog, ConnectionsRequest
 from bastion.proto.mcp import McpServerSpec
 from bastion.shared.bus import Client, request
-from tests.attacks.egress_helpers import guard_network
-from tests.attacks.test_egress_ssrf import RESOLVER, Egress, egress_loopback_allowed  # noqa: F401
-from tests.conftest import ServiceRunner
-from tests.services.test_declared_network import short_dir
-
-__all__ = ["short_dir"]  # a fixture, imported to be used here
-from tests.services.mcp_upstream_helpers import NOTES, SERVERS, serving_http
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import RESOLVER, Egress, guard_network
+from tests.helpers.mcp_upstream import NOTES, SERVERS, serving_http
 
 MISBEHAVING = SERVERS / "misbehaving.py"
 SESSION = "0123456789abcdef"
@@ -117,7 +113,7 @@ async def test_a_server_that_is_not_listening_is_unreachable_with_its_url() -> N
 
 async def test_http_goes_through_the_egress_proxy_under_a_grant_and_is_recorded(
     tmp_path: Path,
-    egress_loopback_allowed: Egress,  # noqa: F811
+    egress_loopback_allowed: Egress,
 ) -> None:
     egress = egress_loopback_allowed
     with anyio.fail_after(30):

@@ -47,9 +47,9 @@ from bastion.shared.settings import BusSettings, load_settings
 from bastion.vault.leasing import lease_context
 from bastion.vault.service import vault_service
 from bastion.vault.settings import VaultSettings
-from tests.conftest import ServiceRunner
-from tests.services import vaulthelp
-from tests.services.vaulthelp import key_file
+from tests.helpers import vault as vaulthelp
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.vault import key_file
 
 pytestmark = pytest.mark.anyio
 

@@ -2,80 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
-import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from bastion.orchestrator.service import orchestrator_service
-from bastion.orchestrator.settings import OrchestratorSettings
-from bastion.policy.service import policy_service
-from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.events import CallDecided, CallFinished, Event, SessionOpened
-from bastion.proto.session import OpenSession, SessionInfo, SessionRef
-from bastion.proto.tools import CallResult, ToolCall, ToolOutput
-from bastion.sandbox.service import sandbox_service
-from bastion.sandbox.settings import SandboxSettings
+from bastion.proto.session import SessionInfo, SessionRef
+from bastion.proto.tools import CallResult, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError, Unavailable
-from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner, raw_request
-from tests.owners import owned
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "work")
-
-
-@pytest.fixture
-async def plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
-) -> AsyncIterator[None]:
-    """Policy and sandbox running; each test starts (and restarts) orchestrators itself."""
-    sandbox_settings = SandboxSettings(
-        nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state")
-    )
-    async with (
-        run_service(policy_service, PolicySettings),
-        run_service(sandbox_service, sandbox_settings),
-    ):
-        yield
-
-
-def orchestrator(
-    run_service: ServiceRunner, bus_settings: BusSettings
-) -> AbstractAsyncContextManager[Service]:
-    return run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url))
-
-
-async def open_session(client: Client, **fields: object) -> SessionInfo:
-    ask = msgspec.convert({"agent": "tester", **fields}, OpenSession)
-    info: SessionInfo = await request(client, subjects.SESSION_OPEN, ask, SessionInfo, timeout_s=10)
-    return info
-
-
-async def call(client: Client, session_id: str, tool: str, **tool_input: object) -> CallResult:
-    """One call as an agent makes it: a refusal is an answer (an ErrorReply), not an exception."""
-    try:
-        result: CallResult = await request(
-            client,
-            subjects.session_call(session_id),
-            ToolCall(tool=tool, input=dict(tool_input)),
-            CallResult,
-            timeout_s=30,
-        )
-    except RemoteError as error:
-        return error.to_reply()
-    return result
+from tests.helpers.bus import ServiceRunner, raw_request
+from tests.helpers.session import call, open_session, orchestrator
 
 
 async def test_a_call_runs_through_policy_and_sandbox_and_comes_back_as_output(

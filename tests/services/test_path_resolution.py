@@ -15,13 +15,14 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import InvalidInput
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
+from tests.helpers.bus import ServiceRunner
 
 SESSION = "0123456789abcdef"
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
+def linked_workspace(tmp_path: Path) -> Path:
+    """A workspace whose links lead inside it, out of it, and to an absolute path."""
     root = tmp_path / "work"
     (root / "notes").mkdir(parents=True)
     (root / "secrets").mkdir()
@@ -54,36 +55,43 @@ def resolved(workspace: Path, *paths: str, patch: str = "") -> tuple[str, ...]:
     ],
 )
 def test_a_path_resolves_where_the_file_tools_would_land(
-    workspace: Path, path: str, expected: str
+    linked_workspace: Path, path: str, expected: str
 ) -> None:
-    assert resolved(workspace, path) == (expected,)
+    assert resolved(linked_workspace, path) == (expected,)
 
 
-def test_a_patchs_paths_are_resolved_in_order(workspace: Path) -> None:
+def test_a_patchs_paths_are_resolved_in_order(linked_workspace: Path) -> None:
     patch = (
         "*** Begin Patch\n*** Add File: notes/a.md\n+a\n*** Add File: notes/up/b.md\n+b\n"
         "*** Update File: notes/key\n*** Move to: notes/moved\n@@\n-x\n+y\n*** End Patch\n"
     )
-    assert resolved(workspace, patch=patch) == ("notes/a.md", "b.md", "secrets/key", "notes/moved")
+    assert resolved(linked_workspace, patch=patch) == (
+        "notes/a.md",
+        "b.md",
+        "secrets/key",
+        "notes/moved",
+    )
 
 
 @pytest.mark.parametrize("path", ["../outside", "notes/up/../x", "/etc/passwd"])
-def test_a_path_leading_out_of_the_workspace_is_refused(workspace: Path, path: str) -> None:
+def test_a_path_leading_out_of_the_workspace_is_refused(linked_workspace: Path, path: str) -> None:
     with pytest.raises(InvalidInput):
-        resolved(workspace, path)
+        resolved(linked_workspace, path)
 
 
 async def test_the_sandbox_service_answers_resolve_on_the_bus(
-    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, workspace: Path
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, linked_workspace: Path
 ) -> None:
     settings = SandboxSettings(
-        nats_url=bus_settings.nats_url, state_dir=str(workspace.parent / "st")
+        nats_url=bus_settings.nats_url, state_dir=str(linked_workspace.parent / "st")
     )
     async with run_service(sandbox_service, settings):
         answer = await request(
             client,
             subjects.SANDBOX_RESOLVE,
-            ResolvePaths(session_id=SESSION, workspace=str(workspace), paths=("notes/up/x",)),
+            ResolvePaths(
+                session_id=SESSION, workspace=str(linked_workspace), paths=("notes/up/x",)
+            ),
             ResolvedPaths,
             timeout_s=10,
         )

@@ -11,7 +11,7 @@ from bastion.proto import subjects
 from bastion.proto.policy import AUTONOMY_LEVELS, Effect, PolicyDecision, PolicyRequest
 from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
+from tests.helpers.bus import ServiceRunner
 
 EFFECTS: tuple[Effect, ...] = ("read", "write", "external", "spend")
 

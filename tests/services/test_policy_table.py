@@ -45,7 +45,7 @@ SOURCE = "skill release-notes"
 CASES = list(itertools.product(AUTONOMY_LEVELS, EFFECTS, (False, True), (False, True)))
 
 
-def call(
+def policy_request(
     level: Autonomy,
     effect: Effect,
     tainted: bool,
@@ -84,7 +84,7 @@ def test_a_call_is_decided_by_level_then_pre_approval_unless_tainted(
 ) -> None:
     rule = CALLS[effect][2]
     approvals = (PreApproval(rule=rule, source=SOURCE),) if preapproved else ()
-    decision = decide(call(level, effect, tainted, approvals))
+    decision = decide(policy_request(level, effect, tainted, approvals))
 
     by_level = level_outcome(level, effect)
     lifted = by_level == "ask" and preapproved
@@ -112,7 +112,7 @@ def test_a_pre_approval_that_does_not_cover_the_call_changes_nothing(
     _, covered_target, rule, _ = CALLS[effect]
     other = rule if covered_target else "ledger_balance"  # a bare name covers any target
     approvals = (PreApproval(rule=other, source=SOURCE),)
-    decision = decide(call(level, effect, tainted, approvals, covered=False))
+    decision = decide(policy_request(level, effect, tainted, approvals, covered=False))
     assert decision.outcome == level_outcome(level, effect)
     assert decision.rule == f"level.{level}.{effect}"
     assert decision.approved_by == ""
@@ -122,7 +122,9 @@ def test_a_pre_approval_that_does_not_cover_the_call_changes_nothing(
 def test_skills_pre_approvals_are_off_without_skill_approvals_but_a_persons_stay() -> None:
     skill = PreApproval(rule="Write(notes/*)", source=SOURCE)
     person = PreApproval(rule="Write(notes/*)", source="always (person)")
-    off = msgspec.structs.replace(call("L2", "write", False, (skill,)), skill_approvals=False)
+    off = msgspec.structs.replace(
+        policy_request("L2", "write", False, (skill,)), skill_approvals=False
+    )
     decision = decide(off)
     assert decision.outcome == "ask"
     assert "--no-skill-approvals" in decision.reason
@@ -133,6 +135,8 @@ def test_skills_pre_approvals_are_off_without_skill_approvals_but_a_persons_stay
 
 
 def test_a_pre_approval_never_lifts_a_refusal() -> None:
-    decision = decide(call("L2", "spend", False, (PreApproval(rule="ledger_pay", source=SOURCE),)))
+    decision = decide(
+        policy_request("L2", "spend", False, (PreApproval(rule="ledger_pay", source=SOURCE),))
+    )
     assert decision.outcome == "deny"
     assert decision.approved_by == ""

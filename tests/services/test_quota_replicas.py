@@ -29,13 +29,10 @@ from bastion.sandbox.tenants import TenantBusy
 from bastion.shared.bus import Client, connect
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import wait_for_file
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.test_orchestrator import call, open_session, plane, workspace
-from tests.services.test_sandbox_tenants import HELD, run
-
-__all__ = ["plane", "workspace"]  # fixtures, imported to be used here
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
+from tests.helpers.sandbox import HELD, run_as_tenant, wait_for_file
+from tests.helpers.session import call, open_session
 
 
 class Clock:
@@ -256,15 +253,15 @@ async def test_two_sandbox_services_hold_a_tenant_to_one_cap(
         run_service(sandbox_service, instance(1)),
         anyio.create_task_group() as group,
     ):
-        group.start_soon(run, client, first, HELD, "acme")
+        group.start_soon(run_as_tenant, client, first, HELD, "acme")
         await anyio.to_thread.run_sync(wait_for_file, first / "started", 20.0)
         # Whichever instance takes them, acme's cap of one is taken, globex's is not.
         refusals = []
         for _ in range(4):
             with pytest.raises(RemoteError) as refused:
-                await run(client, second, "touch ran", "acme")
+                await run_as_tenant(client, second, "touch ran", "acme")
             refusals.append(refused.value)
-        other = await run(client, owned(tmp_path / "c"), "true", "globex")
+        other = await run_as_tenant(client, owned(tmp_path / "c"), "true", "globex")
         (first / "go").touch()
     assert other.exit_status == 0
     assert not (second / "ran").exists()

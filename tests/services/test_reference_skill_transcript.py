@@ -10,9 +10,7 @@ address stays refused, and the token's value never reaches the result.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -32,11 +30,11 @@ from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.vault.service import vault_service
-from tests.attacks.egress_helpers import guard_network
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.test_orchestrator import call, open_session
-from tests.services.vaulthelp import add, key_file, vault_settings
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import guard_network
+from tests.helpers.owners import owned
+from tests.helpers.session import call, open_session
+from tests.helpers.vault import add, key_file, vault_settings
 
 RESOLVER = FixedResolver({"pypi.test": ["127.0.0.1"], "example.test": ["127.0.0.1"]})
 TOKEN = "pypi-AgEIcHlwaS5vcmcCJGExYjJjM2Q0LWU1ZjYtNzg5MC1hYmNkLWVmMDEyMzQ1Njc4OQ"
@@ -72,17 +70,6 @@ async def pypi_server() -> AsyncIterator[tuple[int, list[str]]]:
         group.start_soon(listener.serve, handle)
         yield port, seen
         group.cancel_scope.cancel()
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A directory with a short path: a Unix socket's path is at most 107 bytes."""
-    made = Path(tempfile.mkdtemp(prefix="bx", dir="/tmp"))
-    made.chmod(0o711)  # searchable by the sandbox's host user, which connects to the socket
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made, ignore_errors=True)
 
 
 def write_skill(root: Path, port: int) -> Path:

@@ -22,11 +22,9 @@ from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.kv import open_bucket
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.services.test_approvals import _running, answer, pending
-from tests.services.test_orchestrator import call, open_session, plane, workspace
-
-__all__ = ["plane", "workspace"]  # fixtures, imported to be used here
+from tests.helpers.approvals import answer, as_running, pending
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.session import call, open_session
 
 
 async def test_two_instances_never_hold_one_session_s_turn_at_once(client: Client) -> None:
@@ -153,7 +151,7 @@ async def test_a_session_taken_over_from_a_dead_holder_settles_its_running_call_
         [parked] = (await pending(client, sid)).approvals
         # As if an orchestrator died running the approved call, its turn still in the store.
         store = await ApprovalStore.open(client, subjects.APPROVALS_BUCKET)
-        await store.move(parked.request_id, ("pending",), _running)
+        await store.move(parked.request_id, ("pending",), as_running)
         turns = await open_bucket(client, subjects.TURNS_BUCKET)
         dead = TurnRecord(holder="gone:1", expires_at=time.time() + 0.5)
         await turns.put(sid, msgspec.msgpack.encode(dead))

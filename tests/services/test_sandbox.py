@@ -30,9 +30,8 @@ from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner, raw_request
-from tests.owners import owned
-from tests.sleepers import sleeping, unique_duration
+from tests.helpers.bus import ServiceRunner, raw_request
+from tests.helpers.sleepers import sleeping, unique_duration
 
 SESSION = "0123456789abcdef"
 MiB = 1024 * 1024
@@ -43,11 +42,6 @@ def state_dir(tmp_path: Path) -> Path:
     path = tmp_path / "state"
     path.mkdir()
     return path
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

@@ -9,16 +9,15 @@ import msgspec
 import pytest
 
 from bastion.proto import errors as codes
-from bastion.proto import subjects
-from bastion.proto.sandbox import ExecRequest, ExecResult
+from bastion.proto.sandbox import ExecResult
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.conftest import wait_for_file
-from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
+from tests.helpers.sandbox import HELD, run_as_tenant, wait_for_file
 
 SESSION = "0123456789abcdef"
 
@@ -33,40 +32,28 @@ def settings(bus_settings: BusSettings, tmp_path: Path) -> SandboxSettings:
     )
 
 
-def workspace(tmp_path: Path, name: str) -> Path:
+def workspace_named(tmp_path: Path, name: str) -> Path:
     return owned(tmp_path / name)
-
-
-# Runs until the test touches `go` in its workspace (or 20 s pass), after saying `started`.
-HELD = "touch started; i=0; while [ ! -e go ] && [ $i -lt 2000 ]; do i=$((i+1)); sleep 0.01; done"
-
-
-async def run(client: Client, where: Path, command: str, tenant: str) -> ExecResult:
-    message = ExecRequest(session_id=SESSION, workspace=str(where), command=command, tenant=tenant)
-    result: ExecResult = await request(
-        client, subjects.SANDBOX_EXEC, message, ExecResult, timeout_s=30
-    )
-    return result
 
 
 async def test_a_call_over_the_tenants_cap_waits_for_a_turn_then_runs(
     client: Client, run_service: ServiceRunner, settings: SandboxSettings, tmp_path: Path
 ) -> None:
-    first, second = workspace(tmp_path, "a"), workspace(tmp_path, "b")
+    first, second = workspace_named(tmp_path, "a"), workspace_named(tmp_path, "b")
     results: dict[str, ExecResult] = {}
 
     async def hold() -> None:
-        results["first"] = await run(client, first, HELD, "acme")
+        results["first"] = await run_as_tenant(client, first, HELD, "acme")
 
     async def follow() -> None:
-        results["second"] = await run(client, second, "touch ran", "acme")
+        results["second"] = await run_as_tenant(client, second, "touch ran", "acme")
 
     async with run_service(sandbox_service, settings), anyio.create_task_group() as group:
         group.start_soon(hold)
         await anyio.to_thread.run_sync(wait_for_file, first / "started", 20.0)
         group.start_soon(follow)
         # The second is held back while the first runs; a third tenant is not.
-        other = await run(client, workspace(tmp_path, "c"), "true", "globex")
+        other = await run_as_tenant(client, workspace_named(tmp_path, "c"), "true", "globex")
         assert other.exit_status == 0
         assert not (second / "ran").exists()
         (first / "go").touch()
@@ -77,13 +64,13 @@ async def test_a_call_over_the_tenants_cap_waits_for_a_turn_then_runs(
 async def test_a_call_that_waits_past_the_bound_fails_saying_how_many_run_and_what_to_do(
     client: Client, run_service: ServiceRunner, settings: SandboxSettings, tmp_path: Path
 ) -> None:
-    first, second = workspace(tmp_path, "a"), workspace(tmp_path, "b")
+    first, second = workspace_named(tmp_path, "a"), workspace_named(tmp_path, "b")
     short = msgspec.structs.replace(settings, tenant_wait_s=0.2)
     async with run_service(sandbox_service, short), anyio.create_task_group() as group:
-        group.start_soon(run, client, first, HELD, "acme")
+        group.start_soon(run_as_tenant, client, first, HELD, "acme")
         await anyio.to_thread.run_sync(wait_for_file, first / "started", 20.0)
         with pytest.raises(RemoteError) as raised:
-            await run(client, second, "touch ran", "acme")
+            await run_as_tenant(client, second, "touch ran", "acme")
         (first / "go").touch()
     assert raised.value.code == codes.UNAVAILABLE
     assert "tenant acme has 1 sandboxes running" in raised.value.message

@@ -21,10 +21,9 @@ from bastion.shared.errors import RemoteError
 from bastion.shared.redaction import forms
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.vaulthelp import SESSION, add, key_file, vault_settings
-from tests.shared.conftest import Spans, span_ancestry, spans  # noqa: F401  (the fixture)
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.tracing import Spans, span_ancestry
+from tests.helpers.vault import SESSION, add, key_file, vault_settings
 
 NAME = "LEAK_TOKEN"
 LATER = "fedcba9876543210"
@@ -49,11 +48,6 @@ def value() -> str:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "workspace")
-
-
-@pytest.fixture
 def everything(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     caplog.set_level(logging.DEBUG)
     yield caplog
@@ -73,7 +67,7 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
     workspace: Path,
     value: str,
     everything: pytest.LogCaptureFixture,
-    spans: Spans,  # noqa: F811
+    spans: Spans,
 ) -> None:
     seen: list[Msg] = []
 

@@ -24,8 +24,8 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.owners import owned
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
 
 
 @pytest.fixture
@@ -49,18 +49,22 @@ def sandbox_settings(bus_settings: BusSettings, dirs: dict[str, Path]) -> Sandbo
 
 
 @pytest.fixture
-async def plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, dirs: dict[str, Path]
+def sandbox_state_dir(dirs: dict[str, Path]) -> Path:
+    return dirs["state"]
+
+
+@pytest.fixture
+async def plane_and_orchestrator(
+    plane: None, run_service: ServiceRunner, bus_settings: BusSettings
 ) -> AsyncIterator[None]:
-    async with (
-        run_service(policy_service, PolicySettings),
-        run_service(sandbox_service, sandbox_settings(bus_settings, dirs)),
-        run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
-    ):
+    """`plane` (the sandbox's state in `dirs["state"]`) and an orchestrator."""
+    settings = OrchestratorSettings(nats_url=bus_settings.nats_url)
+    async with run_service(orchestrator_service, settings):
         yield
 
 
-async def open_session(client: Client, **fields: object) -> SessionInfo:
+async def open_shell_session(client: Client, **fields: object) -> SessionInfo:
+    """Open a session with `shell` offered unless `fields` say otherwise."""
     ask = msgspec.convert({"agent": "tester", "shell": True, **fields}, OpenSession)
     info: SessionInfo = await request(client, subjects.SESSION_OPEN, ask, SessionInfo, timeout_s=30)
     return info
@@ -82,7 +86,11 @@ async def open_session(client: Client, **fields: object) -> SessionInfo:
     ],
 )
 async def test_a_session_whose_directories_or_network_do_not_fit_is_refused_before_it_starts(
-    client: Client, plane: None, dirs: dict[str, Path], fields: dict[str, object], words: str
+    client: Client,
+    plane_and_orchestrator: None,
+    dirs: dict[str, Path],
+    fields: dict[str, object],
+    words: str,
 ) -> None:
     (dirs["state"] / "sessions").mkdir()
     text = msgspec.json.encode(fields).decode()
@@ -90,7 +98,7 @@ async def test_a_session_whose_directories_or_network_do_not_fit_is_refused_befo
         text = text.replace("{" + name + "}", str(path))
     given = msgspec.json.decode(text)
     with pytest.raises(RemoteError) as raised:
-        await open_session(client, **{"workspace": str(dirs["work"]), **given})
+        await open_shell_session(client, **{"workspace": str(dirs["work"]), **given})
     assert raised.value.code == codes.INVALID_INPUT
     assert words in raised.value.message
 
@@ -108,16 +116,16 @@ async def test_a_sandbox_that_fails_a_trivial_command_stops_the_session_saying_w
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
     ):
         with pytest.raises(RemoteError) as raised:
-            await open_session(client, workspace=str(dirs["work"]))
+            await open_shell_session(client, workspace=str(dirs["work"]))
     assert raised.value.code == codes.SANDBOX_FAILED
     assert "did not start" in raised.value.message
     assert "check that bubblewrap runs" in raised.value.message
 
 
 async def test_extra_read_only_dirs_and_a_skills_dir_apart_are_carried_to_every_command(
-    client: Client, plane: None, dirs: dict[str, Path]
+    client: Client, plane_and_orchestrator: None, dirs: dict[str, Path]
 ) -> None:
-    session = await open_session(
+    session = await open_shell_session(
         client,
         workspace=str(dirs["work"]),
         autonomy="L3",

@@ -3,34 +3,24 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
 from nats.aio.msg import Msg
 
-from bastion.orchestrator.service import orchestrator_service
-from bastion.orchestrator.settings import OrchestratorSettings
-from bastion.policy.service import policy_service
-from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.sandbox import RunSkill
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.service import sandbox_service
-from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.skillrun import interpreter, skill_script
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.errors import InvalidInput, NotFound
-from bastion.shared.settings import BusSettings
-from bastion.vault.service import vault_service
-from tests.conftest import ServiceRunner
-from tests.owners import owned
-from tests.services.test_approvals import session_of
-from tests.services.test_orchestrator import call, open_session
-from tests.services.vaulthelp import add, key_file, vault_settings
+from tests.helpers.bus import Plane
+from tests.helpers.owners import owned
+from tests.helpers.session import call, session_of
+from tests.helpers.skills import skill_session
+from tests.helpers.vault import add
 
 COUNT_PY = """#!/usr/bin/env python3
 import os, sys
@@ -56,11 +46,6 @@ def _skill(root: Path, name: str, front: str, files: dict[str, str]) -> None:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "work")
-
-
-@pytest.fixture
 def skills_dir(tmp_path: Path) -> Path:
     root = tmp_path / "skills"
     scripts = {"scripts/count.py": COUNT_PY, "scripts/hello.sh": HELLO_SH}
@@ -78,47 +63,12 @@ def skills_dir(tmp_path: Path) -> Path:
     return root
 
 
-Plane = Callable[[], AbstractAsyncContextManager[None]]
-
-
-@pytest.fixture
-def plane(run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path) -> Plane:
-    """Vault, policy, sandbox and orchestrator on one bus."""
-
-    @asynccontextmanager
-    async def running() -> AsyncIterator[None]:
-        url = bus_settings.nats_url
-        async with (
-            run_service(vault_service, vault_settings(url, key_file(tmp_path / "vault"))),
-            run_service(
-                sandbox_service, SandboxSettings(nats_url=url, state_dir=str(tmp_path / "st"))
-            ),
-            run_service(orchestrator_service, OrchestratorSettings(nats_url=url)),
-            run_service(policy_service, PolicySettings),
-        ):
-            yield
-
-    return running
-
-
-async def _session(client: Client, workspace: Path, skills_dir: Path, autonomy: str = "L3") -> str:
-    info = await open_session(
-        client,
-        workspace=str(workspace),
-        skills_dir=str(skills_dir),
-        shell=True,
-        autonomy=autonomy,
-    )
-    assert {"skill_run", "skill_write"} <= {t.name for t in info.tools}
-    return info.session_id
-
-
 async def test_a_python_and_a_shell_script_run_with_their_args_in_the_workspace(
-    client: Client, plane: Plane, workspace: Path, skills_dir: Path
+    client: Client, plane_with_vault: Plane, workspace: Path, skills_dir: Path
 ) -> None:
     tricky = "$(touch pwned); `touch pwned2`"
-    async with plane():
-        sid = await _session(client, workspace, skills_dir)
+    async with plane_with_vault():
+        sid = await skill_session(client, workspace, skills_dir)
         py = await call(
             client, sid, "skill_run", name="plain", script="scripts/count.py", args=["a b", tricky]
         )
@@ -171,10 +121,10 @@ def test_the_interpreter_comes_from_the_hash_bang_line_else_the_extension(tmp_pa
 
 
 async def test_a_refused_script_is_an_answer_through_the_plane(
-    client: Client, plane: Plane, workspace: Path, skills_dir: Path
+    client: Client, plane_with_vault: Plane, workspace: Path, skills_dir: Path
 ) -> None:
-    async with plane():
-        sid = await _session(client, workspace, skills_dir)
+    async with plane_with_vault():
+        sid = await skill_session(client, workspace, skills_dir)
         up = await call(client, sid, "skill_run", name="plain", script="../online/SKILL.md")
         missing = await call(client, sid, "skill_run", name="nosuch", script="scripts/x.py")
     assert isinstance(up, ErrorReply) and "without `..`" in up.message
@@ -182,12 +132,12 @@ async def test_a_refused_script_is_an_answer_through_the_plane(
 
 
 async def test_a_skills_declared_secrets_are_leased_for_its_call_and_redacted(
-    client: Client, plane: Plane, workspace: Path, skills_dir: Path
+    client: Client, plane_with_vault: Plane, workspace: Path, skills_dir: Path
 ) -> None:
     value = "tok-" + secrets.token_urlsafe(24)
-    async with plane():
+    async with plane_with_vault():
         await add(client, "SKILL_TOKEN", value.encode())
-        sid = await _session(client, workspace, skills_dir)
+        sid = await skill_session(client, workspace, skills_dir)
         given = await call(client, sid, "skill_run", name="secretive", script="scripts/count.py")
         not_given = await call(client, sid, "skill_run", name="plain", script="scripts/count.py")
     assert isinstance(given, ToolOutput), given
@@ -196,20 +146,20 @@ async def test_a_skills_declared_secrets_are_leased_for_its_call_and_redacted(
 
 
 async def test_a_skill_declaring_network_asks_for_the_declared_network_and_taints(
-    client: Client, plane: Plane, workspace: Path, skills_dir: Path
+    client: Client, plane_with_vault: Plane, workspace: Path, skills_dir: Path
 ) -> None:
     seen: list[RunSkill] = []
 
     async def record(msg: Msg) -> None:
         seen.append(decode(msg.data, RunSkill))
 
-    async with plane():
+    async with plane_with_vault():
         await client.subscribe(subjects.SANDBOX_SKILL_RUN, cb=record)
-        sid = await _session(client, workspace, skills_dir, autonomy="L5")
+        sid = await skill_session(client, workspace, skills_dir, autonomy="L5")
         ran = await call(client, sid, "skill_run", name="online", script="scripts/hello.sh")
         plain = await call(client, sid, "skill_run", name="plain", script="scripts/hello.sh")
         info = await session_of(client, sid)
-        l3 = await _session(client, workspace, skills_dir, autonomy="L3")
+        l3 = await skill_session(client, workspace, skills_dir, autonomy="L3")
         refused = await call(client, l3, "skill_run", name="online", script="scripts/hello.sh")
     assert len(seen) == 2, (ran, plain)
     online, offline = seen[0].exec, seen[1].exec
@@ -225,7 +175,7 @@ async def test_a_skill_declaring_network_asks_for_the_declared_network_and_taint
 
 
 async def test_nothing_the_agent_left_in_the_workspace_runs_beside_a_skills_secrets(
-    client: Client, plane: Plane, workspace: Path, skills_dir: Path
+    client: Client, plane_with_vault: Plane, workspace: Path, skills_dir: Path
 ) -> None:
     """HOME is the workspace for commands, so Python loaded a `.pth` the agent wrote under
     `.local/lib/.../site-packages` into a skill's script, next to its leased secret. A
@@ -247,8 +197,8 @@ async def test_nothing_the_agent_left_in_the_workspace_runs_beside_a_skills_secr
     (skills_dir / "plain" / "scripts" / "fmt.sh").write_text(
         "#!/bin/sh\necho '{}' | python3 -m json.tool\n"
     )
-    async with plane():
-        sid = await _session(client, workspace, skills_dir)
+    async with plane_with_vault():
+        sid = await skill_session(client, workspace, skills_dir)
         ran = await call(client, sid, "skill_run", name="plain", script="scripts/probe.py")
         assert isinstance(ran, ToolOutput) and ran.text.startswith("exit status 0"), ran
         assert "home /tmp user-site False" in ran.text

@@ -12,9 +12,10 @@ from bastion.sandbox.skillwrite import write_skill
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
 from bastion.shared.skillmatter import front_matter
-from tests.owners import owned
-from tests.services.test_orchestrator import call
-from tests.services.test_skill_run import Plane, _session, plane  # noqa: F401  (fixture)
+from tests.helpers.bus import Plane
+from tests.helpers.owners import owned
+from tests.helpers.session import call
+from tests.helpers.skills import skill_session
 
 SID = "0123456789abcdef"
 
@@ -85,13 +86,13 @@ def test_a_skill_linked_out_of_the_skills_dir_is_not_written(skills: Path, tmp_p
 
 async def test_skill_write_through_the_plane_writes_then_skill_read_reads_it(
     client: Client,
-    plane: Plane,  # noqa: F811
+    plane_with_vault: Plane,
     tmp_path: Path,
 ) -> None:
     workspace, skills = owned(tmp_path / "work"), tmp_path / "skills"
     skills.mkdir()
-    async with plane():
-        sid = await _session(client, workspace, skills)
+    async with plane_with_vault():
+        sid = await skill_session(client, workspace, skills)
         wrote = await call(
             client, sid, "skill_write", name="wc", description="Counts.", instructions=SMUGGLED
         )

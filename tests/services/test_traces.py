@@ -30,8 +30,8 @@ from bastion.proto.session import OpenSession, SessionInfo
 from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import connect, request
 from bastion.shared.statedir import find_bus_settings
-from tests.otlp import MetricPoint, ReceivedSpan, Receiver, otlp_receiver
-from tests.owners import owned
+from tests.helpers.otlp import MetricPoint, ReceivedSpan, Receiver, otlp_receiver
+from tests.helpers.owners import owned
 
 pytestmark = pytest.mark.e2e
 

@@ -29,8 +29,8 @@ from bastion.shared.sealing import SealError, open_sealed, public_bytes, seal
 from bastion.shared.secretnames import check_name
 from bastion.vault.masterkey import VaultKeyError
 from bastion.vault.service import vault_service
-from tests.conftest import ServiceRunner
-from tests.services.vaulthelp import (
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.vault import (
     SESSION,
     add,
     expose,

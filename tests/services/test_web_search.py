@@ -26,13 +26,10 @@ from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import InvalidInput, RemoteError
 from bastion.shared.settings import BusSettings
-from tests.attacks.egress_helpers import guard_network
-from tests.attacks.test_egress_ssrf import RESOLVER
-from tests.conftest import ServiceRunner
-from tests.services.search_helpers import LONG_PAGE, fake_provider
-from tests.services.test_orchestrator import call, open_session, plane, workspace
-
-__all__ = ["plane", "workspace"]
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.egress import RESOLVER, guard_network
+from tests.helpers.search import LONG_PAGE, fake_provider
+from tests.helpers.session import call, open_session
 
 SESSION = "0123456789abcdef"
 KEYS = {"BRAVE_SEARCH_API_KEY": "brave-test-key", "TAVILY_API_KEY": "tavily-test-key"}

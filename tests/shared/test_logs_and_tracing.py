@@ -18,7 +18,7 @@ from bastion.shared.telemetry import (
     resource_for,
     tracer,
 )
-from tests.shared.conftest import Spans
+from tests.helpers.tracing import Spans
 
 
 def record(message: str, **extra: object) -> logging.LogRecord:

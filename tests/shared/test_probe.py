@@ -16,7 +16,7 @@ from bastion.shared import probe as probing
 from bastion.shared.bus import Client, connect
 from bastion.shared.probe import NOT_READY, READY, STALE_AFTER_S, check, heartbeat
 from bastion.shared.settings import BusSettings
-from tests.shared.test_runtime_runner import read_all, service_env, wait_until_pinged
+from tests.helpers.runtime import read_all, service_env, wait_until_pinged
 
 
 def probe(env: dict[str, str], *which: str) -> subprocess.CompletedProcess[str]:

@@ -10,8 +10,8 @@ from bastion.proto.policy import PolicyDecision
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import BadRequest, Timeout, Unavailable
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.shared.conftest import SUBJECT, Echo, Echoed, Harness
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.runtime import SUBJECT, Echo, Echoed, Harness
 
 
 async def test_a_request_nobody_serves_raises_unavailable_not_timeout(client: Client) -> None:

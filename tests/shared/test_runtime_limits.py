@@ -15,8 +15,8 @@ from bastion.shared.bus import Client, request
 from bastion.shared.logs import JsonFormatter
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
-from tests.conftest import ServiceRunner
-from tests.shared.conftest import SECRET, SUBJECT, Echo, Echoed, Harness
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.runtime import SECRET, SUBJECT, Echo, Echoed, Harness
 
 
 def one_slot_service(harness: Harness) -> Any:

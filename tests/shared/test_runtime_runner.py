@@ -3,40 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 
 import anyio
-import nats.errors
-from anyio.abc import Process
 
 from bastion.cli.natsserver import free_port
 from bastion.shared.bus import Client
-
-
-def service_env(nats_url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BASTION_", "OTEL_"))}
-    return {**env, "BASTION_NATS_URL": nats_url, **extra}
-
-
-async def read_all(process: Process) -> bytes:
-    assert process.stderr is not None
-    chunks = [chunk async for chunk in process.stderr]
-    return b"".join(chunks)
-
-
-async def wait_until_pinged(client: Client, name: str, process: Process) -> dict[str, object]:
-    """Poll `$SRV.PING.<name>` until the process answers (bounded by the caller's deadline)."""
-    while True:
-        assert process.returncode is None, "the service exited before it was ready"
-        try:
-            reply = await client.request(f"$SRV.PING.{name}", b"", timeout=1)
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-            await anyio.sleep(0.05)  # poll interval, not a wait for an outcome
-            continue
-        answer: dict[str, object] = json.loads(reply.data)
-        return answer
+from tests.helpers.runtime import read_all, service_env, wait_until_pinged
 
 
 async def test_a_service_process_answers_ping_then_drains_and_exits_0_on_sigterm(

@@ -16,8 +16,9 @@ from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import RemoteError, Unavailable
 from bastion.shared.settings import BusSettings
 from bastion.shared.telemetry import tracer
-from tests.conftest import ServiceRunner, raw_request
-from tests.shared.conftest import SECRET, STRICT_SUBJECT, SUBJECT, Echo, Echoed, Harness, Spans, raw
+from tests.helpers.bus import ServiceRunner, raw_request
+from tests.helpers.runtime import SECRET, STRICT_SUBJECT, SUBJECT, Echo, Echoed, Harness, raw
+from tests.helpers.tracing import Spans
 
 REPLY = msgspec.msgpack.Decoder(Echoed | ErrorReply)
 

@@ -17,15 +17,9 @@ from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec, 
 from bastion.shared.sandboxing.argv import PID_ONE, bwrap_argv, prlimit_argv
 from bastion.shared.sandboxing.cgroup import CommandCgroup, find_cgroup_root, tenant_group_name
 from bastion.shared.sandboxing.output import CappedOutput
-from tests.owners import owned
-from tests.sleepers import sleeping, unique_duration
+from tests.helpers.sleepers import sleeping, unique_duration
 
 MiB = 1024 * 1024
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return owned(tmp_path / "workspace")
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""What the egress tests share: a loopback web server, a proxy client, a network guard."""
+"""What the egress tests share: a loopback web server, a proxy client, a network guard, and the
+egress service's test resolver, settings and client."""
 
 from __future__ import annotations
 
@@ -13,7 +14,19 @@ import pytest
 from anyio.abc import SocketStream
 
 import bastion.egress.dial
-from tests.loopback import serving_on_loopback
+from bastion.egress.resolver import FixedResolver
+from bastion.egress.settings import EgressSettings
+from bastion.proto import subjects
+from bastion.proto.egress import (
+    ConnectionLog,
+    ConnectionsRequest,
+    EgressGrant,
+    FetchedPage,
+    GrantRequest,
+)
+from bastion.proto.stubs import FetchRequest
+from bastion.shared.bus import Client, request
+from tests.helpers.loopback import serving_on_loopback
 
 PAGES: dict[str, tuple[str, dict[str, str], bytes]] = {
     "/": (
@@ -129,3 +142,62 @@ def guard_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(bastion.egress.dial.anyio, "connect_tcp", guarded)
     return off_loopback
+
+
+SESSION = "0123456789abcdef"
+"""The session the egress requests of `Egress` are made for."""
+
+
+RESOLVER = FixedResolver(  # names of refused addresses, and `public.test` on loopback
+    {
+        "internal.test": ["10.0.0.5"],
+        "metadata.test": ["169.254.169.254"],
+        "mixed.test": ["192.168.7.7", "fd00::7"],
+        "public.test": ["127.0.0.1"],
+    }
+)
+
+
+@dataclass
+class Egress:
+    """A running egress service: grant hosts, fetch pages, read its connection log."""
+
+    client: Client
+    off_loopback: list[str]
+
+    async def grant(self, *hosts: str, any_public_host: bool = False) -> EgressGrant:
+        grant: EgressGrant = await request(
+            self.client,
+            subjects.EGRESS_GRANT,
+            GrantRequest(
+                session_id=SESSION, tenant="acme", hosts=hosts, any_public_host=any_public_host
+            ),
+            EgressGrant,
+            timeout_s=10,
+        )
+        return grant
+
+    async def connections(self, grant: EgressGrant) -> str:
+        log: ConnectionLog = await request(
+            self.client,
+            subjects.EGRESS_CONNECTIONS,
+            ConnectionsRequest(grant_id=grant.grant_id),
+            ConnectionLog,
+            timeout_s=10,
+        )
+        return log.summary()
+
+    async def fetch(self, url: str, fmt: str = "markdown") -> FetchedPage:
+        page: FetchedPage = await request(
+            self.client,
+            subjects.EGRESS_FETCH,
+            FetchRequest(session_id=SESSION, url=url, format=fmt, tenant="acme"),
+            FetchedPage,
+            timeout_s=30,
+        )
+        return page
+
+
+def egress_settings(nats_url: str, allow: str = "") -> EgressSettings:
+    """Egress settings for a test: `allow` is the operator's extra ranges (`127.0.0.0/8`)."""
+    return EgressSettings(nats_url=nats_url, egress_allow_ranges=allow, egress_fetch_timeout_s=10)

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 from anyio.abc import SocketStream
 
-from tests.loopback import serving_on_loopback
+from tests.helpers.loopback import serving_on_loopback
 
 LONG_PAGE = "".join(f"line {n} of a long page\n" for n in range(400))
 
