@@ -63,7 +63,7 @@ def test_signed_tools_verify_with_the_public_key_and_keep_their_definition(
     (tmp_path / "tools.json").write_text(json.dumps(TOOLS))
     out_file = tmp_path / "signed.json"
     status, out, err = bastion(
-        capsys, "sign", "--key", str(private), str(tmp_path / "tools.json"), "-o", str(out_file)
+        capsys, "sign", "--key", str(private), str(tmp_path / "tools.json"), "--out", str(out_file)
     )
     assert (status, out) == (0, "")
     assert err.startswith("signed 2 tools with the key of fingerprint ")
@@ -95,7 +95,7 @@ def test_sign_never_overwrites_its_output(
     (tmp_path / "signed.json").write_text("mine")
     status, out, err = bastion(
         capsys, "sign", "--key", str(published[0]), str(tmp_path / "tools.json"),
-        "-o", str(tmp_path / "signed.json"),
+        "--out", str(tmp_path / "signed.json"),
     )  # fmt: skip
     assert (status, out) == (1, "")
     assert "signed.json exists; it is never overwritten: give a new path" in err

@@ -4,8 +4,9 @@ A script is a JSON array of steps. Each step is `{"tool": NAME, "input": {...}}`
 may instead be `{"say": TEXT}`, the agent's final message. `--script -` reads standard
 input. This is how examples and end-to-end tests run a session with no model.
 
-A call that waits for a person stops the run: the rest of the script is kept, the session
-stays open, and `bastion agent continue SESSION --approve|--decline WHY` carries on.
+A call that waits for a person stops the run (exit status 3): the rest of the script is
+kept, the session stays open, and `bastion agent continue SESSION --approve|--decline WHY`
+carries on. A step that ended in an error of Bastion's makes it exit 1.
 """
 
 from __future__ import annotations

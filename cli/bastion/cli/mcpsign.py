@@ -69,10 +69,10 @@ def sign(args: argparse.Namespace) -> int:
         except InvalidInput as error:
             raise InvalidInput(f"tool {index} of {args.tools}: {error.message}") from None
     text = json.dumps(signed, indent=2, ensure_ascii=False) + "\n"
-    if args.output is None:
+    if args.out is None:
         sys.stdout.write(text)
     else:
-        _write_new(args.output, text.encode())
+        _write_new(args.out, text.encode())
     sys.stderr.write(
         f"signed {len(signed)} tool{'' if len(signed) == 1 else 's'} with the key of fingerprint"
         f" {key_fingerprint(key.public_key())}\n"
@@ -102,8 +102,7 @@ def add_sign_commands(verbs: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     signing.add_argument("tools", type=Path, metavar="TOOLS.json", help="the tool definitions")
     signing.add_argument(
-        "-o",
-        "--output",
+        "--out",
         type=Path,
         default=None,
         metavar="OUT.json",

@@ -3,7 +3,8 @@
 The rest of the script is the one `bastion agent run` kept in `<state dir>/runs/`; with
 none kept, only the answer is given and the session stays open. A call a person already
 answered elsewhere (the HTTP API, `bastion approvals`) is shown with that answer, and the
-rest of the script runs on. It exits 1 if a step ended in an error of Bastion's.
+rest of the script runs on. It exits as `agent run` does: 1 if a step ended in an error
+of Bastion's, 3 if a call waits for a person again.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from bastion.proto.session import SessionInfo, SessionRef
 from bastion.shared.bus import Client, request
 from bastion.shared.deadlines import call_wait_s
 
-__all__ = ["add_continue_parser", "answer_line"]
+__all__ = ["add_always_option", "add_continue_parser", "answer_line", "send_answer"]
 
 
 def answer_line(answered: ApprovalAnswered) -> str:
@@ -40,6 +41,34 @@ def answer_line(answered: ApprovalAnswered) -> str:
         return f"{head} (declined by {parked.answered_by}: {parked.answer})"
     always = f"; from now on: {parked.rule}" if parked.rule else ""
     return f"{head} (approved by {parked.answered_by}{always})"
+
+
+async def send_answer(
+    client: Client,
+    session: SessionInfo,
+    parked: ParkedCall,
+    *,
+    always: str | None,
+    decline: str | None,
+) -> ApprovalAnswered:
+    """Answer a parked call as the person at this terminal: approve it (with `always`, a
+    rule too; `""` is exactly this call) unless `decline` says why not. The answer comes
+    once an approved call has run."""
+    answered: ApprovalAnswered = await request(
+        client,
+        subjects.APPROVALS_ANSWER,
+        ApprovalAnswer(
+            request_id=parked.request_id,
+            approve=decline is None,
+            by=f"cli:{getpass.getuser()}",
+            always=always is not None,
+            rule=always or "",
+            reason=decline or "",
+        ),
+        ApprovalAnswered,
+        timeout_s=call_wait_s(session, parked.tool, parked.input),
+    )
+    return answered
 
 
 async def _answered_elsewhere(
@@ -89,19 +118,8 @@ async def _continue(args: argparse.Namespace) -> int:
             if elsewhere.result is not None:
                 say(show_result(elsewhere.result))
             return await drive(client, session, list(kept.steps), state_dir_of(args), failed=failed)
-        answered: ApprovalAnswered = await request(
-            client,
-            subjects.APPROVALS_ANSWER,
-            ApprovalAnswer(
-                request_id=parked.request_id,
-                approve=args.decline is None,
-                by=f"cli:{getpass.getuser()}",
-                always=args.always is not None,
-                rule=args.always or "",
-                reason=args.decline or "",
-            ),
-            ApprovalAnswered,
-            timeout_s=call_wait_s(session, parked.tool, parked.input),
+        answered = await send_answer(
+            client, session, parked, always=args.always, decline=args.decline
         )
         say(answer_line(answered))
         say(show_result(answered.result))
@@ -123,6 +141,19 @@ def run_continue(args: argparse.Namespace) -> int:
     return anyio.run(_continue, args)
 
 
+def add_always_option(parser: argparse.ArgumentParser, lead: str = "") -> None:
+    """`--always [RULE]`, as `agent continue --approve` and `approvals approve` take it."""
+    parser.add_argument(
+        "--always",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="RULE",
+        help=f"{lead}also let calls RULE covers run this session (default: exactly this "
+        "call), e.g. 'write_file(notes:*)'",
+    )
+
+
 def add_continue_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "continue",
@@ -134,14 +165,6 @@ def add_continue_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParse
     answer = parser.add_mutually_exclusive_group(required=True)
     answer.add_argument("--approve", action="store_true", help="run the call (once)")
     answer.add_argument("--decline", metavar="WHY", help="refuse the call, saying why")
-    parser.add_argument(
-        "--always",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="RULE",
-        help="with --approve: also let calls RULE covers run this session (default: "
-        "exactly this call), e.g. 'write_file(notes:*)'",
-    )
+    add_always_option(parser, "with --approve: ")
     add_location_options(parser)
     parser.set_defaults(handler=run_continue)

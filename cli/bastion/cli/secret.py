@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import os
 import sys
 from pathlib import Path
 
 import anyio
-import msgspec
 
-from bastion.cli.common import add_location_options, bus, fail
+from bastion.cli.common import add_location_options, add_output_option, bus, fail, write_items
 from bastion.proto import subjects
 from bastion.proto.vault import (
     AddSecret,
@@ -101,8 +99,7 @@ def list_secrets(args: argparse.Namespace) -> int:
 
     found = anyio.run(ask)
     if args.output == "json":
-        payload = msgspec.to_builtins(found.secrets)
-        sys.stdout.write(json.dumps({"tenant": found.tenant, "secrets": payload}, indent=2) + "\n")
+        write_items(found.secrets, tenant=found.tenant)
         return 0
     if not found.secrets:
         sys.stdout.write(f"tenant {found.tenant} has no secrets\n")
@@ -176,7 +173,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     adding.set_defaults(handler=add)
 
     listing = verbs.add_parser("list", help="the secrets' names and when each was added")
-    listing.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output_option(listing)
     listing.set_defaults(handler=list_secrets)
 
     removing = verbs.add_parser("remove", help="forget a secret")

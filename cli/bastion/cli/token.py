@@ -7,14 +7,13 @@ profile (agent, tenant, autonomy, workspace, tools) every MCP session opened wit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import anyio
 import msgspec
 
-from bastion.cli.common import add_location_options, bus
+from bastion.cli.common import add_location_options, add_output_option, bus, write_items, write_json
 from bastion.proto import AUTONOMY_LEVELS, subjects
 from bastion.proto.frontdoor import (
     CreateToken,
@@ -58,8 +57,7 @@ def create(args: argparse.Namespace) -> int:
     created = anyio.run(_ask, args, subjects.FRONTDOOR_TOKEN_CREATE, ask, TokenCreated)
     assert isinstance(created, TokenCreated)
     if args.output == "json":
-        info = msgspec.to_builtins(created.info)
-        sys.stdout.write(json.dumps({"token": created.token, "info": info}, indent=2) + "\n")
+        write_json({"token": created.token, "info": created.info})
         return 0
     sys.stdout.write(
         f"{created.token}\n"
@@ -76,7 +74,7 @@ def list_tokens(args: argparse.Namespace) -> int:
     )
     assert isinstance(found, TokenList)
     if args.output == "json":
-        sys.stdout.write(json.dumps(msgspec.to_builtins(found.tokens), indent=2) + "\n")
+        write_items(found.tokens)
         return 0
     if not found.tokens:
         sys.stdout.write("no agent tokens\n")
@@ -135,6 +133,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     revoking.set_defaults(handler=revoke)
 
     for verb in (creating, listing):
-        verb.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        add_output_option(verb)
     for verb in (creating, listing, revoking):
         add_location_options(verb)
