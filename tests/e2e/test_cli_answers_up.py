@@ -230,7 +230,7 @@ def test_continue_carries_on_a_script_whose_call_was_answered_elsewhere(
         "agent", "run", "--script", script(tmp_path, steps), "--workspace", str(work),
         "--autonomy", "L2", state_dir=state_dir,
     )  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 3, run.stderr  # waits for a person
     sid = re.search(r"session ([0-9a-f]{16}): waiting for you", run.stdout)
     assert sid, run.stdout
     anyio.run(_approve_elsewhere, state_dir, sid[1])
