@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from functools import partial
@@ -94,8 +95,16 @@ def test_bad_usage_exits_two_and_an_error_of_the_call_exits_one(tmp_path: Path) 
     assert unreachable.returncode == 1 and "Traceback" not in unreachable.stderr
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
+def test_a_log_level_that_is_not_one_is_bad_usage_of_every_command() -> None:
+    loud = _run("status", "--nats", "nats://127.0.0.1:9", env={"BASTION_LOG_LEVEL": "loud"})
+    quiet = _run("status", "--nats", "nats://127.0.0.1:9", env={"BASTION_LOG_LEVEL": "debug"})
+    assert loud.returncode == 2 and "BASTION_LOG_LEVEL is not valid" in loud.stderr
+    assert quiet.returncode == 1 and "Traceback" not in quiet.stderr
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bastion.cli", *args],
         capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, **(env or {})},
     )  # fmt: skip
