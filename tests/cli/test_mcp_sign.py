@@ -6,10 +6,10 @@ import json
 import stat
 from pathlib import Path
 
-import mcp.types
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from mcp import types
 
 from bastion.cli.main import main
 from bastion.mcp.pins import review
@@ -72,7 +72,7 @@ def test_signed_tools_verify_with_the_public_key_and_keep_their_definition(
         {k: v for k, v in t.items() if k != "_meta"} for t in TOOLS
     ]
     assert signed[1]["_meta"]["io.example/x"] == 1
-    tools = [mcp.types.Tool.model_validate(t) for t in signed]
+    tools = [types.Tool.model_validate(t) for t in signed]
     check = SignatureCheck(load_public_key(public))
     assert [check.check(t) for t in tools] == ["", ""]
     assert [t.status for t in review(tools, (), (), check)] == ["new", "new"]

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-import mcp.types
+from mcp import types
 
 from bastion.mcp.invisible import suspicious_text, visible
 from bastion.proto.mcp import (
@@ -73,7 +73,7 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def canonical_tool_json(tool: mcp.types.Tool) -> bytes:
+def canonical_tool_json(tool: types.Tool) -> bytes:
     """The canonical JSON of a tool's definition, as the module docstring defines it."""
     wire = tool.model_dump(
         by_alias=True, mode="json", exclude_none=True, include=set(_CANONICAL_FIELDS)
@@ -81,7 +81,7 @@ def canonical_tool_json(tool: mcp.types.Tool) -> bytes:
     return _json(wire).encode("utf-8", "surrogatepass")
 
 
-def tool_digest(tool: mcp.types.Tool) -> str:
+def tool_digest(tool: types.Tool) -> str:
     """SHA-256 (hex) of the tool's canonical JSON: what its pin holds."""
     return hashlib.sha256(canonical_tool_json(tool)).hexdigest()
 
@@ -89,17 +89,17 @@ def tool_digest(tool: mcp.types.Tool) -> str:
 # --- What a call does ---------------------------------------------------------------------
 
 
-def _hint(tool: mcp.types.Tool, name: str) -> bool | None:
+def _hint(tool: types.Tool, name: str) -> bool | None:
     value: bool | None = getattr(tool.annotations, name) if tool.annotations else None
     return value
 
 
-def taints(tool: mcp.types.Tool) -> bool:
+def taints(tool: types.Tool) -> bool:
     """Its results come from an open world (the protocol's default when it does not say)."""
     return _hint(tool, "open_world_hint") is not False
 
 
-def effect_of(tool: mcp.types.Tool, overrides: tuple[EffectOverride, ...]) -> Effect:
+def effect_of(tool: types.Tool, overrides: tuple[EffectOverride, ...]) -> Effect:
     """What a call of the tool is taken to do: the operator's `--effect` first, then its hints
     (read-only → read; open world, said or by default → external; else write)."""
     for override in overrides:
@@ -110,7 +110,7 @@ def effect_of(tool: mcp.types.Tool, overrides: tuple[EffectOverride, ...]) -> Ef
     return "external" if taints(tool) else "write"
 
 
-def journaled(tool: mcp.types.Tool, effect: Effect) -> bool:
+def journaled(tool: types.Tool, effect: Effect) -> bool:
     """Neither read-only nor idempotent: an identical call is answered from the journal."""
     return effect != "read" and _hint(tool, "idempotent_hint") is not True
 
@@ -122,7 +122,7 @@ def journaled(tool: mcp.types.Tool, effect: Effect) -> bool:
 class _Look:
     """One live tool as a review sees it; `refusal` says why it can never be offered."""
 
-    tool: mcp.types.Tool
+    tool: types.Tool
     status: ReviewStatus
     effect: Effect
     description: str
@@ -132,7 +132,7 @@ class _Look:
     """Why the signature is refused, when that is the refusal."""
 
 
-def _refusal(tool: mcp.types.Tool, server: str, listed: int) -> str:
+def _refusal(tool: types.Tool, server: str, listed: int) -> str:
     if not TOOL_NAME.match(tool.name):
         return f"its name {tool.name[:80]!r} is not 1 to 64 letters, digits, '_', '.' or '-'"
     if server and len(f"{server}_{tool.name}") > MAX_OFFERED_NAME:
@@ -146,7 +146,7 @@ def _refusal(tool: mcp.types.Tool, server: str, listed: int) -> str:
     return ""
 
 
-def _description(tool: mcp.types.Tool) -> tuple[str, tuple[str, ...]]:
+def _description(tool: types.Tool) -> tuple[str, tuple[str, ...]]:
     """The description kept (cut to MAX_DESCRIPTION) and the flags about it and the title."""
     text = tool.description or ""
     flags = suspicious_text(tool.title or "", "the title")
@@ -158,7 +158,7 @@ def _description(tool: mcp.types.Tool) -> tuple[str, tuple[str, ...]]:
 
 
 def _looks(
-    live: list[mcp.types.Tool],
+    live: list[types.Tool],
     pinned: tuple[ToolPin, ...],
     overrides: tuple[EffectOverride, ...],
     verifier: SignatureCheck | None,
@@ -188,7 +188,7 @@ def _looks(
     return looks
 
 
-def pin_of(tool: mcp.types.Tool, overrides: tuple[EffectOverride, ...]) -> ToolPin:
+def pin_of(tool: types.Tool, overrides: tuple[EffectOverride, ...]) -> ToolPin:
     """The pin a review keeps for a tool as it is now."""
     description, _ = _description(tool)
     return ToolPin(
@@ -202,7 +202,7 @@ def pin_of(tool: mcp.types.Tool, overrides: tuple[EffectOverride, ...]) -> ToolP
 
 
 def review(
-    live: list[mcp.types.Tool],
+    live: list[types.Tool],
     pinned: tuple[ToolPin, ...],
     overrides: tuple[EffectOverride, ...],
     verifier: SignatureCheck | None,
@@ -242,7 +242,7 @@ def review(
 
 
 def accepted_pins(
-    live: list[mcp.types.Tool],
+    live: list[types.Tool],
     overrides: tuple[EffectOverride, ...],
     verifier: SignatureCheck | None,
     *,
@@ -309,7 +309,7 @@ def _withheld(look: _Look, server: str) -> str:
 
 
 def offer(
-    live: list[mcp.types.Tool],
+    live: list[types.Tool],
     pinned: tuple[ToolPin, ...],
     overrides: tuple[EffectOverride, ...],
     verifier: SignatureCheck | None,
