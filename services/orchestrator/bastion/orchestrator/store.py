@@ -48,8 +48,8 @@ class SessionStore:
         except nats.js.errors.KeyNotFoundError:
             raise NotFound(
                 f"there is no session {session_id}: check the id (`bastion agent run` prints "
-                "it as `session <id> for agent …`), or open a new session with `bastion agent "
-                "run` (or the front door)"
+                "it as `session <id> for agent …`, `bastion audit tail` shows the sessions "
+                "recorded lately), or open a new session with `bastion agent run`"
             ) from None
         assert entry.value is not None and entry.revision is not None
         return decode(entry.value, SessionInfo), entry.revision
