@@ -418,7 +418,9 @@ class Gateway:
                 return BrowseText(text=prompts_text(await upstream.list_prompts(), ask.name))
             if ask.what == "read":
                 if not ask.uri:
-                    raise InvalidInput("give the resource to read: --read URI")
+                    raise InvalidInput(
+                        f"give the resource to read: `bastion mcp resources read {ask.name} URI`"
+                    )
                 return BrowseText(text=read_text(await upstream.read_resource(ask.uri)))
             resources, templates = await upstream.list_resources()
             return BrowseText(text=resources_text(resources, templates, ask.name))
