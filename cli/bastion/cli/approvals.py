@@ -25,12 +25,11 @@ from bastion.cli.common import (
     write_json,
 )
 from bastion.cli.driving import CALL_MARGIN_S, is_error
-from bastion.cli.resume import add_always_option, answer_line, send_answer
+from bastion.cli.resume import add_always_option, answer_line, send_answer, session_of
 from bastion.cli.runs import kept_run
 from bastion.cli.transcript import show_input, show_result
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalList, ApprovalQuery, ParkedCall
-from bastion.proto.session import SessionInfo, SessionRef
 from bastion.shared.bus import Client, request
 
 __all__ = ["add_parser"]
@@ -80,13 +79,7 @@ async def _answer(args: argparse.Namespace) -> int:
                 f"no call waits under request {args.request_id}: it was answered already, or "
                 "the id is not one (`bastion approvals list --all` shows them)"
             )
-        session: SessionInfo = await request(
-            client,
-            subjects.SESSION_GET,
-            SessionRef(session_id=parked.session_id),
-            SessionInfo,
-            timeout_s=CALL_MARGIN_S,
-        )
+        session = await session_of(client, parked.session_id)
         answered = await send_answer(
             client, session, parked, always=getattr(args, "always", None), decline=args.why
         )

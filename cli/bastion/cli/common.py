@@ -10,16 +10,19 @@ import sys
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
+import anyio
 import msgspec
 
 from bastion.cli import exits
-from bastion.shared.bus import Client, connect
+from bastion.shared.bus import Client, connect, request
 from bastion.shared.statedir import default_state_dir, find_bus_settings
 
 __all__ = [
     "add_location_options",
     "add_output_option",
+    "ask",
     "bus",
     "fail",
     "request_id",
@@ -30,6 +33,8 @@ __all__ = [
 ]
 
 OUTPUTS = ("table", "json")
+
+T = TypeVar("T")
 
 _HEX_ID = re.compile("[0-9a-f]{16}")
 
@@ -80,6 +85,26 @@ async def bus(args: argparse.Namespace, name: str) -> AsyncIterator[Client]:
     """A connection, as the operator, to the Bastion that `--nats` / `--state-dir` point at."""
     async with connect(find_bus_settings(args.nats, state_dir_of(args)), name) as client:
         yield client
+
+
+def ask(
+    args: argparse.Namespace,
+    name: str,
+    subject: str,
+    message: object,
+    answer: type[T],
+    *,
+    timeout_s: float,
+) -> T:
+    """One request, as the operator, to the Bastion `args` point at, and its answer: for a
+    command that sends one message and prints what comes back."""
+
+    async def go() -> T:
+        async with bus(args, name) as client:
+            found: T = await request(client, subject, message, answer, timeout_s=timeout_s)
+            return found
+
+    return anyio.run(go)
 
 
 def add_output_option(parser: argparse.ArgumentParser) -> None:

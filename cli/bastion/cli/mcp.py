@@ -14,15 +14,14 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
-import anyio
 import msgspec
 
 from bastion.cli.common import (
     add_location_options,
     add_output_option,
-    bus,
+    ask,
     write_items,
     write_json,
 )
@@ -43,22 +42,19 @@ from bastion.proto.mcp import (
     ServerRemoved,
 )
 from bastion.proto.policy import Effect
-from bastion.shared.bus import request
 from bastion.shared.codec import describe_decode_error
 from bastion.shared.errors import InvalidInput
 
 __all__ = ["add_parser", "review_lines"]
 
+T = TypeVar("T")
+
 TIMEOUT_S = 120.0
 """A server is started (or reached) and listed within this; a slow first start may need it."""
 
 
-def _send(args: argparse.Namespace, subject: str, message: object, answer: type[Any]) -> Any:
-    async def go() -> Any:
-        async with bus(args, "bastion-mcp") as client:
-            return await request(client, subject, message, answer, timeout_s=TIMEOUT_S)
-
-    return anyio.run(go)
+def _send(args: argparse.Namespace, subject: str, message: object, answer: type[T]) -> T:
+    return ask(args, "bastion-mcp", subject, message, answer, timeout_s=TIMEOUT_S)
 
 
 def _effects(given: list[str]) -> tuple[EffectOverride, ...]:

@@ -30,7 +30,13 @@ from bastion.proto.session import SessionInfo, SessionRef
 from bastion.shared.bus import Client, request
 from bastion.shared.deadlines import call_wait_s
 
-__all__ = ["add_always_option", "add_continue_parser", "answer_line", "send_answer"]
+__all__ = [
+    "add_always_option",
+    "add_continue_parser",
+    "answer_line",
+    "send_answer",
+    "session_of",
+]
 
 
 def answer_line(answered: ApprovalAnswered) -> str:
@@ -41,6 +47,18 @@ def answer_line(answered: ApprovalAnswered) -> str:
         return f"{head} (declined by {parked.answered_by}: {parked.answer})"
     always = f"; from now on: {parked.rule}" if parked.rule else ""
     return f"{head} (approved by {parked.answered_by}{always})"
+
+
+async def session_of(client: Client, session_id: str) -> SessionInfo:
+    """The session as the orchestrator keeps it (its limits bound how long a call waits)."""
+    session: SessionInfo = await request(
+        client,
+        subjects.SESSION_GET,
+        SessionRef(session_id=session_id),
+        SessionInfo,
+        timeout_s=CALL_MARGIN_S,
+    )
+    return session
 
 
 async def send_answer(
@@ -93,13 +111,7 @@ async def _answered_elsewhere(
 
 async def _continue(args: argparse.Namespace) -> int:
     async with bus(args, "bastion-agent") as client:
-        session: SessionInfo = await request(
-            client,
-            subjects.SESSION_GET,
-            SessionRef(session_id=args.session),
-            SessionInfo,
-            timeout_s=CALL_MARGIN_S,
-        )
+        session = await session_of(client, args.session)
         kept = kept_run(state_dir_of(args), args.session)
         parked = await parked_of(client, args.session)
         if parked is None:

@@ -11,10 +11,11 @@ import getpass
 import os
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 
-from bastion.cli.common import add_location_options, add_output_option, bus, fail, write_items
+from bastion.cli.common import add_location_options, add_output_option, ask, bus, fail, write_items
 from bastion.proto import subjects
 from bastion.proto.vault import (
     AddSecret,
@@ -36,7 +37,13 @@ from bastion.shared.secretnames import check_name, check_value
 
 __all__ = ["add_parser", "read_value"]
 
+T = TypeVar("T")
+
 TIMEOUT_S = 30.0
+
+
+def _ask(args: argparse.Namespace, subject: str, message: object, answer: type[T]) -> T:
+    return ask(args, "bastion-secret", subject, message, answer, timeout_s=TIMEOUT_S)
 
 
 def read_value(name: str, from_env: str | None) -> bytes:
@@ -86,18 +93,7 @@ def add(args: argparse.Namespace) -> int:
 
 
 def list_secrets(args: argparse.Namespace) -> int:
-    async def ask() -> SecretList:
-        async with bus(args, "bastion-secret") as client:
-            found: SecretList = await request(
-                client,
-                subjects.VAULT_LIST,
-                ListSecrets(tenant=args.tenant),
-                SecretList,
-                timeout_s=TIMEOUT_S,
-            )
-            return found
-
-    found = anyio.run(ask)
+    found = _ask(args, subjects.VAULT_LIST, ListSecrets(tenant=args.tenant), SecretList)
     if args.output == "json":
         write_items(found.secrets, tenant=found.tenant)
         return 0
@@ -109,18 +105,9 @@ def list_secrets(args: argparse.Namespace) -> int:
 
 
 def remove(args: argparse.Namespace) -> int:
-    async def send() -> SecretRemoved:
-        async with bus(args, "bastion-secret") as client:
-            removed: SecretRemoved = await request(
-                client,
-                subjects.VAULT_REMOVE,
-                RemoveSecret(tenant=args.tenant, name=args.name),
-                SecretRemoved,
-                timeout_s=TIMEOUT_S,
-            )
-            return removed
-
-    sys.stdout.write(f"removed secret {anyio.run(send).name}\n")
+    gone = RemoveSecret(tenant=args.tenant, name=args.name)
+    removed = _ask(args, subjects.VAULT_REMOVE, gone, SecretRemoved)
+    sys.stdout.write(f"removed secret {removed.name}\n")
     return 0
 
 

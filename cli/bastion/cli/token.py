@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TypeVar
 
-import anyio
 import msgspec
 
-from bastion.cli.common import add_location_options, add_output_option, bus, write_items, write_json
+from bastion.cli.common import add_location_options, add_output_option, ask, write_items, write_json
 from bastion.proto import AUTONOMY_LEVELS, subjects
 from bastion.proto.frontdoor import (
     CreateToken,
@@ -23,24 +23,24 @@ from bastion.proto.frontdoor import (
     TokenList,
     TokenRevoked,
 )
-from bastion.shared.bus import request
 from bastion.shared.codec import describe_decode_error
 from bastion.shared.errors import InvalidInput
 
 __all__ = ["add_parser"]
 
+T = TypeVar("T")
+
 TIMEOUT_S = 30.0
 
 
-async def _ask(args: argparse.Namespace, subject: str, message: object, reply: object) -> object:
-    async with bus(args, "bastion-token") as client:
-        return await request(client, subject, message, reply, timeout_s=TIMEOUT_S)
+def _ask(args: argparse.Namespace, subject: str, message: object, answer: type[T]) -> T:
+    return ask(args, "bastion-token", subject, message, answer, timeout_s=TIMEOUT_S)
 
 
 def create(args: argparse.Namespace) -> int:
     workspace: Path | None = args.workspace
     try:
-        ask = msgspec.convert(
+        asked = msgspec.convert(
             {
                 "agent": args.agent,
                 "tenant": args.tenant,
@@ -54,8 +54,7 @@ def create(args: argparse.Namespace) -> int:
         )
     except msgspec.ValidationError as error:
         raise InvalidInput(describe_decode_error(error, CreateToken)) from None
-    created = anyio.run(_ask, args, subjects.FRONTDOOR_TOKEN_CREATE, ask, TokenCreated)
-    assert isinstance(created, TokenCreated)
+    created = _ask(args, subjects.FRONTDOOR_TOKEN_CREATE, asked, TokenCreated)
     if args.output == "json":
         write_json({"token": created.token, "info": created.info})
         return 0
@@ -69,10 +68,7 @@ def create(args: argparse.Namespace) -> int:
 
 
 def list_tokens(args: argparse.Namespace) -> int:
-    found = anyio.run(
-        _ask, args, subjects.FRONTDOOR_TOKEN_LIST, ListTokens(tenant=args.tenant), TokenList
-    )
-    assert isinstance(found, TokenList)
+    found = _ask(args, subjects.FRONTDOOR_TOKEN_LIST, ListTokens(tenant=args.tenant), TokenList)
     if args.output == "json":
         write_items(found.tokens)
         return 0
@@ -91,14 +87,13 @@ def list_tokens(args: argparse.Namespace) -> int:
 
 def revoke(args: argparse.Namespace) -> int:
     try:
-        ask = msgspec.convert({"token_id": args.token_id}, RevokeToken)
+        asked = msgspec.convert({"token_id": args.token_id}, RevokeToken)
     except msgspec.ValidationError:
         raise InvalidInput(
             f"{args.token_id[:40]!r} is not a token id (16 hex digits): `bastion token list` "
             "shows them"
         ) from None
-    revoked = anyio.run(_ask, args, subjects.FRONTDOOR_TOKEN_REVOKE, ask, TokenRevoked)
-    assert isinstance(revoked, TokenRevoked)
+    revoked = _ask(args, subjects.FRONTDOOR_TOKEN_REVOKE, asked, TokenRevoked)
     sys.stdout.write(
         f"revoked token {revoked.token_id} of agent {revoked.agent}: requests carrying it are "
         "refused from now on\n"
