@@ -36,7 +36,7 @@ def bastion(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 @pytest.fixture
 def published(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
     """A key made with `keygen`, and the public key it printed."""
-    status, public, _ = bastion(capsys, "keygen", str(tmp_path / "private.pem"))
+    status, public, _ = bastion(capsys, "keygen", "--out", str(tmp_path / "private.pem"))
     assert status == 0
     return tmp_path / "private.pem", public
 
@@ -50,7 +50,7 @@ def test_keygen_writes_a_private_key_only_its_owner_reads_and_prints_the_public_
     assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1"
     assert key_fingerprint(load_public_key(public)) == key_fingerprint(key.public_key())
     before = private.read_bytes()
-    status, out, err = bastion(capsys, "keygen", str(private))
+    status, out, err = bastion(capsys, "keygen", "--out", str(private))
     assert (status, out) == (1, "")
     assert err == f"error: {private} exists; it is never overwritten: give a new path\n"
     assert private.read_bytes() == before
