@@ -19,7 +19,8 @@ from tests.conftest import ServiceRunner
 from tests.services.vaulthelp import key_file, vault_settings
 
 READERS = {
-    "approvals list", "approvals approve", "approvals decline", "audit show", "audit tail",
+    "agent run", "agent continue", "approvals list", "approvals approve", "approvals decline",
+    "audit show", "audit tail",
     "hooks list", "mcp list", "mcp review", "mcp resources list", "mcp resources read",
     "mcp prompts list", "secret list", "skill list", "status", "token create", "token list",
 }  # fmt: skip

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import anyio
 
-from bastion.cli.common import add_location_options, bus, fail, state_dir_of
+from bastion.cli.common import add_location_options, add_output_option, bus, fail, state_dir_of
 from bastion.cli.driving import CALL_MARGIN_S, drive, mark_run
 from bastion.cli.limits import add_limit_options, session_limits
 from bastion.cli.resume import add_continue_parser
+from bastion.cli.runrecord import RunRecord, recorded
 from bastion.cli.script import ScriptError, Step, load_script
 from bastion.cli.transcript import say
 from bastion.proto import subjects
@@ -38,7 +39,11 @@ def _absolute(directory: str) -> str:
 
 
 async def _run(
-    args: argparse.Namespace, steps: list[Step], workspace: str | None, limits: SessionLimits
+    args: argparse.Namespace,
+    steps: list[Step],
+    workspace: str | None,
+    limits: SessionLimits,
+    record: RunRecord,
 ) -> int:
     async with bus(args, "bastion-agent") as client:
         session: SessionInfo = await request(
@@ -64,13 +69,14 @@ async def _run(
             timeout_s=CALL_MARGIN_S,
         )
         say(f"session {session.session_id} for agent {session.agent}")
+        record.session_id = session.session_id
         for notice in session.notices:
             say(notice)
         for note in await mark_run(
             client, RunMark(session_id=session.session_id, event="run_start")
         ):
             say(note)
-        return await drive(client, session, steps, state_dir_of(args))
+        return await drive(client, session, steps, state_dir_of(args), record)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
         if not Path(args.workspace).is_dir():
             return fail(f"the workspace {args.workspace} is not a directory: create it first", 2)
         workspace = str(Path(args.workspace).expanduser().resolve())
-    return anyio.run(_run, args, steps, workspace, limits)
+    return recorded(
+        args.output, lambda record: anyio.run(_run, args, steps, workspace, limits, record)
+    )
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -161,6 +169,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="skills' allowed-tools pre-approve nothing: the level alone decides",
     )
     add_limit_options(run_parser)
+    add_output_option(run_parser)
     add_location_options(run_parser)
     run_parser.set_defaults(handler=run)
     add_continue_parser(verbs)

@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 
 from bastion.cli import exits
+from bastion.cli.runrecord import RunRecord
 from bastion.cli.runs import KeptRun, forget_run, keep_run
 from bastion.cli.script import Step
 from bastion.cli.transcript import say, show_input, show_result, show_waiting
@@ -96,11 +97,12 @@ async def drive(
     session: SessionInfo,
     steps: list[Step],
     state_dir: Path,
+    record: RunRecord,
     *,
     failed: bool = False,
 ) -> int:
-    """Make each step's call and print it; on a call that waits, keep the rest and stop
-    (the session stays open); at the end, close the session.
+    """Make each step's call and print it (and put it in `record`); on a call that waits,
+    keep the rest and stop (the session stays open); at the end, close the session.
 
     The exit status (`bastion.cli.exits`): 1 if a step (or, with `failed`, the call
     answered before) ended in an error of Bastion's — a refusal, an unknown tool, a
@@ -111,6 +113,7 @@ async def drive(
     for index, step in enumerate(steps):
         if step.say is not None:
             say(f"agent: {step.say}")
+            record.said(step.say)
             continue
         say(f"→ {step.tool} {show_input(step.input)}")
         result = await _call(client, session, step)
@@ -118,6 +121,7 @@ async def drive(
         parked = await parked_of(client, session.session_id) if waiting else None
         if parked is None:
             say(show_result(result))
+            record.called(step, result)
             errors += is_error(result)
             continue
         keep_run(
@@ -129,6 +133,7 @@ async def drive(
             ),
         )
         show_waiting(parked)
+        record.waiting = parked
         return exits.ERROR if errors else exits.WAITING
     await mark_run(client, RunMark(session_id=session.session_id, event="run_end", ended="done"))
     await request(

@@ -14,8 +14,17 @@ import getpass
 
 import anyio
 
-from bastion.cli.common import add_location_options, bus, fail, session_id, state_dir_of
+from bastion.cli import exits
+from bastion.cli.common import (
+    add_location_options,
+    add_output_option,
+    bus,
+    fail,
+    session_id,
+    state_dir_of,
+)
 from bastion.cli.driving import CALL_MARGIN_S, drive, is_error, parked_of
+from bastion.cli.runrecord import RunRecord, recorded
 from bastion.cli.runs import KeptRun, kept_run
 from bastion.cli.transcript import say, show_input, show_result
 from bastion.proto import subjects
@@ -109,9 +118,10 @@ async def _answered_elsewhere(
     )
 
 
-async def _continue(args: argparse.Namespace) -> int:
+async def _continue(args: argparse.Namespace, record: RunRecord) -> int:
     async with bus(args, "bastion-agent") as client:
         session = await session_of(client, args.session)
+        record.session_id = session.session_id
         kept = kept_run(state_dir_of(args), args.session)
         parked = await parked_of(client, args.session)
         if parked is None:
@@ -129,12 +139,16 @@ async def _continue(args: argparse.Namespace) -> int:
             failed = elsewhere.result is not None and is_error(elsewhere.result)
             if elsewhere.result is not None:
                 say(show_result(elsewhere.result))
-            return await drive(client, session, list(kept.steps), state_dir_of(args), failed=failed)
+            record.answered(elsewhere, elsewhere.result)
+            return await drive(
+                client, session, list(kept.steps), state_dir_of(args), record, failed=failed
+            )
         answered = await send_answer(
             client, session, parked, always=args.always, decline=args.decline
         )
         say(answer_line(answered))
         say(show_result(answered.result))
+        record.answered(answered.approval, answered.result)
         if kept is None or kept.request_id != parked.request_id:
             say(f"session {args.session}: no script was kept for it, so it stays open")
             return 0
@@ -143,14 +157,15 @@ async def _continue(args: argparse.Namespace) -> int:
             session,
             list(kept.steps),
             state_dir_of(args),
+            record,
             failed=is_error(answered.result),
         )
 
 
 def run_continue(args: argparse.Namespace) -> int:
     if args.always is not None and args.decline is not None:
-        return fail("--always goes with --approve, not with --decline", 2)
-    return anyio.run(_continue, args)
+        return fail("--always goes with --approve, not with --decline", exits.USAGE)
+    return recorded(args.output, lambda record: anyio.run(_continue, args, record))
 
 
 def add_always_option(parser: argparse.ArgumentParser, lead: str = "") -> None:
@@ -178,5 +193,6 @@ def add_continue_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParse
     answer.add_argument("--approve", action="store_true", help="run the call (once)")
     answer.add_argument("--decline", metavar="WHY", help="refuse the call, saying why")
     add_always_option(parser, "with --approve: ")
+    add_output_option(parser)
     add_location_options(parser)
     parser.set_defaults(handler=run_continue)
