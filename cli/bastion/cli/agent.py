@@ -17,7 +17,14 @@ from pathlib import Path
 
 import anyio
 
-from bastion.cli.common import add_location_options, add_output_option, bus, fail, state_dir_of
+from bastion.cli.common import (
+    add_documented,
+    add_location_options,
+    add_output_option,
+    bus,
+    fail,
+    state_dir_of,
+)
 from bastion.cli.driving import CALL_MARGIN_S, drive, mark_run
 from bastion.cli.limits import add_limit_options, session_limits
 from bastion.cli.resume import add_continue_parser
@@ -108,11 +115,11 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     agent = commands.add_parser("agent", help="drive sessions as an agent would")
     verbs = agent.add_subparsers(dest="verb", required=True)
-    run_parser = verbs.add_parser(
+    run_parser = add_documented(
+        verbs,
         "run",
-        help="open a session, make each tool call of a script, print the transcript",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "open a session, make each tool call of a script, print the transcript",
+        __doc__ or "",
     )
     run_parser.add_argument(
         "--script", required=True, metavar="FILE", help="the script (JSON), or - for stdin"

@@ -15,6 +15,7 @@ import anyio
 
 from bastion.cli import exits
 from bastion.cli.common import (
+    add_documented,
     add_location_options,
     add_output_option,
     bus,
@@ -104,11 +105,8 @@ def _sync(handler: Callable[[argparse.Namespace], Awaitable[int]]) -> Handler:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    approvals = commands.add_parser(
-        "approvals",
-        help="calls that wait for a person: list, approve, decline",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    approvals = add_documented(
+        commands, "approvals", "calls that wait for a person: list, approve, decline", __doc__ or ""
     )
     verbs = approvals.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="the parked calls (pending ones, unless --all)")

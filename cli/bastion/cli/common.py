@@ -20,9 +20,10 @@ from bastion.shared.bus import Client, connect, request
 from bastion.shared.statedir import default_state_dir, find_bus_settings
 
 __all__ = [
+    "Asker",
+    "add_documented",
     "add_location_options",
     "add_output_option",
-    "ask",
     "bus",
     "fail",
     "request_id",
@@ -60,6 +61,15 @@ def request_id(value: str) -> str:
     return value
 
 
+def add_documented(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, doc: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose `--help` shows `doc` (its module's docstring) as it is written."""
+    return commands.add_parser(
+        name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
 def add_location_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
@@ -87,24 +97,24 @@ async def bus(args: argparse.Namespace, name: str) -> AsyncIterator[Client]:
         yield client
 
 
-def ask(
-    args: argparse.Namespace,
-    name: str,
-    subject: str,
-    message: object,
-    answer: type[T],
-    *,
-    timeout_s: float,
-) -> T:
+class Asker:
     """One request, as the operator, to the Bastion `args` point at, and its answer: for a
-    command that sends one message and prints what comes back."""
+    command that sends one message and prints what comes back. One per command group,
+    with the name its connections carry and how long an answer may take."""
 
-    async def go() -> T:
-        async with bus(args, name) as client:
-            found: T = await request(client, subject, message, answer, timeout_s=timeout_s)
-            return found
+    def __init__(self, name: str, timeout_s: float) -> None:
+        self.name = name
+        self.timeout_s = timeout_s
 
-    return anyio.run(go)
+    def __call__(
+        self, args: argparse.Namespace, subject: str, message: object, answer: type[T]
+    ) -> T:
+        async def go() -> T:
+            async with bus(args, self.name) as client:
+                found: T = await request(client, subject, message, answer, timeout_s=self.timeout_s)
+                return found
+
+        return anyio.run(go)
 
 
 def add_output_option(parser: argparse.ArgumentParser) -> None:

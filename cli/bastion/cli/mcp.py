@@ -14,14 +14,14 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, get_args
 
 import msgspec
 
 from bastion.cli.common import (
+    Asker,
     add_location_options,
     add_output_option,
-    ask,
     write_items,
     write_json,
 )
@@ -47,14 +47,11 @@ from bastion.shared.errors import InvalidInput
 
 __all__ = ["add_parser", "review_lines"]
 
-T = TypeVar("T")
-
 TIMEOUT_S = 120.0
 """A server is started (or reached) and listed within this; a slow first start may need it."""
 
 
-def _send(args: argparse.Namespace, subject: str, message: object, answer: type[T]) -> T:
-    return ask(args, "bastion-mcp", subject, message, answer, timeout_s=TIMEOUT_S)
+_send = Asker("bastion-mcp", TIMEOUT_S)
 
 
 def _effects(given: list[str]) -> tuple[EffectOverride, ...]:

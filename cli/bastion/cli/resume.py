@@ -16,6 +16,7 @@ import anyio
 
 from bastion.cli import exits
 from bastion.cli.common import (
+    add_documented,
     add_location_options,
     add_output_option,
     bus,
@@ -182,11 +183,11 @@ def add_always_option(parser: argparse.ArgumentParser, lead: str = "") -> None:
 
 
 def add_continue_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = verbs.add_parser(
+    parser = add_documented(
+        verbs,
         "continue",
-        help="answer the call a session waits on, then run the rest of its script",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "answer the call a session waits on, then run the rest of its script",
+        __doc__ or "",
     )
     parser.add_argument("session", metavar="SESSION", type=session_id, help="the session's id")
     answer = parser.add_mutually_exclusive_group(required=True)

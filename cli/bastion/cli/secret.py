@@ -11,11 +11,17 @@ import getpass
 import os
 import sys
 from pathlib import Path
-from typing import TypeVar
 
 import anyio
 
-from bastion.cli.common import add_location_options, add_output_option, ask, bus, fail, write_items
+from bastion.cli.common import (
+    Asker,
+    add_location_options,
+    add_output_option,
+    bus,
+    fail,
+    write_items,
+)
 from bastion.proto import subjects
 from bastion.proto.vault import (
     AddSecret,
@@ -37,13 +43,10 @@ from bastion.shared.secretnames import check_name, check_value
 
 __all__ = ["add_parser", "read_value"]
 
-T = TypeVar("T")
-
 TIMEOUT_S = 30.0
 
 
-def _ask(args: argparse.Namespace, subject: str, message: object, answer: type[T]) -> T:
-    return ask(args, "bastion-secret", subject, message, answer, timeout_s=TIMEOUT_S)
+_ask = Asker("bastion-secret", TIMEOUT_S)
 
 
 def read_value(name: str, from_env: str | None) -> bytes:

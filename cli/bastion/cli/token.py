@@ -9,11 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TypeVar
 
 import msgspec
 
-from bastion.cli.common import add_location_options, add_output_option, ask, write_items, write_json
+from bastion.cli.common import (
+    Asker,
+    add_location_options,
+    add_output_option,
+    write_items,
+    write_json,
+)
 from bastion.proto import AUTONOMY_LEVELS, subjects
 from bastion.proto.frontdoor import (
     CreateToken,
@@ -28,13 +33,10 @@ from bastion.shared.errors import InvalidInput
 
 __all__ = ["add_parser"]
 
-T = TypeVar("T")
-
 TIMEOUT_S = 30.0
 
 
-def _ask(args: argparse.Namespace, subject: str, message: object, answer: type[T]) -> T:
-    return ask(args, "bastion-token", subject, message, answer, timeout_s=TIMEOUT_S)
+_ask = Asker("bastion-token", TIMEOUT_S)
 
 
 def create(args: argparse.Namespace) -> int:
