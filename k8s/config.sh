@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make the Secrets' files an overlay reads, in k8s/overlays/<overlay>/generated/ (0700, never
-# committed): the NATS server config and users (`bastion nats-config`, services connecting
+# committed): the NATS server config and users (`bastion nats config`, services connecting
 # to nats.bastion.svc), the vault's master key and the front door's token. Each is made once
 # and kept (a new master key would lose every secret); `--rotate` makes new NATS passwords.
 #
@@ -18,7 +18,7 @@ if [[ "${2:-}" == "--rotate" ]]; then
     rm -rf "$out/nats"
 fi
 if [[ ! -d $out/nats ]]; then
-    bastion nats-config --out "$out/nats" --url nats://nats.bastion.svc:4222 \
+    bastion nats config --out "$out/nats" --url nats://nats.bastion.svc:4222 \
         --store-dir /data/jetstream >/dev/null
 fi
 [[ -s $out/vault-master-key ]] || head -c 32 /dev/urandom | base64 >"$out/vault-master-key"

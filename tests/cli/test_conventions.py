@@ -56,7 +56,7 @@ def test_every_command_that_reads_takes_the_same_output_option_and_one_that_writ
         assert output.option_strings == ["-o", "--output"] and output.default == "table"
         assert tuple(output.choices or ()) == ("table", "json")
         assert output.help == _option(commands["status"], "-o").help  # type: ignore[union-attr]
-    for writer in ("mcp keygen", "mcp sign", "nats-config", "proto schema"):
+    for writer in ("mcp keygen", "mcp sign", "nats config", "proto schema"):
         assert _option(commands[writer], "--out") is not None, f"`bastion {writer}` has no --out"
 
 

@@ -1,4 +1,4 @@
-"""`bastion nats-config` writes a config nats-server runs, and env files services connect with."""
+"""`bastion nats config` writes a config nats-server runs, and env files services connect with."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def nats_config(
     out: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bastion.cli", "nats-config", "--out", str(out), *args],
+        [sys.executable, "-m", "bastion.cli", "nats", "config", "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,4 +1,4 @@
-"""`bastion nats-config --out DIR`: a NATS server config and one set of credentials per service.
+"""`bastion nats config --out DIR`: a NATS server config and one set of credentials per service.
 
 It writes `DIR/nats-server.conf` (includes `DIR/auth.conf`, the users and their
 permissions) and `DIR/<user>.env` for each of the six services, the hook runner
@@ -45,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    command = commands.add_parser(
-        "nats-config",
+    nats = commands.add_parser("nats", help="the NATS server Bastion runs on: its config")
+    verbs = nats.add_subparsers(dest="verb", required=True)
+    command = verbs.add_parser(
+        "config",
         help="write a NATS server config with one user per service, and their credentials",
     )
     command.add_argument(
