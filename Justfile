@@ -29,7 +29,7 @@ base-image *ARGS:
 images *ARGS:
     python deploy/images/build.py --base "$(deploy/images/build_base.sh)" {{ARGS}}
 
-# Write what compose reads into deploy/generated/: NATS users (`bastion nats-config`), keys, token
+# Write what compose reads into deploy/generated/: NATS users (`bastion nats config`), keys, token
 compose-config *ARGS:
     deploy/compose/config.sh {{ARGS}}
 

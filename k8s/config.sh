@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make the Secrets' files an overlay reads, in k8s/overlays/<overlay>/generated/ (0700, never
 # committed): the NATS server config with its users' public keys, each service's seed and
-# bus variables (`bastion nats-config`, services connecting to nats.bastion.svc, finding
+# bus variables (`bastion nats config`, services connecting to nats.bastion.svc, finding
 # their seeds at /etc/bastion/nats), the vault's master key and the front door's token.
 # Each is made once and kept (a new master key would lose every secret); `--rotate` makes
 # new NATS nkeys.
@@ -20,7 +20,7 @@ if [[ "${2:-}" == "--rotate" ]]; then
     rm -rf "$out/nats"
 fi
 if [[ ! -d $out/nats ]]; then
-    bastion nats-config --out "$out/nats" --url nats://nats.bastion.svc:4222 \
+    bastion nats config --out "$out/nats" --url nats://nats.bastion.svc:4222 \
         --store-dir /data/jetstream --seed-dir /etc/bastion/nats >/dev/null
 fi
 [[ -s $out/vault-master-key ]] || head -c 32 /dev/urandom | base64 >"$out/vault-master-key"

@@ -2,7 +2,7 @@
 # Make what compose.yaml reads, in $BASTION_GENERATED (deploy/generated/; 0700, never
 # committed). Each file is made once and kept; `--rotate` makes new NATS nkeys (then
 # `docker compose up -d --force-recreate`, so that NATS and every service take them).
-#   nats/           `bastion nats-config`: the server config, its users' public keys, and per
+#   nats/           `bastion nats config`: the server config, its users' public keys, and per
 #                   service a seed (.nk, mounted into it) and a .env naming it
 #   vault.env       the vault's master key (made once: a new key would lose every secret)
 #   http-tokens     the front door's token (made once), `label:token`
@@ -34,7 +34,7 @@ if [[ "${1:-}" == "--rotate" && -d $OUT/nats ]]; then
     in_out_as_root rm -rf nats
 fi
 if [[ ! -d $OUT/nats ]]; then
-    bastion nats-config --out "$OUT/nats" --url nats://nats:4222 \
+    bastion nats config --out "$OUT/nats" --url nats://nats:4222 \
         --seed-dir /etc/bastion/nats >/dev/null
 fi
 

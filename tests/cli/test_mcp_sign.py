@@ -6,10 +6,10 @@ import json
 import stat
 from pathlib import Path
 
-import mcp.types
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from mcp import types
 
 from bastion.cli.main import main
 from bastion.mcp.gateway.pins import review
@@ -41,7 +41,7 @@ def bastion(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 @pytest.fixture
 def published(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
     """A key made with `keygen`, and the public key it printed."""
-    status, public, _ = bastion(capsys, "keygen", str(tmp_path / "private.pem"))
+    status, public, _ = bastion(capsys, "keygen", "--out", str(tmp_path / "private.pem"))
     assert status == 0
     return tmp_path / "private.pem", public
 
@@ -55,7 +55,7 @@ def test_keygen_writes_a_private_key_only_its_owner_reads_and_prints_the_public_
     assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1"
     assert key_fingerprint(load_public_key(public)) == key_fingerprint(key.public_key())
     before = private.read_bytes()
-    status, out, err = bastion(capsys, "keygen", str(private))
+    status, out, err = bastion(capsys, "keygen", "--out", str(private))
     assert (status, out) == (1, "")
     assert err == f"error: {private} exists; it is never overwritten: give a new path\n"
     assert private.read_bytes() == before
@@ -68,7 +68,7 @@ def test_signed_tools_verify_with_the_public_key_and_keep_their_definition(
     (tmp_path / "tools.json").write_text(json.dumps(TOOLS))
     out_file = tmp_path / "signed.json"
     status, out, err = bastion(
-        capsys, "sign", "--key", str(private), str(tmp_path / "tools.json"), "-o", str(out_file)
+        capsys, "sign", "--key", str(private), str(tmp_path / "tools.json"), "--out", str(out_file)
     )
     assert (status, out) == (0, "")
     assert err.startswith("signed 2 tools with the key of fingerprint ")
@@ -77,7 +77,7 @@ def test_signed_tools_verify_with_the_public_key_and_keep_their_definition(
         {k: v for k, v in t.items() if k != "_meta"} for t in TOOLS
     ]
     assert signed[1]["_meta"]["io.example/x"] == 1
-    tools = [mcp.types.Tool.model_validate(t) for t in signed]
+    tools = [types.Tool.model_validate(t) for t in signed]
     check = SignatureCheck(load_public_key(public))
     assert [check.check(t) for t in tools] == ["", ""]
     assert [t.status for t in review(tools, (), (), check)] == ["new", "new"]
@@ -100,7 +100,7 @@ def test_sign_never_overwrites_its_output(
     (tmp_path / "signed.json").write_text("mine")
     status, out, err = bastion(
         capsys, "sign", "--key", str(published[0]), str(tmp_path / "tools.json"),
-        "-o", str(tmp_path / "signed.json"),
+        "--out", str(tmp_path / "signed.json"),
     )  # fmt: skip
     assert (status, out) == (1, "")
     assert "signed.json exists; it is never overwritten: give a new path" in err

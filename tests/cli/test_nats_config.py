@@ -1,4 +1,4 @@
-"""`bastion nats-config` writes a config nats-server runs, listing each service's nkey, and the
+"""`bastion nats config` writes a config nats-server runs, listing each service's nkey, and the
 seed and env files services connect with."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def nats_config(
     out: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bastion.cli", "nats-config", "--out", str(out), *args],
+        [sys.executable, "-m", "bastion.cli", "nats", "config", "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -165,7 +165,7 @@ def test_the_env_files_name_the_seeds_where_the_containers_mount_them(tmp_path: 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Path]:
-    """A server run from `bastion nats-config`'s files: their directory."""
+    """A server run from `bastion nats config`'s files: their directory."""
     out, port = tmp_path / "nats", free_port()
     done = nats_config(
         out, "--port", str(port), "--host", "127.0.0.1", "--store-dir", str(tmp_path / "js"),
@@ -192,7 +192,7 @@ async def test_a_service_connects_with_its_seed_file_and_a_wrong_seed_is_refused
         ):
             pass
     assert f"refused this process's credentials ({stranger})" in refused.value.message
-    assert "bastion nats-config" in refused.value.message
+    assert "bastion nats config" in refused.value.message
 
 
 @pytest.mark.parametrize(

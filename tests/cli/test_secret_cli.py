@@ -49,8 +49,8 @@ async def test_secrets_are_added_listed_and_removed_and_no_value_is_ever_printed
     names = [line.split("  ")[0] for line in table.stdout.splitlines()]
     assert names == ["DEPLOY_TOKEN", "PYPI_TOKEN"] and "  added 20" in table.stdout
     listed = json.loads(as_json.stdout)
-    assert [s["name"] for s in listed["secrets"]] == names
-    assert set(listed["secrets"][0]) == {"kind", "name", "added_at"}
+    assert [s["name"] for s in listed["items"]] == names
+    assert set(listed["items"][0]) == {"kind", "name", "added_at"}
     assert other.stdout == "tenant acme has no secrets\n"
     assert removed.stdout == "removed secret DEPLOY_TOKEN\n"
     assert after.stdout.startswith("PYPI_TOKEN  added")

@@ -87,7 +87,7 @@ def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
         pytest.skip("no `docker compose` here: the checks above read the file as YAML")
     generated = tmp_path / "generated"
     subprocess.run(
-        [sys.executable, "-m", "bastion.cli", "nats-config", "--out", str(generated / "nats")],
+        [sys.executable, "-m", "bastion.cli", "nats", "config", "--out", str(generated / "nats")],
         capture_output=True, check=True,
     )  # fmt: skip
     (generated / "vault.env").write_text("BASTION_VAULT_MASTER_KEY=x\n")

@@ -21,7 +21,8 @@ REGENERATE = "run `python -m bastion.cli.configdoc` at the repository's top and 
 
 def _settings_classes_in_source() -> set[str]:
     """The names of classes deriving from BusSettings (or from one that does), by reading
-    the source, so a new service's settings cannot be left out of the generator."""
+    the source, so a new service's settings cannot be left out of the generator; with them
+    LogSettings, which every process reads apart."""
     bases: dict[str, set[str]] = {}
     for folder in SOURCE_ROOTS:
         for path in (ROOT / folder).rglob("*.py"):
@@ -31,7 +32,7 @@ def _settings_classes_in_source() -> set[str]:
                         b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases
                     }
                     bases.setdefault(node.name, set()).update(names)
-    found = {"BusSettings"}
+    found = {"BusSettings", "LogSettings"}
     grew = True
     while grew:
         more = {name for name, of in bases.items() if of & found} - found

@@ -42,7 +42,7 @@ def test_up_brings_six_services_that_status_lists_and_a_second_up_is_refused(up:
     for name in ("orchestrator", "policy", "sandbox", "egress", "mcp", "vault"):
         assert re.search(rf"^{name}\s", status.stdout, re.MULTILINE), status.stdout
     as_json = json.loads(bastion("status", "-o", "json", state_dir=up.state_dir).stdout)
-    assert len(as_json["instances"]) == 6 and as_json["missing"] == []
+    assert len(as_json["items"]) == 6 and as_json["missing"] == []
 
     second = bastion("up", state_dir=up.state_dir)
     assert second.returncode == 1

@@ -229,7 +229,7 @@ def test_two_hundred_calls_survive_every_service_killed_in_turn(
     status = bastion("status", "--wait", "30", "-o", "json", state_dir=up_replicas)
     record = read_run_record(up_replicas)
     assert status.returncode == 0 and record is not None, status.stdout + status.stderr
-    listed = {i["pid"] for i in json.loads(status.stdout)["instances"]}
+    listed = {i["pid"] for i in json.loads(status.stdout)["items"]}
     assert listed == {str(pid) for pid in record.children.values()}  # 2 of each, all listed
     added = bastion("secret", "add", "CHAOS_TOKEN", state_dir=up_replicas, stdin=SECRET)
     assert added.returncode == 0, added.stderr

@@ -229,7 +229,7 @@ def test_continue_carries_on_a_script_whose_call_was_answered_elsewhere(
         "agent", "run", "--script", script(tmp_path, steps), "--workspace", str(work),
         "--autonomy", "L2", state_dir=state_dir,
     )  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 3, run.stderr  # waits for a person
     sid = re.search(r"session ([0-9a-f]{16}): waiting for you", run.stdout)
     assert sid, run.stdout
     anyio.run(_approve_elsewhere, state_dir, sid[1])
@@ -263,3 +263,42 @@ def test_status_wait_started_before_up_waits_for_it(tmp_path: Path) -> None:
     assert "Traceback" not in err, err
     assert status.returncode == 0, out + err
     assert "missing" not in out
+
+
+def test_agent_run_and_continue_with_o_json_print_one_record_and_the_transcript_on_stderr(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    work = writable_workspace_in(tmp_path)
+    (work / "a.txt").write_text("hello\n")
+    (work / "a.txt").chmod(0o666)
+    steps: list[dict[str, object]] = [
+        {"tool": "read_file", "input": {"path": "a.txt"}},
+        {"tool": "write_file", "input": {"path": "b.txt", "content": "b\n"}},
+        {"say": "wrote b"},
+    ]
+    run = bastion(
+        "agent", "run", "--script", script(tmp_path, steps), "--workspace", str(work),
+        "--autonomy", "L2", "-o", "json", state_dir=state_dir,
+    )  # fmt: skip
+    no_traceback(run)
+    assert run.returncode == 3, run.stderr
+    record = json.loads(run.stdout)
+    assert record["status"] == 3 and "waiting for you" in run.stderr
+    assert [item["tool"] for item in record["items"]] == ["read_file"]
+    assert "1\thello" in record["items"][0]["result"]["text"]
+    assert record["waiting"]["tool"] == "write_file"
+    assert record["waiting"]["session_id"] == record["session_id"]
+
+    carried = bastion(
+        "agent", "continue", record["session_id"], "--approve", "-o", "json",
+        state_dir=state_dir,
+    )  # fmt: skip
+    no_traceback(carried)
+    assert carried.returncode == 0, carried.stderr
+    after = json.loads(carried.stdout)
+    assert after["status"] == 0 and after["waiting"] is None
+    assert after["items"][0]["tool"] == "write_file"
+    assert after["items"][0]["answered_by"].startswith("cli:")
+    assert after["items"][-1] == {"say": "wrote b"}
+    assert carried.stderr.splitlines()[-1] == f"session {record['session_id']}: done"
+    assert (work / "b.txt").read_text() == "b\n"

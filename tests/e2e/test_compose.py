@@ -164,7 +164,7 @@ def test_all_six_services_answer_on_the_bus_and_the_front_door_is_ready(
     )  # fmt: skip
     assert status.returncode == 0, status.stdout + status.stderr
     answer = json.loads(status.stdout)
-    assert answer["missing"] == [] and {i["name"] for i in answer["instances"]} == set(SERVICES)
+    assert answer["missing"] == [] and {i["name"] for i in answer["items"]} == set(SERVICES)
     url = f"http://127.0.0.1:{compose.http_port}/readyz"
     with urllib.request.urlopen(url, timeout=5) as ready:
         assert ready.status == 200

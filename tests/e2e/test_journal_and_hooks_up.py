@@ -180,7 +180,7 @@ def test_command_hooks_under_up_block_with_their_reason_and_the_audit_shows_the_
     try:
         assert "(and the hook runner)" in running.output[-1]
         status = json.loads(bastion("status", "-o", "json", state_dir=state).stdout)
-        assert len(status["instances"]) == 6 and status["missing"] == []
+        assert len(status["items"]) == 6 and status["missing"] == []
         workspace = owned(tmp_path / "work")
         (workspace / "keep").write_text("k")
         script = json.dumps(

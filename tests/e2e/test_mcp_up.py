@@ -4,6 +4,7 @@ until `bastion mcp review notes --accept`."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -88,3 +89,26 @@ def test_a_server_is_added_reviewed_and_its_tools_called_then_changes_wait_for_r
     third = notes_run(up)
     assert not any("is not offered" in line or "not reviewed" in line for line in third)
     assert third[-1].endswith(": done")
+
+
+def test_a_servers_resources_and_prompts_are_listed_and_read_noun_then_verb(
+    up: Up, tmp_path: Path
+) -> None:
+    notes = owned(tmp_path / "notes")
+    add_notes(up, notes)
+    assert notes_run(up)[-1].endswith(": done")  # keeps the note `release`
+
+    listed = bastion("mcp", "resources", "list", "notes", state_dir=up.state_dir)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("note://{name} (template) note")
+    read = bastion("mcp", "resources", "read", "notes", "note://release", state_dir=up.state_dir)
+    assert read.returncode == 0, read.stderr
+    assert "Ship the shell and MCP tools on Friday." in read.stdout
+    prompts = bastion("mcp", "prompts", "list", "notes", "-o", "json", state_dir=up.state_dir)
+    assert prompts.returncode == 0, prompts.stderr
+    assert json.loads(prompts.stdout)["text"].startswith("summarize_notes()")
+    servers = json.loads(bastion("mcp", "list", "-o", "json", state_dir=up.state_dir).stdout)
+    assert servers["tenant"] == "default"
+    assert [s["name"] for s in servers["items"]] == ["notes"]
+    old = bastion("mcp", "resources", "notes", state_dir=up.state_dir)
+    assert old.returncode == 2  # the old spelling is gone: the verb comes after the noun

@@ -15,7 +15,17 @@ from pathlib import Path
 
 from bastion.cli.natsserver import free_port
 
-__all__ = ["BASTION", "REPO", "SKILLS", "WAITING", "Up", "bastion", "notes_run", "running_up"]
+__all__ = [
+    "BASTION",
+    "REPO",
+    "SKILLS",
+    "WAITING",
+    "WAITS",
+    "Up",
+    "bastion",
+    "notes_run",
+    "running_up",
+]
 
 
 @contextmanager
@@ -85,6 +95,8 @@ def bastion(
     )
 
 
+WAITS = 3
+"""The exit status of a run stopped for a person (docs/cli.md#exit-statuses)."""
 WAITING = re.compile(  # the line `bastion agent run` prints for a call that waits for a person
     r"^session (?P<sid>[0-9a-f]{16}): waiting for you: (?P<tool>\w+) (?P<input>\{.*\}) "
     r"\((?P<why>.*); request (?P<rid>[0-9a-f]{16})\)\. Answer with "
@@ -99,5 +111,5 @@ def notes_run(up: Up, workspace: Path, *flags: str) -> list[str]:
         "--workspace", str(workspace), "--skills-dir", str(SKILLS), "--autonomy", "L2",
         *flags, state_dir=up.state_dir,
     )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.returncode == WAITS, run.stdout + run.stderr
     return run.stdout.splitlines()

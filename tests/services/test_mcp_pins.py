@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import mcp.types
 import pytest
+from mcp import types
 
 from bastion.mcp.gateway.canonical import canonical_tool_json, tool_digest
 from bastion.mcp.gateway.pins import (
@@ -28,7 +28,7 @@ NOTE_SCHEMA = {
 }
 
 
-def tool(name: str = "add_note", **wire: Any) -> mcp.types.Tool:
+def tool(name: str = "add_note", **wire: Any) -> types.Tool:
     """A tool as a server lists it (wire names), with a closed-world note-taking default."""
     definition: dict[str, Any] = {
         "name": name,
@@ -37,10 +37,10 @@ def tool(name: str = "add_note", **wire: Any) -> mcp.types.Tool:
         "annotations": {"readOnlyHint": False, "openWorldHint": False},
     }
     definition.update(wire)
-    return mcp.types.Tool.model_validate(definition)
+    return types.Tool.model_validate(definition)
 
 
-def notes_server() -> list[mcp.types.Tool]:
+def notes_server() -> list[types.Tool]:
     closed = {"openWorldHint": False}
     return [
         tool("list_notes", description="List the notes kept, by name.",
@@ -61,7 +61,7 @@ def test_the_digest_does_not_depend_on_key_order_or_whitespace() -> None:
     reordered = json.loads(wire)
     reordered["inputSchema"] = dict(reversed(list(NOTE_SCHEMA.items())))
     spaced = json.loads(json.dumps(reordered, indent=4, sort_keys=False))
-    again = mcp.types.Tool.model_validate(spaced)
+    again = types.Tool.model_validate(spaced)
     assert tool_digest(again) == tool_digest(tool())
     assert canonical_tool_json(again) == canonical_tool_json(tool())
 
@@ -219,7 +219,7 @@ def test_a_long_description_is_cut_and_flagged_but_pinned_whole() -> None:
     ],
     ids=["space in name", "long name", "input schema", "output schema"],
 )  # fmt: skip
-def test_a_tool_with_a_bad_name_or_a_huge_schema_is_refused(bad: mcp.types.Tool, why: str) -> None:
+def test_a_tool_with_a_bad_name_or_a_huge_schema_is_refused(bad: types.Tool, why: str) -> None:
     (shown,) = review([bad], (pin_of(bad, ()),), (), None)
     assert shown.status == "refused"
     assert why in shown.flags[-1]

@@ -6,10 +6,10 @@ import base64
 import hashlib
 from typing import Any
 
-import mcp.types
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from mcp import types
 
 from bastion.mcp.gateway.canonical import tool_digest
 from bastion.mcp.gateway.pins import accepted_pins, offer, review
@@ -30,7 +30,7 @@ from bastion.mcp.gateway.signing import (
 )
 
 
-def tool(**wire: Any) -> mcp.types.Tool:
+def tool(**wire: Any) -> types.Tool:
     definition: dict[str, Any] = {
         "name": "add_note",
         "description": "Keep a note under a name.",
@@ -38,7 +38,7 @@ def tool(**wire: Any) -> mcp.types.Tool:
         "annotations": {"openWorldHint": False},
     }
     definition.update(wire)
-    return mcp.types.Tool.model_validate(definition)
+    return types.Tool.model_validate(definition)
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +46,9 @@ def key() -> ec.EllipticCurvePrivateKey:
     return generate_private_key()
 
 
-def tampered(signed: mcp.types.Tool, **wire: Any) -> mcp.types.Tool:
+def tampered(signed: types.Tool, **wire: Any) -> types.Tool:
     """The signed tool with some of its definition changed and its signature kept."""
-    return mcp.types.Tool.model_validate(
+    return types.Tool.model_validate(
         {**signed.model_dump(by_alias=True, mode="json", exclude_none=True), **wire}
     )
 
@@ -211,4 +211,4 @@ def test_a_signed_tool_dict_verifies_once_read_back_as_the_wire_gives_it(
     assert signed["_meta"]["io.example/keep"] is True and definition["_meta"] == {
         "io.example/keep": True
     }
-    assert SignatureCheck(key.public_key()).check(mcp.types.Tool.model_validate(signed)) == ""
+    assert SignatureCheck(key.public_key()).check(types.Tool.model_validate(signed)) == ""

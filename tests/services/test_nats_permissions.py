@@ -1,6 +1,6 @@
 """Each service's NATS user may publish and subscribe to exactly its subjects.
 
-A real nats-server runs with the config `bastion nats-config` writes; clients connect with
+A real nats-server runs with the config `bastion nats config` writes; clients connect with
 a service's credentials the way a compromised process of that service could.
 """
 

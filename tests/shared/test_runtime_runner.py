@@ -57,6 +57,33 @@ async def test_a_bad_setting_exits_2_with_a_sentence_naming_the_variable() -> No
     assert text.count("\n") == 1
 
 
+async def test_a_log_level_that_is_not_one_exits_2_naming_bastion_log_level() -> None:
+    env = service_env("nats://127.0.0.1:1", BASTION_LOG_LEVEL="loud")
+    with anyio.fail_after(30):
+        result = await anyio.run_process(
+            [sys.executable, "-m", "bastion.policy"], env=env, check=False
+        )
+    assert result.returncode == 2
+    text = result.stderr.decode()
+    assert "BASTION_LOG_LEVEL is not valid" in text and "Traceback" not in text
+
+
+async def test_bastion_log_level_warning_keeps_a_services_info_lines_out(
+    client: Client, nats_url: str
+) -> None:
+    env = service_env(nats_url, BASTION_LOG_LEVEL="warning")
+    with anyio.fail_after(30):
+        async with await anyio.open_process(
+            [sys.executable, "-m", "bastion.policy"], env=env
+        ) as process:
+            await wait_until_pinged(client, "policy", process)
+            process.send_signal(signal.SIGTERM)
+            text = (await read_all(process)).decode()
+            assert await process.wait() == 0
+    levels = {json.loads(line)["level"] for line in text.splitlines()}
+    assert levels <= {"warning", "error", "critical"}, text
+
+
 async def test_an_unreachable_bus_exits_1_with_a_json_line_saying_how_to_start_one() -> None:
     env = service_env(f"nats://127.0.0.1:{free_port()}")
     with anyio.fail_after(30):

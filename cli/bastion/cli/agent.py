@@ -4,8 +4,9 @@ A script is a JSON array of steps. Each step is `{"tool": NAME, "input": {...}}`
 may instead be `{"say": TEXT}`, the agent's final message. `--script -` reads standard
 input. This is how examples and end-to-end tests run a session with no model.
 
-A call that waits for a person stops the run: the rest of the script is kept, the session
-stays open, and `bastion agent continue SESSION --approve|--decline WHY` carries on.
+A call that waits for a person stops the run (exit status 3): the rest of the script is
+kept, the session stays open, and `bastion agent continue SESSION --approve|--decline WHY`
+carries on. A step that ended in an error of Bastion's makes it exit 1.
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ from pathlib import Path
 
 import anyio
 
-from bastion.cli.common import add_location_options, bus, fail, state_dir_of
+from bastion.cli.common import (
+    add_documented,
+    add_location_options,
+    add_output_option,
+    bus,
+    fail,
+    state_dir_of,
+)
 from bastion.cli.driving import CALL_MARGIN_S, drive, mark_run
 from bastion.cli.limits import add_limit_options, session_limits
 from bastion.cli.resume import add_continue_parser
+from bastion.cli.runrecord import RunRecord, recorded
 from bastion.cli.script import ScriptError, Step, load_script
 from bastion.cli.transcript import say
 from bastion.proto import subjects
@@ -37,7 +46,11 @@ def _absolute(directory: str) -> str:
 
 
 async def _run(
-    args: argparse.Namespace, steps: list[Step], workspace: str | None, limits: SessionLimits
+    args: argparse.Namespace,
+    steps: list[Step],
+    workspace: str | None,
+    limits: SessionLimits,
+    record: RunRecord,
 ) -> int:
     async with bus(args, "bastion-agent") as client:
         session: SessionInfo = await request(
@@ -63,13 +76,14 @@ async def _run(
             timeout_s=CALL_MARGIN_S,
         )
         say(f"session {session.session_id} for agent {session.agent}")
+        record.session_id = session.session_id
         for notice in session.notices:
             say(notice)
         for note in await mark_run(
             client, RunMark(session_id=session.session_id, event="run_start")
         ):
             say(note)
-        return await drive(client, session, steps, state_dir_of(args))
+        return await drive(client, session, steps, state_dir_of(args), record)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,17 +107,19 @@ def run(args: argparse.Namespace) -> int:
         if not Path(args.workspace).is_dir():
             return fail(f"the workspace {args.workspace} is not a directory: create it first", 2)
         workspace = str(Path(args.workspace).expanduser().resolve())
-    return anyio.run(_run, args, steps, workspace, limits)
+    return recorded(
+        args.output, lambda record: anyio.run(_run, args, steps, workspace, limits, record)
+    )
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     agent = commands.add_parser("agent", help="drive sessions as an agent would")
     verbs = agent.add_subparsers(dest="verb", required=True)
-    run_parser = verbs.add_parser(
+    run_parser = add_documented(
+        verbs,
         "run",
-        help="open a session, make each tool call of a script, print the transcript",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "open a session, make each tool call of a script, print the transcript",
+        __doc__ or "",
     )
     run_parser.add_argument(
         "--script", required=True, metavar="FILE", help="the script (JSON), or - for stdin"
@@ -160,6 +176,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="skills' allowed-tools pre-approve nothing: the level alone decides",
     )
     add_limit_options(run_parser)
+    add_output_option(run_parser)
     add_location_options(run_parser)
     run_parser.set_defaults(handler=run)
     add_continue_parser(verbs)

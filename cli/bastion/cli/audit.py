@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
-from bastion.cli.common import add_location_options, bus, fail
+from bastion.cli.common import add_location_options, add_output_option, bus, fail
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.shared.codec import decode
@@ -133,7 +133,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show_parser = verbs.add_parser("show", help="every record of one session, in order")
     show_parser.add_argument("session", help="the session id")
     for parser in (tail_parser, show_parser):
-        parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        add_output_option(parser)
         add_location_options(parser)
     tail_parser.set_defaults(handler=tail)
     show_parser.set_defaults(handler=show)

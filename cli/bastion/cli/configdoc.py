@@ -29,6 +29,7 @@ from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.settings import PolicySettings
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.errors import BastionError
+from bastion.shared.logs import LogSettings
 from bastion.shared.settings import ENV_PREFIX, BusSettings
 from bastion.vault.settings import VaultSettings
 
@@ -36,6 +37,7 @@ __all__ = ["SETTINGS", "UndocumentedSetting", "render"]
 
 SETTINGS: tuple[tuple[type[msgspec.Struct], str], ...] = (
     (BusSettings, "every service, the hook runner"),
+    (LogSettings, "every service, the hook runner, the `bastion` CLI"),
     (OrchestratorSettings, "orchestrator"),
     (PolicySettings, "policy"),
     (SandboxSettings, "sandbox"),

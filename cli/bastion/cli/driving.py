@@ -8,6 +8,8 @@ from pathlib import Path
 
 import anyio
 
+from bastion.cli import exits
+from bastion.cli.runrecord import RunRecord
 from bastion.cli.runs import KeptRun, forget_run, keep_run
 from bastion.cli.script import Step
 from bastion.cli.transcript import say, show_input, show_result, show_waiting
@@ -107,27 +109,30 @@ async def drive(
     session: SessionInfo,
     steps: list[Step],
     state_dir: Path,
+    record: RunRecord,
     *,
     failed: bool = False,
 ) -> int:
-    """Make each step's call and print it; on a call that waits, keep the rest and stop
-    (the session stays open); at the end, close the session.
+    """Make each step's call and print it (and put it in `record`); on a call that waits,
+    keep the rest and stop (the session stays open); at the end, close the session.
 
-    The exit status: 1 if a step (or, with `failed`, the call answered before) ended in an
-    error of Bastion's — a refusal, an unknown tool, a timeout; a command's own non-zero
-    exit and a person's decline are answers — else 0, a run stopped to wait for a person
-    included.
+    The exit status (`bastion.cli.exits`): 1 if a step (or, with `failed`, the call
+    answered before) ended in an error of Bastion's — a refusal, an unknown tool, a
+    timeout; a command's own non-zero exit and a person's decline are answers — else 3 for
+    a run stopped to wait for a person, else 0.
     """
     errors = int(failed)
     for index, step in enumerate(steps):
         if step.say is not None:
             say(f"agent: {step.say}")
+            record.said(step.say)
             continue
         say(f"→ {step.tool} {show_input(step.input)}")
         result = await _call(client, session, step)
         parked = await _waiting_on(client, session, result)
         if parked is None:
             say(show_result(result))
+            record.called(step, result)
             errors += is_error(result)
             continue
         keep_run(
@@ -139,7 +144,8 @@ async def drive(
             ),
         )
         show_waiting(parked)
-        return 1 if errors else 0
+        record.waiting = parked
+        return exits.ERROR if errors else exits.WAITING
     await mark_run(client, RunMark(session_id=session.session_id, event="run_end", ended="done"))
     await request(
         client,
@@ -155,5 +161,5 @@ async def drive(
             f"error: {errors} call(s) of session {session.session_id} ended in an error "
             "(the `← error` lines above say why and what to do)\n"
         )
-        return 1
-    return 0
+        return exits.ERROR
+    return exits.OK

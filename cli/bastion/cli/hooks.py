@@ -11,7 +11,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from bastion.cli.common import fail, state_dir_of
+import msgspec
+
+from bastion.cli.common import add_output_option, fail, state_dir_of, write_items
 from bastion.shared.hookfile import (
     EVENTS,
     CommandHook,
@@ -67,6 +69,12 @@ def list_hooks(args: argparse.Namespace) -> int:
         hooks = load_hooks(hooks_path(state_dir_of(args)))
     except UnsafeHooksFile as error:
         return fail(error.message)
+    if args.output == "json":
+        write_items(
+            {"number": number, **msgspec.structs.asdict(hook)}
+            for number, hook in enumerate(hooks, start=1)
+        )
+        return 0
     if not hooks:
         _say("no hooks: add one with `bastion hooks add --event EVENT -- COMMAND`")
     for number, hook in enumerate(hooks, start=1):
@@ -105,6 +113,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_parser_.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
     list_parser = verbs.add_parser("list", help="the hooks, numbered")
+    add_output_option(list_parser)
     remove_parser = verbs.add_parser("remove", help="remove hook N (as listed)")
     remove_parser.add_argument("number", type=int)
     for parser, handler in ((add_parser_, add), (list_parser, list_hooks), (remove_parser, remove)):

@@ -11,6 +11,7 @@ from bastion.cli import (
     agent,
     approvals,
     audit,
+    exits,
     hooks,
     mcp,
     natsconfig,
@@ -23,6 +24,7 @@ from bastion.cli import (
 )
 from bastion.cli.common import fail
 from bastion.shared.errors import BastionError, RemoteError
+from bastion.shared.logs import log_level
 from bastion.shared.version import VERSION
 
 __all__ = ["main"]
@@ -52,15 +54,20 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     # The command speaks in sentences on stderr; library warnings (a NATS reconnect) are
-    # noise to a person at a terminal, so only errors of libraries are shown.
-    logging.basicConfig(level=logging.ERROR, format="bastion: %(message)s")
+    # noise to a person at a terminal, so only errors of libraries are shown unless
+    # BASTION_LOG_LEVEL asks for more.
+    try:
+        level = log_level("error")
+    except BastionError as error:
+        sys.exit(fail(error.message, exits.USAGE))
+    logging.basicConfig(level=level, format="bastion: %(message)s")
     args = parser().parse_args(argv)
     try:
         status_code: int = args.handler(args)
     except BastionError as error:
         status_code = fail(str(error) if isinstance(error, RemoteError) else error.message)
     except KeyboardInterrupt:
-        status_code = 130
+        status_code = exits.INTERRUPTED
     except BrokenPipeError:
         status_code = _reader_left()
     sys.exit(status_code)
@@ -75,4 +82,4 @@ def _reader_left() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    return 141
+    return exits.READER_LEFT

@@ -1,4 +1,6 @@
-"""`bastion mcp add|review|list|remove|resources|prompts`: a tenant's upstream MCP servers.
+"""`bastion mcp`: a tenant's upstream MCP servers (add, review, list, remove, browse).
+
+`bastion mcp resources list|read` and `bastion mcp prompts list` show what a server offers.
 
 A server is added by the command that starts it (`bastion mcp add notes --dir notes --
 python3 notes_server.py`) or by its URL (`--url`); the mcp service starts or reaches it,
@@ -14,10 +16,15 @@ import sys
 from pathlib import Path
 from typing import Any, get_args
 
-import anyio
 import msgspec
 
-from bastion.cli.common import add_location_options, bus
+from bastion.cli.common import (
+    Asker,
+    add_location_options,
+    add_output_option,
+    write_items,
+    write_json,
+)
 from bastion.cli.mcpsign import add_sign_commands
 from bastion.proto import subjects
 from bastion.proto.mcp import (
@@ -35,7 +42,6 @@ from bastion.proto.mcp import (
     ServerRemoved,
 )
 from bastion.proto.policy import Effect
-from bastion.shared.bus import request
 from bastion.shared.codec import describe_decode_error
 from bastion.shared.errors import InvalidInput
 
@@ -45,12 +51,7 @@ TIMEOUT_S = 120.0
 """A server is started (or reached) and listed within this; a slow first start may need it."""
 
 
-def _send(args: argparse.Namespace, subject: str, message: object, answer: type[Any]) -> Any:
-    async def go() -> Any:
-        async with bus(args, "bastion-mcp") as client:
-            return await request(client, subject, message, answer, timeout_s=TIMEOUT_S)
-
-    return anyio.run(go)
+_send = Asker("bastion-mcp", TIMEOUT_S)
 
 
 def _effects(given: list[str]) -> tuple[EffectOverride, ...]:
@@ -181,12 +182,18 @@ def add(args: argparse.Namespace) -> int:
 def review(args: argparse.Namespace) -> int:
     ask = ReviewServer(tenant=args.tenant, name=_checked_name(args.name), accept=args.accept)
     found: McpReview = _send(args, subjects.MCP_REVIEW, ask, McpReview)
-    sys.stdout.write("\n".join(review_lines(found, after_add=False)) + "\n")
+    if args.output == "json":
+        write_json(found)
+    else:
+        sys.stdout.write("\n".join(review_lines(found, after_add=False)) + "\n")
     return 0
 
 
 def list_servers(args: argparse.Namespace) -> int:
     found: ServerList = _send(args, subjects.MCP_LIST, ListServers(tenant=args.tenant), ServerList)
+    if args.output == "json":
+        write_items(found.servers, tenant=found.tenant)
+        return 0
     if not found.servers:
         sys.stdout.write(
             f"tenant {found.tenant} has no MCP servers: add one with `bastion mcp add`\n"
@@ -206,15 +213,17 @@ def remove(args: argparse.Namespace) -> int:
 
 
 def browse(args: argparse.Namespace) -> int:
-    read = getattr(args, "read", None)
     ask = BrowseServer(
         tenant=args.tenant,
         name=_checked_name(args.name),
-        what="prompts" if args.verb == "prompts" else ("read" if read else "resources"),
-        uri=read or "",
+        what=args.what,
+        uri=getattr(args, "uri", ""),
     )
     found: BrowseText = _send(args, subjects.MCP_BROWSE, ask, BrowseText)
-    sys.stdout.write(found.text.rstrip("\n") + "\n")
+    if args.output == "json":
+        write_json(found)
+    else:
+        sys.stdout.write(found.text.rstrip("\n") + "\n")
     return 0
 
 
@@ -284,16 +293,26 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     removing.add_argument("name")
     removing.set_defaults(handler=remove)
 
-    resources = verbs.add_parser("resources", help="what a server offers; --read URI reads one")
-    resources.add_argument("name")
-    resources.add_argument("--read", metavar="URI")
-    resources.set_defaults(handler=browse)
+    resources = verbs.add_parser("resources", help="what a server offers: list, read")
+    resource_verbs = resources.add_subparsers(dest="action", required=True)
+    resource_list = resource_verbs.add_parser("list", help="the resources a server offers")
+    resource_list.add_argument("name")
+    resource_list.set_defaults(handler=browse, what="resources")
+    resource_read = resource_verbs.add_parser("read", help="read one of a server's resources")
+    resource_read.add_argument("name")
+    resource_read.add_argument("uri", metavar="URI", help="the resource's URI, as listed")
+    resource_read.set_defaults(handler=browse, what="read")
 
-    prompts = verbs.add_parser("prompts", help="a server's prompts")
-    prompts.add_argument("name")
-    prompts.set_defaults(handler=browse)
+    prompts = verbs.add_parser("prompts", help="a server's prompts: list")
+    prompt_verbs = prompts.add_subparsers(dest="action", required=True)
+    prompt_list = prompt_verbs.add_parser("list", help="the prompts a server offers")
+    prompt_list.add_argument("name")
+    prompt_list.set_defaults(handler=browse, what="prompts")
 
-    for verb in (adding, reviewing, listing, removing, resources, prompts):
+    reading = (reviewing, listing, resource_list, resource_read, prompt_list)
+    for verb in (adding, removing, *reading):
         verb.add_argument("--tenant", default="default", help="whose server (default: default)")
         add_location_options(verb)
+    for verb in reading:
+        add_output_option(verb)
     add_sign_commands(verbs)

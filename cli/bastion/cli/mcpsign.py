@@ -69,10 +69,10 @@ def sign(args: argparse.Namespace) -> int:
         except InvalidInput as error:
             raise InvalidInput(f"tool {index} of {args.tools}: {error.message}") from None
     text = json.dumps(signed, indent=2, ensure_ascii=False) + "\n"
-    if args.output is None:
+    if args.out is None:
         sys.stdout.write(text)
     else:
-        _write_new(args.output, text.encode())
+        _write_new(args.out, text.encode())
     sys.stderr.write(
         f"signed {len(signed)} tool{'' if len(signed) == 1 else 's'} with the key of fingerprint"
         f" {key_fingerprint(key.public_key())}\n"
@@ -82,10 +82,10 @@ def sign(args: argparse.Namespace) -> int:
 
 def keygen(args: argparse.Namespace) -> int:
     key = generate_private_key()
-    _write_new(args.private_key, private_key_pem(key), mode=0o600)
+    _write_new(args.out, private_key_pem(key), mode=0o600)
     sys.stdout.write(public_key_pem(key.public_key()))
     sys.stderr.write(
-        f"wrote the private key to {args.private_key} (keep it secret); the public key printed"
+        f"wrote the private key to {args.out} (keep it secret); the public key printed"
         f" has fingerprint {key_fingerprint(key.public_key())}\n"
     )
     return 0
@@ -94,7 +94,9 @@ def keygen(args: argparse.Namespace) -> int:
 def add_sign_commands(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `keygen` and `sign` to the `bastion mcp` group's subcommands."""
     making = verbs.add_parser("keygen", help="write a new P-256 signing key; print its public key")
-    making.add_argument("private_key", type=Path, metavar="PRIVATE.pem", help="a new file")
+    making.add_argument(
+        "--out", type=Path, required=True, metavar="PRIVATE.pem", help="a new file for the key"
+    )
     making.set_defaults(handler=keygen)
     signing = verbs.add_parser("sign", help="sign a JSON list of tool definitions")
     signing.add_argument(
@@ -102,8 +104,7 @@ def add_sign_commands(verbs: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     signing.add_argument("tools", type=Path, metavar="TOOLS.json", help="the tool definitions")
     signing.add_argument(
-        "-o",
-        "--output",
+        "--out",
         type=Path,
         default=None,
         metavar="OUT.json",

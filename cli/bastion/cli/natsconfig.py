@@ -1,4 +1,4 @@
-"""`bastion nats-config --out DIR`: a NATS server config and one nkey user per service.
+"""`bastion nats config --out DIR`: a NATS server config and one nkey user per service.
 
 It writes `DIR/nats-server.conf` (includes `DIR/auth.conf`, the users' public keys and
 their permissions) and, for each of the six services, the hook runner (`hooks`) and the
@@ -54,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    command = commands.add_parser(
-        "nats-config",
+    nats = commands.add_parser("nats", help="the NATS server Bastion runs on: its config")
+    verbs = nats.add_subparsers(dest="verb", required=True)
+    command = verbs.add_parser(
+        "config",
         help="write a NATS server config with one nkey user per service, and their seeds",
     )
     command.add_argument(

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import os
 import sys
 from pathlib import Path
 
 import anyio
-import msgspec
 
-from bastion.cli.common import add_location_options, bus, fail
+from bastion.cli.common import (
+    Asker,
+    add_location_options,
+    add_output_option,
+    bus,
+    fail,
+    write_items,
+)
 from bastion.proto import subjects
 from bastion.proto.vault import (
     AddSecret,
@@ -39,6 +44,9 @@ from bastion.shared.secretnames import check_name, check_value
 __all__ = ["add_parser", "read_value"]
 
 TIMEOUT_S = 30.0
+
+
+_ask = Asker("bastion-secret", TIMEOUT_S)
 
 
 def read_value(name: str, from_env: str | None) -> bytes:
@@ -88,21 +96,9 @@ def add(args: argparse.Namespace) -> int:
 
 
 def list_secrets(args: argparse.Namespace) -> int:
-    async def ask() -> SecretList:
-        async with bus(args, "bastion-secret") as client:
-            found: SecretList = await request(
-                client,
-                subjects.VAULT_LIST,
-                ListSecrets(tenant=args.tenant),
-                SecretList,
-                timeout_s=TIMEOUT_S,
-            )
-            return found
-
-    found = anyio.run(ask)
+    found = _ask(args, subjects.VAULT_LIST, ListSecrets(tenant=args.tenant), SecretList)
     if args.output == "json":
-        payload = msgspec.to_builtins(found.secrets)
-        sys.stdout.write(json.dumps({"tenant": found.tenant, "secrets": payload}, indent=2) + "\n")
+        write_items(found.secrets, tenant=found.tenant)
         return 0
     if not found.secrets:
         sys.stdout.write(f"tenant {found.tenant} has no secrets\n")
@@ -112,18 +108,9 @@ def list_secrets(args: argparse.Namespace) -> int:
 
 
 def remove(args: argparse.Namespace) -> int:
-    async def send() -> SecretRemoved:
-        async with bus(args, "bastion-secret") as client:
-            removed: SecretRemoved = await request(
-                client,
-                subjects.VAULT_REMOVE,
-                RemoveSecret(tenant=args.tenant, name=args.name),
-                SecretRemoved,
-                timeout_s=TIMEOUT_S,
-            )
-            return removed
-
-    sys.stdout.write(f"removed secret {anyio.run(send).name}\n")
+    gone = RemoveSecret(tenant=args.tenant, name=args.name)
+    removed = _ask(args, subjects.VAULT_REMOVE, gone, SecretRemoved)
+    sys.stdout.write(f"removed secret {removed.name}\n")
     return 0
 
 
@@ -176,7 +163,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     adding.set_defaults(handler=add)
 
     listing = verbs.add_parser("list", help="the secrets' names and when each was added")
-    listing.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output_option(listing)
     listing.set_defaults(handler=list_secrets)
 
     removing = verbs.add_parser("remove", help="forget a secret")

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bastion.cli.common import fail
+from bastion.cli.common import add_output_option, fail, write_items
 from bastion.shared.skillmatter import FrontMatter, InvalidSkillFile, front_matter
 
 __all__ = ["GRANTED_FILE", "add_parser", "granted", "permission_lines"]
@@ -121,6 +121,7 @@ def list_skills(args: argparse.Namespace) -> int:
     skills_dir: Path = args.skills_dir.expanduser()
     if not skills_dir.is_dir():
         return fail(f"there is no skills directory {skills_dir}: give one with --skills-dir")
+    items: list[dict[str, Any]] = []
     for entry in sorted(skills_dir.iterdir()):
         manifest = entry / "SKILL.md"
         if entry.name.startswith(".") or not manifest.is_file():
@@ -128,13 +129,28 @@ def list_skills(args: argparse.Namespace) -> int:
         try:
             found = front_matter(manifest.read_text(encoding="utf-8"), entry.name)
         except InvalidSkillFile as error:
-            sys.stdout.write(f"{entry.name}\t\t{error.message}\t(not usable)\n")
+            items.append({"name": entry.name, "usable": False, "problem": error.message})
             continue
-        record = (
-            "granted.json" if (entry / GRANTED_FILE).is_file() else "not installed with bastion"
+        items.append(
+            {
+                "name": entry.name,
+                "usable": True,
+                "description": found.description,
+                "asks": granted(found),
+                "installed_with_bastion": (entry / GRANTED_FILE).is_file(),
+                "permissions": permission_lines(found),
+            }
         )
-        asks = "; ".join(permission_lines(found)) or "asks for nothing"
-        sys.stdout.write(f"{entry.name}\t{found.description}\t{asks}\t({record})\n")
+    if args.output == "json":
+        write_items(items, skills_dir=str(skills_dir))
+        return 0
+    for item in items:
+        if not item["usable"]:
+            sys.stdout.write(f"{item['name']}\t\t{item['problem']}\t(not usable)\n")
+            continue
+        record = "granted.json" if item["installed_with_bastion"] else "not installed with bastion"
+        asks = "; ".join(item["permissions"]) or "asks for nothing"
+        sys.stdout.write(f"{item['name']}\t{item['description']}\t{asks}\t({record})\n")
     return 0
 
 
@@ -150,6 +166,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     installing.set_defaults(handler=install)
     listing = verbs.add_parser("list", help="the skills in the skills dir and what each asks for")
+    add_output_option(listing)
     listing.set_defaults(handler=list_skills)
     for verb in (installing, listing):
         verb.add_argument(

@@ -1,15 +1,16 @@
-"""`bastion status`: every running service instance, and whether all six are there."""
+"""`bastion status`: every running service instance, and whether all six are there (exit
+status 4, degraded, when one is missing)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import anyio
 
-from bastion.cli.common import add_location_options, bus
+from bastion.cli import exits
+from bastion.cli.common import add_location_options, add_output_option, bus, write_items
 from bastion.cli.discovery import Instance, list_instances
 from bastion.shared.errors import Unavailable
 
@@ -85,12 +86,12 @@ async def _status(args: argparse.Namespace) -> int:
             }
             for i in instances
         ]
-        sys.stdout.write(json.dumps({"instances": payload, "missing": missing}, indent=2) + "\n")
+        write_items(payload, missing=missing)
     else:
         sys.stdout.write(_table(instances) + "\n")
         if missing:
             sys.stdout.write(f"missing: {', '.join(missing)}\n")
-    return 1 if missing else 0
+    return exits.DEGRADED if missing else exits.OK
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status = commands.add_parser(
         "status",
-        help="list every service instance; exit 1 if one of the six services is missing",
+        help="list every service instance; exit 4 if one of the six services is missing",
     )
     add_location_options(status)
     status.add_argument(
@@ -110,5 +111,5 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="wait up to this long for all six services to answer",
     )
-    status.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output_option(status)
     status.set_defaults(handler=run)

@@ -7,14 +7,18 @@ profile (agent, tenant, autonomy, workspace, tools) every MCP session opened wit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-import anyio
 import msgspec
 
-from bastion.cli.common import add_location_options, bus
+from bastion.cli.common import (
+    Asker,
+    add_location_options,
+    add_output_option,
+    write_items,
+    write_json,
+)
 from bastion.proto import subjects
 from bastion.proto.frontdoor import (
     CreateToken,
@@ -25,7 +29,6 @@ from bastion.proto.frontdoor import (
     TokenRevoked,
 )
 from bastion.proto.policy import AUTONOMY_LEVELS
-from bastion.shared.bus import request
 from bastion.shared.codec import describe_decode_error
 from bastion.shared.errors import InvalidInput
 
@@ -34,15 +37,13 @@ __all__ = ["add_parser"]
 TIMEOUT_S = 30.0
 
 
-async def _ask(args: argparse.Namespace, subject: str, message: object, reply: object) -> object:
-    async with bus(args, "bastion-token") as client:
-        return await request(client, subject, message, reply, timeout_s=TIMEOUT_S)
+_ask = Asker("bastion-token", TIMEOUT_S)
 
 
 def create(args: argparse.Namespace) -> int:
     workspace: Path | None = args.workspace
     try:
-        ask = msgspec.convert(
+        asked = msgspec.convert(
             {
                 "agent": args.agent,
                 "tenant": args.tenant,
@@ -56,11 +57,9 @@ def create(args: argparse.Namespace) -> int:
         )
     except msgspec.ValidationError as error:
         raise InvalidInput(describe_decode_error(error, CreateToken)) from None
-    created = anyio.run(_ask, args, subjects.FRONTDOOR_TOKEN_CREATE, ask, TokenCreated)
-    assert isinstance(created, TokenCreated)
+    created = _ask(args, subjects.FRONTDOOR_TOKEN_CREATE, asked, TokenCreated)
     if args.output == "json":
-        info = msgspec.to_builtins(created.info)
-        sys.stdout.write(json.dumps({"token": created.token, "info": info}, indent=2) + "\n")
+        write_json({"token": created.token, "info": created.info})
         return 0
     sys.stdout.write(
         f"{created.token}\n"
@@ -72,12 +71,9 @@ def create(args: argparse.Namespace) -> int:
 
 
 def list_tokens(args: argparse.Namespace) -> int:
-    found = anyio.run(
-        _ask, args, subjects.FRONTDOOR_TOKEN_LIST, ListTokens(tenant=args.tenant), TokenList
-    )
-    assert isinstance(found, TokenList)
+    found = _ask(args, subjects.FRONTDOOR_TOKEN_LIST, ListTokens(tenant=args.tenant), TokenList)
     if args.output == "json":
-        sys.stdout.write(json.dumps(msgspec.to_builtins(found.tokens), indent=2) + "\n")
+        write_items(found.tokens)
         return 0
     if not found.tokens:
         sys.stdout.write("no agent tokens\n")
@@ -94,14 +90,13 @@ def list_tokens(args: argparse.Namespace) -> int:
 
 def revoke(args: argparse.Namespace) -> int:
     try:
-        ask = msgspec.convert({"token_id": args.token_id}, RevokeToken)
+        asked = msgspec.convert({"token_id": args.token_id}, RevokeToken)
     except msgspec.ValidationError:
         raise InvalidInput(
             f"{args.token_id[:40]!r} is not a token id (16 hex digits): `bastion token list` "
             "shows them"
         ) from None
-    revoked = anyio.run(_ask, args, subjects.FRONTDOOR_TOKEN_REVOKE, ask, TokenRevoked)
-    assert isinstance(revoked, TokenRevoked)
+    revoked = _ask(args, subjects.FRONTDOOR_TOKEN_REVOKE, asked, TokenRevoked)
     sys.stdout.write(
         f"revoked token {revoked.token_id} of agent {revoked.agent}: requests carrying it are "
         "refused from now on\n"
@@ -136,6 +131,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     revoking.set_defaults(handler=revoke)
 
     for verb in (creating, listing):
-        verb.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        add_output_option(verb)
     for verb in (creating, listing, revoking):
         add_location_options(verb)

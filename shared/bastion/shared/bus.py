@@ -89,7 +89,7 @@ async def connect(settings: BusSettings, name: str) -> AsyncIterator[Client]:
             raise CredentialsRefused(
                 f"NATS at {settings.nats_url} refused this process's credentials"
                 f"{_whose(settings)}: they are not the server's (an old or another config): "
-                "regenerate both with `bastion nats-config` (or restart `bastion up`) and "
+                "regenerate both with `bastion nats config` (or restart `bastion up`) and "
                 "restart NATS and the services with the new files"
             ) from None
         raise Unavailable(

@@ -3,12 +3,19 @@
     BastionError                  code: internal
     ├── BadRequest                code: bad_request     (the bytes are not the message)
     ├── InvalidInput              code: invalid_input   (the message is, a value is not)
+    │   └── TooLarge, InvalidPattern, InvalidHostName, InvalidSkillFile, GitEntryRefused,
+    │       SealError             (in the shared modules that raise them)
     ├── NotFound                  code: not_found
     ├── NotImplementedYet         code: not_implemented
     ├── QuotaExceeded             code: quota_exceeded  (at a cap: sessions, workspace size)
     ├── Unavailable               code: unavailable     (no responder, bus down)
     │   └── Timeout               code: timeout
-    └── RemoteError               any code              (a service answered with an error)
+    ├── RemoteError               any code              (a service answered with an error)
+    ├── SandboxFailed             code: sandbox_failed  (`sandboxing.errors`)
+    └── UnsafeTokensFile          code: internal        (`httptokens`)
+
+A service's own errors derive from these in its package (`PolicyUnavailable` from
+`Unavailable`, `UncertainCall` from `BastionError` with its own code, …).
 
 Every error's `message` is safe to show to the caller: it never holds exception text,
 secrets or the input that caused it. `to_reply()` is the only way an error reaches the wire.

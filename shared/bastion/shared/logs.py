@@ -1,4 +1,5 @@
-"""Structured JSON log lines on standard error, each carrying the current trace id."""
+"""Structured JSON log lines on standard error, each carrying the current trace id, at the
+level `BASTION_LOG_LEVEL` sets."""
 
 from __future__ import annotations
 
@@ -7,10 +8,35 @@ import logging
 import sys
 import traceback
 from datetime import UTC, datetime
+from typing import Literal
 
+import msgspec
 from opentelemetry import trace
 
-__all__ = ["configure_logging"]
+from bastion.shared.settings import load_settings
+
+__all__ = ["LogSettings", "configure_logging", "log_level"]
+
+LogLevel = Literal["", "debug", "info", "warning", "error", "critical"]
+
+
+class LogSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """How much a process logs; every process reads it (`log_level`)."""
+
+    log_level: LogLevel = ""
+    """The least severe record a process logs: debug, info, warning, error or critical;
+    empty: info for a service and the hook runner, errors only for the `bastion` command's
+    libraries."""
+
+
+def log_level(default: str) -> str:
+    """`BASTION_LOG_LEVEL` as `logging` names levels, or `default` when it is empty.
+
+    Raises:
+        InvalidInput: it is not one of the levels; the sentence names the variable.
+    """
+    return (load_settings(LogSettings).log_level or default).upper()
+
 
 _RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -52,11 +78,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-def configure_logging(service: str, level: str = "INFO") -> None:
-    """Send every log record of this process to stderr as JSON lines tagged with `service`."""
+def configure_logging(service: str) -> None:
+    """Send every log record of this process at `BASTION_LOG_LEVEL` (default info) or above
+    to stderr as JSON lines tagged with `service`.
+
+    Raises:
+        InvalidInput: `BASTION_LOG_LEVEL` is not a level.
+    """
+    level = log_level("info")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(service))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(level)
     logging.getLogger("nats").setLevel(logging.WARNING)

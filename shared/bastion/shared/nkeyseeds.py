@@ -47,12 +47,12 @@ def check_seed_file(path: str) -> None:
         reason = error.strerror if isinstance(error, OSError) else "not text"
         raise InvalidInput(
             f"BASTION_NATS_NKEY_SEED_FILE={path} cannot be read ({reason}): mount the "
-            "service's seed file there (`bastion nats-config` writes `<user>.nk`)"
+            "service's seed file there (`bastion nats config` writes `<user>.nk`)"
         ) from None
     try:
         public_key(seed)
     except InvalidInput:
         raise InvalidInput(
             f"BASTION_NATS_NKEY_SEED_FILE={path} does not hold an nkey seed (one `SU…` line): "
-            "give the `<user>.nk` file `bastion nats-config` wrote"
+            "give the `<user>.nk` file `bastion nats config` wrote"
         ) from None

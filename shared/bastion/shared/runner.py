@@ -55,8 +55,8 @@ async def serve(name: str, settings: S, setup: Setup[S]) -> None:
 
 def run_service(name: str, settings_type: type[S], setup: Setup[S]) -> None:
     """Run service `name` in this process until it is told to stop; exit 2 on bad settings."""
-    configure_logging(name)
     try:
+        configure_logging(name)
         settings = load_settings(settings_type)
         telemetry = configure_telemetry(name)
     except BastionError as error:

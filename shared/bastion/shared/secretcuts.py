@@ -117,7 +117,7 @@ class SecretCuts:
             except BastionError as error:
                 logger.warning(
                     "the vault gave no redaction set: replies are cut of the values known",
-                    extra={"tenant": tenant, "error_code": error.code},
+                    extra={"tenant": tenant, "code": error.code},
                 )
                 _bounded_put(self._vault, tenant, (now + RETRY_S, held), MAX_TENANTS)
                 return held

@@ -30,7 +30,7 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
     """A NATS `.creds` file (JWT and nkey seed), for a server run with decentralized auth."""
     nats_nkey_seed_file: str | None = None
     """The file holding this process's nkey user seed (`SU…`), which signs the server's
-    challenge: how Bastion's services connect (`bastion nats-config`, `bastion up`)."""
+    challenge: how Bastion's services connect (`bastion nats config`, `bastion up`)."""
     nats_user: str | None = None
     """A user name, with `BASTION_NATS_PASSWORD`, for a server configured with passwords."""
     nats_password: str | None = None

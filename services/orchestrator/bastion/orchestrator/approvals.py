@@ -406,6 +406,6 @@ class Approvals:
             if moved is not None:
                 logger.warning(
                     "an approved call was running when its orchestrator stopped: uncertain",
-                    extra={"session": parked.session_id, "request": parked.request_id},
+                    extra={"session": parked.session_id, "request_id": parked.request_id},
                 )
                 await self._release(parked.session_id, parked.request_id)

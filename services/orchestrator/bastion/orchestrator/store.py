@@ -14,8 +14,8 @@ __all__ = ["SessionStore"]
 def _missing(session_id: str) -> NotStored:
     return NotStored(
         f"there is no session {session_id}: check the id (`bastion agent run` prints "
-        "it as `session <id> for agent …`), or open a new session with `bastion agent "
-        "run` (or the front door)"
+        "it as `session <id> for agent …`, `bastion audit tail` shows the sessions "
+        "recorded lately), or open a new session with `bastion agent run`"
     )
 
 

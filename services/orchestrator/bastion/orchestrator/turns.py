@@ -139,7 +139,7 @@ class Turns:
             except nats.errors.Error as error:  # the bus hiccuped: try again at the next beat
                 logger.warning(
                     "a session's turn was not renewed",
-                    extra={"session": session_id, "error": type(error).__name__},
+                    extra={"session": session_id, "error_type": type(error).__name__},
                 )
 
     @asynccontextmanager
@@ -174,5 +174,5 @@ class Turns:
         except nats.errors.Error as error:  # it expires on its own
             logger.warning(
                 "a session's turn was not given back",
-                extra={"session": session_id, "error": type(error).__name__},
+                extra={"session": session_id, "error_type": type(error).__name__},
             )

@@ -44,7 +44,7 @@ class VaultSettings(BusSettings, frozen=True, kw_only=True):
     vault_caller_nkeys: str = ""
     """The user each NATS nkey is, `NKEY=user` pairs comma-separated: the server stamps an
     nkey user's public key, read here as its name (for `BASTION_VAULT_LEASE_CALLERS` and the
-    audit log). `bastion nats-config` and `bastion up` write it into the vault's env."""
+    audit log). `bastion nats config` and `bastion up` write it into the vault's env."""
 
 
 def key_file(settings: VaultSettings) -> Path:

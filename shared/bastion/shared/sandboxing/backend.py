@@ -1,4 +1,4 @@
-"""The seam every sandbox backend (bubblewrap and Docker) sits behind."""
+"""The seam the sandbox service runs each command through: the bubblewrap or Docker backend."""
 
 from __future__ import annotations
 

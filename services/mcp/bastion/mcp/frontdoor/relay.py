@@ -17,9 +17,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError, NoBackChannelError
-from mcp.types import CreateMessageRequestParams
 from nats.aio.msg import Msg
 
 from bastion.mcp.frontdoor.asking import takes_form_elicitation
@@ -100,7 +100,7 @@ async def _complete(ctx: ServerRequestContext[Any, Any], msg: Msg) -> SampleAnsw
     """The client's model's completion of an upstream server's request."""
     try:
         question: SampleQuestion = decode(msg.data, SampleQuestion)
-        params = CreateMessageRequestParams.model_validate_json(question.request_json)
+        params = types.CreateMessageRequestParams.model_validate_json(question.request_json)
     except (BadRequest, ValueError):
         return SampleAnswer(refused="the sampling request was not one")
     try:

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
-import mcp.types as mt
 import msgspec
 import pydantic
+from mcp import types
 from opentelemetry.trace import SpanKind
 
 from bastion.mcp.gateway.canonical import tool_digest
@@ -148,12 +148,12 @@ class Gateway:
             return None
 
         async def sample(
-            params: mt.CreateMessageRequestParams,
-        ) -> mt.CreateMessageResult | mt.ErrorData:
+            params: types.CreateMessageRequestParams,
+        ) -> types.CreateMessageResult | types.ErrorData:
             used = self._samples.get(session_id, 0)
             if used >= allowance.per_session:
-                return mt.ErrorData(
-                    code=mt.INVALID_REQUEST,
+                return types.ErrorData(
+                    code=types.INVALID_REQUEST,
                     message=f"MCP server {server} has had its {allowance.per_session} "
                     "completions for this session",
                 )
@@ -178,18 +178,18 @@ class Gateway:
                     timeout_s=self._elicit_timeout_s,
                 )
             except Unavailable:
-                return mt.ErrorData(
-                    code=mt.INVALID_REQUEST,
+                return types.ErrorData(
+                    code=types.INVALID_REQUEST,
                     message="no one can complete a message for this session now",
                 )
             if answer.refused or not answer.result_json:
                 why = answer.refused[:300] or "the completion was not given"
-                return mt.ErrorData(code=mt.INVALID_REQUEST, message=why)
+                return types.ErrorData(code=types.INVALID_REQUEST, message=why)
             try:
-                return mt.CreateMessageResult.model_validate_json(answer.result_json)
+                return types.CreateMessageResult.model_validate_json(answer.result_json)
             except pydantic.ValidationError:
-                return mt.ErrorData(
-                    code=mt.INTERNAL_ERROR, message="the completion relayed was not one"
+                return types.ErrorData(
+                    code=types.INTERNAL_ERROR, message="the completion relayed was not one"
                 )
 
         return sample
@@ -252,7 +252,7 @@ class Gateway:
         )
 
     def _review(
-        self, record: McpServerRecord, upstream: Upstream, live: list[mt.Tool], pinned: bool
+        self, record: McpServerRecord, upstream: Upstream, live: list[types.Tool], pinned: bool
     ) -> McpReview:
         verifier = _verifier(record.key_fingerprint, record.spec)
         return McpReview(
@@ -268,7 +268,7 @@ class Gateway:
         )
 
     def _pinned(
-        self, record: McpServerRecord, upstream: Upstream, live: list[mt.Tool]
+        self, record: McpServerRecord, upstream: Upstream, live: list[types.Tool]
     ) -> McpServerRecord:
         """The record with the live tools as its pins (those a review does not refuse)."""
         verifier = _verifier(record.key_fingerprint, record.spec)
@@ -424,7 +424,9 @@ class Gateway:
                 return BrowseText(text=prompts_text(await upstream.list_prompts(), ask.name))
             if ask.what == "read":
                 if not ask.uri:
-                    raise InvalidInput("give the resource to read: --read URI")
+                    raise InvalidInput(
+                        f"give the resource to read: `bastion mcp resources read {ask.name} URI`"
+                    )
                 return BrowseText(text=read_text(await upstream.read_resource(ask.uri)))
             resources, templates = await upstream.list_resources()
             return BrowseText(text=resources_text(resources, templates, ask.name))

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-import mcp.types
+from mcp import types
 
 from bastion.mcp.gateway.canonical import canonical_json, tool_digest
 from bastion.mcp.gateway.invisible import suspicious_text, visible
@@ -50,17 +50,17 @@ MAX_OFFERED_NAME: Final = 128
 # --- What a call does ---------------------------------------------------------------------
 
 
-def _hint(tool: mcp.types.Tool, name: str) -> bool | None:
+def _hint(tool: types.Tool, name: str) -> bool | None:
     value: bool | None = getattr(tool.annotations, name) if tool.annotations else None
     return value
 
 
-def taints(tool: mcp.types.Tool) -> bool:
+def taints(tool: types.Tool) -> bool:
     """Its results come from an open world (the protocol's default when it does not say)."""
     return _hint(tool, "open_world_hint") is not False
 
 
-def effect_of(tool: mcp.types.Tool, overrides: tuple[EffectOverride, ...]) -> Effect:
+def effect_of(tool: types.Tool, overrides: tuple[EffectOverride, ...]) -> Effect:
     """What a call of the tool is taken to do: the operator's `--effect` first, then its hints
     (read-only → read; open world, said or by default → external; else write)."""
     for override in overrides:
@@ -71,7 +71,7 @@ def effect_of(tool: mcp.types.Tool, overrides: tuple[EffectOverride, ...]) -> Ef
     return "external" if taints(tool) else "write"
 
 
-def journaled(tool: mcp.types.Tool, effect: Effect) -> bool:
+def journaled(tool: types.Tool, effect: Effect) -> bool:
     """Neither read-only nor idempotent: an identical call is answered from the journal."""
     return effect != "read" and _hint(tool, "idempotent_hint") is not True
 
@@ -83,7 +83,7 @@ def journaled(tool: mcp.types.Tool, effect: Effect) -> bool:
 class _Look:
     """One live tool as a review sees it; `refusal` says why it can never be offered."""
 
-    tool: mcp.types.Tool
+    tool: types.Tool
     status: ReviewStatus
     effect: Effect
     description: str
@@ -93,7 +93,7 @@ class _Look:
     """Why the signature is refused, when that is the refusal."""
 
 
-def _refusal(tool: mcp.types.Tool, server: str, listed: int) -> str:
+def _refusal(tool: types.Tool, server: str, listed: int) -> str:
     if not TOOL_NAME.match(tool.name):
         return f"its name {tool.name[:80]!r} is not 1 to 64 letters, digits, '_', '.' or '-'"
     if server and len(f"{server}_{tool.name}") > MAX_OFFERED_NAME:
@@ -107,7 +107,7 @@ def _refusal(tool: mcp.types.Tool, server: str, listed: int) -> str:
     return ""
 
 
-def _description(tool: mcp.types.Tool) -> tuple[str, tuple[str, ...]]:
+def _description(tool: types.Tool) -> tuple[str, tuple[str, ...]]:
     """The description kept (cut to MAX_DESCRIPTION) and the flags about it and the title."""
     text = tool.description or ""
     flags = suspicious_text(tool.title or "", "the title")
@@ -119,7 +119,7 @@ def _description(tool: mcp.types.Tool) -> tuple[str, tuple[str, ...]]:
 
 
 def _looks(
-    live: list[mcp.types.Tool],
+    live: list[types.Tool],
     pinned: tuple[ToolPin, ...],
     overrides: tuple[EffectOverride, ...],
     verifier: SignatureCheck | None,
@@ -149,7 +149,7 @@ def _looks(
     return looks
 
 
-def pin_of(tool: mcp.types.Tool, overrides: tuple[EffectOverride, ...]) -> ToolPin:
+def pin_of(tool: types.Tool, overrides: tuple[EffectOverride, ...]) -> ToolPin:
     """The pin a review keeps for a tool as it is now."""
     description, _ = _description(tool)
     return ToolPin(
@@ -163,7 +163,7 @@ def pin_of(tool: mcp.types.Tool, overrides: tuple[EffectOverride, ...]) -> ToolP
 
 
 def review(
-    live: list[mcp.types.Tool],
+    live: list[types.Tool],
     pinned: tuple[ToolPin, ...],
     overrides: tuple[EffectOverride, ...],
     verifier: SignatureCheck | None,
@@ -203,7 +203,7 @@ def review(
 
 
 def accepted_pins(
-    live: list[mcp.types.Tool],
+    live: list[types.Tool],
     overrides: tuple[EffectOverride, ...],
     verifier: SignatureCheck | None,
     *,
@@ -269,7 +269,7 @@ def _withheld(look: _Look, server: str) -> str:
 
 
 def offer(
-    live: list[mcp.types.Tool],
+    live: list[types.Tool],
     pinned: tuple[ToolPin, ...],
     overrides: tuple[EffectOverride, ...],
     verifier: SignatureCheck | None,

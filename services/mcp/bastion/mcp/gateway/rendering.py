@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-import mcp.types as mt
+from mcp import types
 
 __all__ = ["MAX_RESULT_CHARS", "prompts_text", "read_text", "resources_text", "result_text"]
 
@@ -23,31 +23,31 @@ def _bounded(text: str) -> str:
     return f"{text[:MAX_RESULT_CHARS]}\n[{left} more characters of the answer were left out]"
 
 
-def _resource_contents(contents: mt.TextResourceContents | mt.BlobResourceContents) -> str:
-    if isinstance(contents, mt.TextResourceContents):
+def _resource_contents(contents: types.TextResourceContents | types.BlobResourceContents) -> str:
+    if isinstance(contents, types.TextResourceContents):
         return contents.text
     kind = contents.mime_type or "binary data"
     return f"[{contents.uri}: {kind}, {len(contents.blob) * 3 // 4} bytes, not shown]"
 
 
-def _block(block: mt.ContentBlock) -> str:
-    if isinstance(block, mt.TextContent):
+def _block(block: types.ContentBlock) -> str:
+    if isinstance(block, types.TextContent):
         return block.text
-    if isinstance(block, mt.ImageContent | mt.AudioContent):
-        what = "image" if isinstance(block, mt.ImageContent) else "audio"
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        what = "image" if isinstance(block, types.ImageContent) else "audio"
         return f"[{what} {block.mime_type}, {len(block.data) * 3 // 4} bytes, not shown]"
-    if isinstance(block, mt.EmbeddedResource):
+    if isinstance(block, types.EmbeddedResource):
         return _resource_contents(block.resource)
-    if isinstance(block, mt.ResourceLink):
+    if isinstance(block, types.ResourceLink):
         return f"[resource {block.uri}" + (f": {block.description}]" if block.description else "]")
     return f"[{type(block).__name__}, not shown]"
 
 
-def result_text(result: mt.CallToolResult) -> str:
+def result_text(result: types.CallToolResult) -> str:
     """A tool's answer: its content blocks in order; its structured content when it has
     no text of its own."""
     parts = [_block(block) for block in result.content]
-    has_text = any(isinstance(b, mt.TextContent) for b in result.content)
+    has_text = any(isinstance(b, types.TextContent) for b in result.content)
     if not has_text and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
     text = "\n".join(parts)
@@ -55,7 +55,7 @@ def result_text(result: mt.CallToolResult) -> str:
 
 
 def resources_text(
-    resources: list[mt.Resource], templates: list[mt.ResourceTemplate], server: str
+    resources: list[types.Resource], templates: list[types.ResourceTemplate], server: str
 ) -> str:
     """What a server offers: one line per resource, then its templates."""
     lines = []
@@ -71,12 +71,12 @@ def resources_text(
     return _bounded("\n".join(lines))
 
 
-def read_text(result: mt.ReadResourceResult) -> str:
+def read_text(result: types.ReadResourceResult) -> str:
     """A resource's contents, each part in turn."""
     return _bounded("\n".join(_resource_contents(c) for c in result.contents) or "(empty)")
 
 
-def prompts_text(prompts: list[mt.Prompt], server: str) -> str:
+def prompts_text(prompts: list[types.Prompt], server: str) -> str:
     """A server's prompts, each with the arguments it takes."""
     lines = []
     for prompt in prompts:

@@ -15,11 +15,11 @@ import binascii
 import hashlib
 from typing import Any, Final
 
-import mcp.types
 import pydantic
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from mcp import types
 
 from bastion.mcp.gateway.canonical import canonical_tool_json
 from bastion.shared.errors import BastionError, InvalidInput
@@ -153,7 +153,7 @@ class SignatureCheck:
     def __init__(self, key: ec.EllipticCurvePublicKey) -> None:
         self.key = key
 
-    def check(self, tool: mcp.types.Tool) -> str:
+    def check(self, tool: types.Tool) -> str:
         """ "" when the tool's signature verifies; else a sentence saying why not."""
         encoded = (tool.meta or {}).get(SIGNATURE_KEY)
         if encoded is None:
@@ -171,13 +171,13 @@ class SignatureCheck:
         return ""
 
 
-def _signature(tool: mcp.types.Tool, private_key: ec.EllipticCurvePrivateKey) -> str:
+def _signature(tool: types.Tool, private_key: ec.EllipticCurvePrivateKey) -> str:
     return base64.b64encode(private_key.sign(canonical_tool_json(tool), _ECDSA)).decode()
 
 
 def sign_tools(
-    tools: list[mcp.types.Tool], private_key: ec.EllipticCurvePrivateKey
-) -> list[mcp.types.Tool]:
+    tools: list[types.Tool], private_key: ec.EllipticCurvePrivateKey
+) -> list[types.Tool]:
     """The tools with their signatures in `_meta` (for a server written in Python)."""
     return [
         tool.model_copy(
@@ -194,7 +194,7 @@ def sign_tool_dict(
 
     Raises InvalidInput when it is not a tool definition."""
     try:
-        tool = mcp.types.Tool.model_validate(tool_dict)
+        tool = types.Tool.model_validate(tool_dict)
     except pydantic.ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the tool"
