@@ -91,6 +91,7 @@ from bastion.shared.sandboxing import (
 from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.sandboxing.cgroup import DEFAULT_CPU_WEIGHT
 from bastion.shared.sandboxing.hostids import path_owner
+from bastion.shared.sandboxing.warm import sweep_marked
 from bastion.shared.secretcuts import REFRESH_S, SecretCuts
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
@@ -166,6 +167,10 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     commands split it, so a tenant busy with many commands cannot crowd out another's."""
     max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
     tenant_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    sandbox_idle_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    """`BASTION_SANDBOX_IDLE_S`: how long a session's warm bubblewrap sandbox (its
+    namespaces, mounts and `/tmp`, kept between its commands) lives without a command
+    before it is closed; the session's next command starts a fresh one and is told so."""
     docker_owner: str = msgspec.field(default_factory=socket.gethostname)
     """Labels this instance's Docker containers; at start it removes every container of
     the same owner (an earlier run's leftovers). Instances sharing an engine each need
@@ -225,6 +230,8 @@ class Sandboxes:
             cgroups=settings.cgroups,
             cpu_weight=settings.cpu_weight,
             setpriv=settings.setpriv,
+            state_dir=self._state_dir,
+            idle_s=settings.sandbox_idle_s,
         )
         self._host_ids = configured_ids(settings.sandbox_host_uid, settings.sandbox_host_gid)
         self.docker = DockerSandboxes(
@@ -541,10 +548,33 @@ class Sandboxes:
     async def release(self, request: SandboxRelease, _context: RequestContext) -> SandboxReleased:
         """Remove what a closed session kept (its Docker container); nothing held is fine."""
         self.secrets.forget(request.session_id)
+        if isinstance(self._backend, BwrapBackend) and self._backend.warm is not None:
+            await self._backend.warm.release(request.session_id)
         return SandboxReleased(containers=await self.docker.release(request.session_id))
 
+    async def close_idle(self) -> None:
+        """Close the warm sandboxes idle for `BASTION_SANDBOX_IDLE_S`, checking now and then."""
+        warm = self._backend.warm if isinstance(self._backend, BwrapBackend) else None
+        if warm is None:
+            return
+        while True:
+            await anyio.sleep(min(warm.idle_s / 4, 5.0))
+            await warm.close_idle()
+
+    async def aclose(self) -> None:
+        """Close every warm sandbox and every Docker container this service holds."""
+        with anyio.CancelScope(shield=True):
+            if isinstance(self._backend, BwrapBackend):
+                await self._backend.aclose()
+            await self.docker.aclose()
+
     async def sweep(self) -> None:
-        """Remove the containers an earlier run of this owner left; no engine, nothing to do."""
+        """End the warm sandboxes and remove the containers an earlier run left (no Docker
+        engine: no containers to remove)."""
+        if isinstance(self._backend, BwrapBackend) and self._backend.warm is not None:
+            killed = sweep_marked(self._state_dir)
+            if killed:
+                logger.info("ended %d process(es) of an earlier run's warm sandboxes", killed)
         try:
             await self.docker.version()
         except SandboxFailed:
@@ -574,7 +604,9 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
         "skill_write", subjects.SANDBOX_SKILL_WRITE, WriteSkill, sandboxes.skill_write
     )
     try:
-        yield service
+        async with anyio.create_task_group() as group:
+            group.start_soon(sandboxes.close_idle)
+            yield service
+            group.cancel_scope.cancel()
     finally:
-        with anyio.CancelScope(shield=True):
-            await sandboxes.docker.aclose()
+        await sandboxes.aclose()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import signal
@@ -75,6 +76,8 @@ from bastion.shared.sandboxing.warm import (
 )
 
 __all__ = ["BwrapBackend"]
+
+logger = logging.getLogger(__name__)
 
 _LAUNCHER_ENV: Final = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 """bwrap's own environment: the service's (NATS credentials, settings) never reaches it."""
@@ -352,28 +355,51 @@ class BwrapBackend:
         cgroup = self._cgroup(spec)
         try:
             with guard(spec.workspace, spec.git_writable) as git:
-                sandbox = warm.take(shape, git_signature(git))
-                await warm.close_retired()
-                if sandbox is None:
+                sandbox = await self._warm_sandbox(warm, shape, spec, programs, git)
+                if sandbox is not None:
+                    notes = warm.note(spec.session_id)
                     try:
-                        sandbox = await self._spawn(warm, spec, programs)
-                    except BaseException:
-                        warm.spawn_failed(shape)
-                        raise
-                    warm.add(shape, sandbox)
-                notes = warm.note(spec.session_id)
-                try:
-                    try:
-                        finished = await self._run_in(sandbox, spec, command, cgroup)
-                    finally:  # a cancelled or failed run is swept too
-                        notes += git.sweep() if git is not None else []
-                finally:
-                    await warm.done(shape, sandbox)
-            return _result(finished, cgroup.limit_hit() if cgroup else "", notes)
+                        try:
+                            finished = await self._run_in(sandbox, spec, command, cgroup)
+                        finally:  # a cancelled or failed run is swept too
+                            notes += git.sweep() if git is not None else []
+                    finally:
+                        await warm.done(shape, sandbox)
+            if sandbox is not None:
+                return _result(finished, cgroup.limit_hit() if cgroup else "", notes)
         finally:
             if cgroup is not None:
                 with anyio.CancelScope(shield=True):
                     await cgroup.aclose()
+        # A cold sandbox says why as it always has (bwrap's complaint as the result, or the
+        # same error), or runs the command.
+        return await self._launch(spec, command)
+
+    async def _warm_sandbox(
+        self,
+        warm: WarmPool,
+        shape: Shape,
+        spec: SandboxSpec,
+        programs: tuple[str, str, str],
+        git: GitGuard | None,
+    ) -> WarmSandbox | None:
+        """The session's warm sandbox, made if it has none (or its one ended or no longer
+        shows the workspace's git); None when one could not be made."""
+        sandbox = warm.take(shape, git_signature(git))
+        await warm.close_retired()
+        if sandbox is not None:
+            return sandbox
+        try:
+            sandbox = await self._spawn(warm, spec, programs)
+        except SandboxFailed as error:
+            warm.spawn_failed(shape)
+            logger.info("a warm sandbox did not start, the command runs cold: %s", error)
+            return None
+        except BaseException:
+            warm.spawn_failed(shape)
+            raise
+        warm.add(shape, sandbox)
+        return sandbox
 
     async def _run_in(
         self, sandbox: WarmSandbox, spec: SandboxSpec, command: str, cgroup: CommandCgroup | None

@@ -215,6 +215,7 @@ class WarmSandbox:
         Raises:
             SandboxFailed: the sandbox did not start; `why` says what to check.
         """
+        pidfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         process = await anyio.open_process(
             list(argv),
             stdin=subprocess.DEVNULL,
@@ -225,7 +226,6 @@ class WarmSandbox:
             pass_fds=tuple(pass_fds),
         )
         os.close(inner)
-        pidfile.parent.mkdir(mode=0o700, exist_ok=True)
         pidfile.with_name(f"{process.pid}.pid").write_text(f"{process.pid}\n")
         made = cls(process, channel, git, signature, pidfile.with_name(f"{process.pid}.pid"))
         channel.setblocking(False)
@@ -235,10 +235,14 @@ class WarmSandbox:
         if reply is None or reply.get("op") != "ready":
             said = b""
             with anyio.CancelScope(shield=True):
-                await made.aclose()
-                if process.stderr is not None:
+                made.gone = True
+                channel.close()
+                with anyio.move_on_after(_CLOSE_S):
+                    await process.wait()
+                if process.stderr is not None and process.returncode is not None:
                     with anyio.move_on_after(1), contextlib.suppress(anyio.EndOfStream):
                         said = await process.stderr.receive()
+                await made.aclose()
             complaint = said.decode(errors="replace").strip().splitlines()
             reason = complaint[0][:300] if complaint else "it said nothing"
             raise SandboxFailed(f"the bubblewrap sandbox did not start ({reason}): {why}")

@@ -93,8 +93,10 @@ def _fresh_proc(fresh_tmp: str) -> None:
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     _mount("/proc/sys", "/proc/sys", None, _MS_BIND | _MS_REC)
     _mount(None, "/proc/sys", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-    for path in _MASKED:
+    locked = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    for path in _MASKED:  # a device on a `nodev` mount: reading it fails, as in bwrap's
         _mount("/dev/null", path, None, _MS_BIND)
+        _mount(None, path, None, locked)
     if fresh_tmp:
         _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, fresh_tmp)
 
