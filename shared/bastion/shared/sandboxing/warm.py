@@ -42,6 +42,7 @@ __all__ = [
     "WarmPool",
     "WarmSandbox",
     "git_signature",
+    "marked_pids",
     "marker",
     "sweep_marked",
 ]
@@ -107,7 +108,7 @@ class Shape:
         )
 
 
-def _pids_marked(mark: str) -> list[int]:
+def marked_pids(mark: str) -> list[int]:
     """Every process whose argv holds `mark` as one argument."""
     found = []
     wanted = mark.encode()
@@ -137,7 +138,7 @@ def sweep_marked(state_dir: Path) -> int:
                     os.kill(pid, signal.SIGKILL)
                     killed += 1
             pidfile.unlink(missing_ok=True)
-    for pid in _pids_marked(mark):
+    for pid in marked_pids(mark):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             killed += 1
