@@ -4,7 +4,9 @@ It starts `bastion up` on a temporary state dir, opens a session, and times:
 - `read_file` through agent → orchestrator → policy → sandbox, against reading the same
   file directly in this process;
 - `shell true` through the same path, against a raw `bwrap … true` with the same kind of
-  sandbox (new namespaces, read-only /usr, the workspace bound, uid 10001).
+  sandbox (new namespaces, read-only /usr, the workspace bound, uid 10001);
+- `true` in the bubblewrap backend alone (in this process, a session's warm sandbox: no
+  bus, policy or orchestrator), against the same raw bwrap.
 
 It prints the session's first `shell` call on its own line (cold: it makes the session's
 warm sandbox), then the median and p99 of each measure in milliseconds and the ratio of
@@ -28,6 +30,7 @@ import anyio.to_thread
 from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.shared.bus import connect, request
+from bastion.shared.sandboxing import BwrapBackend, SandboxSpec
 from bastion.shared.settings import BusSettings
 from bench.common import bastion_up, call, percentile, raw_bwrap_argv, sandbox_workspace
 
@@ -74,6 +77,16 @@ async def measure(
         started = time.perf_counter()
         await shell_through_bastion()
         first = (time.perf_counter() - started) * 1000
+        backend = BwrapBackend(state_dir=workspace.parent / "backend-state")
+        spec = SandboxSpec(workspace=workspace, session_id="bench-backend")
+
+        async def backend_alone() -> None:
+            await backend.run(spec, "true")
+
+        try:
+            alone = await timed(calls, backend_alone)
+        finally:
+            await backend.aclose()
         return first, [
             (
                 "read_file (vs direct read)",
@@ -85,6 +98,7 @@ async def measure(
                 await timed(calls, shell_through_bastion),
                 await timed(calls, raw_bwrap),
             ),
+            ("backend alone: true (vs raw bwrap)", alone, await timed(calls, raw_bwrap)),
         ]
 
 
@@ -103,7 +117,7 @@ def report(rows: list[tuple[str, list[float], list[float]]], first: float | None
         )
     if first is None:
         return
-    _, through, base = rows[-1]
+    _, through, base = rows[1]
     print(
         f"warm shell true median / raw cold bwrap true median: "
         f"{statistics.median(through) / statistics.median(base):.2f}x"
