@@ -22,13 +22,13 @@ import anyio
 import pytest
 
 from bastion.proto import errors as codes
-from bastion.proto.sandbox import Limits
+from bastion.proto.sandbox import ExecResult, Limits
 from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec
 from bastion.shared.sandboxing.bwrap import WARM_TMP_BYTES
-from bastion.shared.sandboxing.warm import INIT_PATH, marked_pids, marker
+from bastion.shared.sandboxing.warm import INIT_PATH, marked_pids, marker, sweep_marked
 from tests.attacks.conftest import SESSION, Host, shell
 from tests.conftest import ServiceRunner
 from tests.owners import owned
@@ -336,6 +336,27 @@ async def test_a_timed_out_command_in_a_warm_sandbox_leaves_it_serving(
     assert sleeping(duration) == []
     after = await backend.run(spec(host), "cat /tmp/kept")
     assert after.stdout == "kept\n"
+
+
+async def test_a_cold_sandbox_of_the_service_carries_the_marker_and_is_swept(
+    backend: BwrapBackend, host: Host
+) -> None:
+    duration = unique_duration()
+    results: list[ExecResult] = []
+    cold = SandboxSpec(workspace=host.workspace, hidden=(host.state_dir,))  # no session
+
+    async def run_cold() -> None:
+        results.append(await backend.run(cold, f"sleep {duration}"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run_cold)
+        await until(lambda: sleeping(duration), "the command did not start")
+        assert inits(host.state_dir) == []  # no warm sandbox: a cold one...
+        assert marked_pids(marker(host.state_dir))  # ...found by its pid 1's name
+        sweep_marked(host.state_dir)
+    [result] = results
+    assert result.exit_status != 0
+    assert sleeping(duration) == []
 
 
 # --- a killed service, an idle timeout ----------------------------------------------------

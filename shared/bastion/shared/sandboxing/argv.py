@@ -148,6 +148,7 @@ def bwrap_argv(
     git_options: Sequence[str] = (),
     tmp_bytes: int | None = None,
     init: bool = False,
+    marker: str | None = None,
 ) -> list[str]:
     """bwrap's arguments for `spec`, running `command` as uid 10001 in `/workspace`.
 
@@ -236,7 +237,8 @@ def bwrap_argv(
     if args_fd is not None:
         # More options (the secrets' --setenv) read from a pipe: never on the command line.
         args += ["--args", str(args_fd)]
-    return [*args, "--", *(() if init else PID_ONE), *command]
+    pid_one = PID_ONE if marker is None else (*PID_ONE[:-1], marker)
+    return [*args, "--", *(() if init else pid_one), *command]
 
 
 def secret_args(environment: Sequence[tuple[str, str]]) -> bytes:

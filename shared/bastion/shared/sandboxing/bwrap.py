@@ -322,6 +322,7 @@ class BwrapBackend:
                     ],
                     args_fd=args_fd,
                     git_options=git.options(WORKSPACE) if git is not None else (),
+                    marker=self.warm.marker if self.warm is not None else None,
                 )
             )
             finished = await run_limited(
