@@ -216,17 +216,19 @@ class WarmSandbox:
         Raises:
             SandboxFailed: the sandbox did not start; `why` says what to check.
         """
-        pidfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        process = await anyio.open_process(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-            pass_fds=tuple(pass_fds),
-        )
-        os.close(inner)
+        try:
+            pidfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            process = await anyio.open_process(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+                pass_fds=tuple(pass_fds),
+            )
+        finally:
+            os.close(inner)  # the init's end: the sandbox holds it now
         pidfile.with_name(f"{process.pid}.pid").write_text(f"{process.pid}\n")
         made = cls(process, channel, git, signature, pidfile.with_name(f"{process.pid}.pid"))
         channel.setblocking(False)
