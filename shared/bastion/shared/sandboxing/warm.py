@@ -1,6 +1,7 @@
 """Warm bubblewrap sandboxes: one long-lived sandbox per session, its init driven over a
 socket inherited at spawn (`warm_init`), and the sweep that ends every one this state
-dir's service started (`docs/sandbox.md`, "A warm sandbox per session").
+dir's service started (docs/architecture.md §5; docs/sandbox.md, "A warm sandbox per
+session", says why each part is as it is).
 
 A sandbox is made at a session's first command and kept while the session lives: its
 namespaces, mounts and private `/tmp` last, and each command is started in it by the init

@@ -2,7 +2,8 @@
 
 This file is not imported by the service: its text is written into the sandbox
 (`--ro-bind-data`) and run there by the machine's `python3` (standard library only) as
-pid 1 of the sandbox's pid namespace (`docs/sandbox.md`, "A warm sandbox per session").
+pid 1 of the sandbox's pid namespace (docs/architecture.md §5; docs/sandbox.md, "A warm
+sandbox per session").
 It is driven over one `SOCK_SEQPACKET` socket inherited from the sandbox service (its
 number is the first argument), never over a path or a network a command could reach.
 
