@@ -388,6 +388,46 @@ async def test_a_restarted_service_ends_what_a_killed_one_left(
     assert not pidfiles.exists()
 
 
+_HOLDER = """
+import anyio, sys
+from pathlib import Path
+from bastion.shared.sandboxing import BwrapBackend, SandboxSpec
+
+async def main() -> None:
+    state = Path(sys.argv[2])
+    backend = BwrapBackend(state_dir=state)
+    spec = SandboxSpec(workspace=Path(sys.argv[1]), session_id="c" * 16, hidden=(state,))
+    await backend.run(spec, "sleep " + sys.argv[3])
+
+anyio.run(main)
+"""
+"""A service's process in miniature: a warm sandbox running a command, to be killed -9."""
+
+
+async def test_a_service_killed_mid_command_leaves_nothing_a_restart_does_not_end(
+    client: Client, run_service: ServiceRunner, settings: SandboxSettings, host: Host
+) -> None:
+    duration = unique_duration()
+    holder = await anyio.open_process(
+        [sys.executable, "-c", _HOLDER, str(host.workspace), str(host.state_dir), duration]
+    )
+    try:
+        await until(lambda: sleeping(duration), "the command did not start")
+        os.kill(holder.pid, signal.SIGKILL)
+    finally:
+        await holder.aclose()
+    # Its sandbox dies with it (the channel closes, bwrap dies with its parent) and a
+    # restarted service ends whatever might be left and removes the stale pidfile.
+    await until(lambda: sleeping(duration) == [], "the killed service's command lives on")
+    assert list((host.state_dir / "sandboxes").glob("*.pid"))  # stale, left by the kill
+    async with run_service(sandbox_service, settings):
+        assert marked_pids(marker(host.state_dir)) == []
+        assert list((host.state_dir / "sandboxes").glob("*.pid")) == []
+        result = await shell(client, host.workspace, "echo works")
+        assert result.stdout == "works\n"
+    assert marked_pids(marker(host.state_dir)) == []
+
+
 async def test_an_idle_sandbox_closes_and_the_next_call_says_so(
     client: Client, run_service: ServiceRunner, settings: SandboxSettings, host: Host
 ) -> None:
