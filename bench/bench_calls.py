@@ -4,9 +4,13 @@ It starts `bastion up` on a temporary state dir, opens a session, and times:
 - `read_file` through agent → orchestrator → policy → sandbox, against reading the same
   file directly in this process;
 - `shell true` through the same path, against a raw `bwrap … true` with the same kind of
-  sandbox (new namespaces, read-only /usr, the workspace bound, uid 10001).
+  sandbox (new namespaces, read-only /usr, the workspace bound, uid 10001);
+- `true` in the bubblewrap backend alone (in this process, a session's warm sandbox: no
+  bus, policy or orchestrator), against the same raw bwrap.
 
-It prints the median and p99 of each in milliseconds and the ratio of the medians.
+It prints the session's first `shell` call on its own line (cold: it makes the session's
+warm sandbox), then the median and p99 of each measure in milliseconds and the ratio of
+the medians, and last the warm `shell true` median against the raw cold bwrap's.
 Usage: python -m bench.bench_calls [--calls N]   (from the repository root)
 """
 
@@ -26,6 +30,7 @@ import anyio.to_thread
 from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.shared.bus import connect, request
+from bastion.shared.sandboxing import BwrapBackend, SandboxSpec
 from bastion.shared.settings import BusSettings
 from bench.common import bastion_up, call, percentile, raw_bwrap_argv, sandbox_workspace
 
@@ -43,7 +48,7 @@ async def timed(calls: int, one: Callable[[], Awaitable[None]]) -> list[float]:
 
 async def measure(
     bus: BusSettings, workspace: Path, calls: int
-) -> list[tuple[str, list[float], list[float]]]:
+) -> tuple[float, list[tuple[str, list[float], list[float]]]]:
     target = workspace / "notes.txt"
     target.write_text("a line of notes\n" * 64)
     argv = raw_bwrap_argv(workspace)
@@ -69,7 +74,20 @@ async def measure(
         async def shell_through_bastion() -> None:
             await call(client, session.session_id, "shell", command="true")
 
-        return [
+        started = time.perf_counter()
+        await shell_through_bastion()
+        first = (time.perf_counter() - started) * 1000
+        backend = BwrapBackend(state_dir=workspace.parent / "backend-state")
+        spec = SandboxSpec(workspace=workspace, session_id="bench-backend")
+
+        async def backend_alone() -> None:
+            await backend.run(spec, "true")
+
+        try:
+            alone = await timed(calls, backend_alone)
+        finally:
+            await backend.aclose()
+        return first, [
             (
                 "read_file (vs direct read)",
                 await timed(calls, read_through_bastion),
@@ -80,10 +98,15 @@ async def measure(
                 await timed(calls, shell_through_bastion),
                 await timed(calls, raw_bwrap),
             ),
+            ("backend alone: true (vs raw bwrap)", alone, await timed(calls, raw_bwrap)),
         ]
 
 
-def report(rows: list[tuple[str, list[float], list[float]]]) -> None:
+def report(rows: list[tuple[str, list[float], list[float]]], first: float | None = None) -> None:
+    """The table of `rows`; with `first` (the session's first shell call), that call on its
+    own line first and the warm shell's ratio to raw cold bwrap last."""
+    if first is not None:
+        print(f"first shell call of the session (cold, makes its sandbox): {first:.3f} ms")
     columns = ("median ms", "p99 ms", "base median", "base p99", "ratio")
     print(f"{'measure':<32} " + " ".join(f"{c:>11}" for c in columns))
     for name, through, base in rows:
@@ -92,6 +115,13 @@ def report(rows: list[tuple[str, list[float], list[float]]]) -> None:
             f"{name:<32} {median:>11.3f} {percentile(through, 0.99):>11.3f} "
             f"{base_median:>11.3f} {percentile(base, 0.99):>11.3f} {median / base_median:>10.1f}x"
         )
+    if first is None:
+        return
+    _, through, base = rows[1]
+    print(
+        f"warm shell true median / raw cold bwrap true median: "
+        f"{statistics.median(through) / statistics.median(base):.2f}x"
+    )
 
 
 def main() -> None:
@@ -102,7 +132,8 @@ def main() -> None:
         workspace = sandbox_workspace(Path(tmp) / "work")
         with bastion_up(Path(tmp) / "state") as bus:
             print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {bus.nats_url}")
-            report(anyio.run(measure, bus, workspace, args.calls))
+            first, rows = anyio.run(measure, bus, workspace, args.calls)
+            report(rows, first)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,19 @@ async def test_one_container_serves_every_call_of_a_session(
     assert first.stdout == "sandbox\n"
 
 
+async def test_a_container_stopped_behind_the_sessions_back_is_replaced_and_removed(
+    sandboxes: DockerSandboxes, backend_name: str, workspace: Path, engine: Any, owner: str
+) -> None:
+    # A held container is used without inspecting it first: the exec finds it stopped.
+    await run(sandboxes, backend_name, workspace, "echo kept > /tmp/kept")
+    [stopped] = containers_of(engine, owner, SESSION)
+    await anyio.to_thread.run_sync(lambda: stopped.stop(timeout=0))
+    result = await run(sandboxes, backend_name, workspace, "ls -A /tmp; echo ran")
+    assert (result.exit_status, result.stdout) == (0, "ran\n")  # a new container
+    [fresh] = containers_of(engine, owner, SESSION)  # the stopped one was removed
+    assert fresh.id != stopped.id
+
+
 async def test_release_removes_the_sessions_container_and_only_it(
     sandboxes: DockerSandboxes, backend_name: str, workspace: Path, engine: Any, owner: str
 ) -> None:

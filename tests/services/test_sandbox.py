@@ -21,6 +21,8 @@ from bastion.proto.sandbox import (
     ReadFile,
     SandboxCheck,
     SandboxReady,
+    SandboxRelease,
+    SandboxReleased,
     WriteFile,
 )
 from bastion.proto.toolinput import ReadFileInput, WriteFileInput
@@ -148,12 +150,25 @@ async def test_the_environment_holds_no_bastion_or_nats_variables(
     assert "hunter2" not in result.stdout
 
 
-async def test_a_file_in_tmp_is_gone_by_the_next_call(
+async def test_a_file_in_tmp_lasts_for_the_session_and_is_gone_once_it_closes(
     client: Client, sandbox: None, workspace: Path
 ) -> None:
+    # /tmp is the session's warm sandbox's, kept between its commands as in a shell
     await shell(client, workspace, "echo x > /tmp/left-behind")
     result = await shell(client, workspace, "ls -A /tmp")
-    assert result.stdout == ""
+    assert result.stdout == "left-behind\n"
+    other = ExecRequest(session_id="f" * 16, workspace=str(workspace), command="ls -A /tmp")
+    elsewhere = await request(client, subjects.SANDBOX_EXEC, other, ExecResult, timeout_s=30)
+    assert elsewhere.stdout == ""  # another session's sandbox has a /tmp of its own
+    await request(
+        client,
+        subjects.SANDBOX_RELEASE,
+        SandboxRelease(session_id=SESSION),
+        SandboxReleased,
+        timeout_s=10,
+    )
+    result = await shell(client, workspace, "ls -A /tmp")
+    assert result.stdout == ""  # the session closed: its sandbox and /tmp went with it
 
 
 async def test_the_wall_clock_ends_the_command_and_kills_its_children(

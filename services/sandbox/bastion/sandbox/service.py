@@ -84,6 +84,7 @@ from bastion.shared.sandboxing import (
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.sandboxing.hostids import path_owner
+from bastion.shared.sandboxing.warm import sweep_marked
 from bastion.shared.secretcuts import SecretCuts
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.telemetry import span
@@ -166,6 +167,8 @@ class Sandboxes:
             cgroups=settings.cgroups,
             cpu_weight=settings.cpu_weight,
             setpriv=settings.setpriv,
+            state_dir=self._state_dir,
+            idle_s=settings.sandbox_idle_s,
         )
         self._host_ids = configured_ids(settings.sandbox_host_uid, settings.sandbox_host_gid)
         self.docker = DockerSandboxes(
@@ -479,10 +482,33 @@ class Sandboxes:
     async def release(self, request: SandboxRelease, _context: RequestContext) -> SandboxReleased:
         """Remove what a closed session kept (its Docker container); nothing held is fine."""
         self.secrets.forget(request.session_id)
+        if isinstance(self._backend, BwrapBackend) and self._backend.warm is not None:
+            await self._backend.warm.release(request.session_id)
         return SandboxReleased(containers=await self.docker.release(request.session_id))
 
+    async def close_idle(self) -> None:
+        """Close the warm sandboxes idle for `BASTION_SANDBOX_IDLE_S`, checking now and then."""
+        warm = self._backend.warm if isinstance(self._backend, BwrapBackend) else None
+        if warm is None:
+            return
+        while True:
+            await anyio.sleep(min(warm.idle_s / 4, 5.0))
+            await warm.close_idle()
+
+    async def aclose(self) -> None:
+        """Close every warm sandbox and every Docker container this service holds."""
+        with anyio.CancelScope(shield=True):
+            if isinstance(self._backend, BwrapBackend):
+                await self._backend.aclose()
+            await self.docker.aclose()
+
     async def sweep(self) -> None:
-        """Remove the containers an earlier run of this owner left; no engine, nothing to do."""
+        """End the warm sandboxes and remove the containers an earlier run left (no Docker
+        engine: no containers to remove)."""
+        if isinstance(self._backend, BwrapBackend) and self._backend.warm is not None:
+            killed = sweep_marked(self._state_dir)
+            if killed:
+                logger.info("ended %d process(es) of an earlier run's warm sandboxes", killed)
         try:
             await self.docker.version()
         except SandboxFailed:
@@ -521,7 +547,9 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
         "skill_write", subjects.SANDBOX_SKILL_WRITE, WriteSkill, sandboxes.skill_write
     )
     try:
-        yield service
+        async with anyio.create_task_group() as group:
+            group.start_soon(sandboxes.close_idle)
+            yield service
+            group.cancel_scope.cancel()
     finally:
-        with anyio.CancelScope(shield=True):
-            await sandboxes.docker.aclose()
+        await sandboxes.aclose()

@@ -68,6 +68,10 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     commands split it, so a tenant busy with many commands cannot crowd out another's."""
     max_sandboxes_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 8
     tenant_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    sandbox_idle_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    """`BASTION_SANDBOX_IDLE_S`: how long a session's warm bubblewrap sandbox (its
+    namespaces, mounts and `/tmp`, kept between its commands) lives without a command
+    before it is closed; the session's next command starts a fresh one and is told so."""
     sandbox_slots_bucket: str = subjects.SANDBOX_SLOTS_BUCKET
     """`BASTION_SANDBOX_SLOTS_BUCKET`: the KV bucket counting each tenant's running
     sandboxes across every sandbox replica."""

@@ -5,6 +5,8 @@ Modules:
   parsing of backend and network names.
 - `backend`: the `SandboxBackend` protocol every backend implements.
 - `bwrap`: the bubblewrap backend and what its exit statuses mean.
+- `warm`: a session's warm bubblewrap sandbox, kept between its commands, and the sweep.
+- `warm_init`: the program run as pid 1 inside a warm sandbox (not imported: its text is).
 - `docker`: the Docker backend, one container per session (`DockerSandboxes`).
 - `docker_target`: the pinned image and network a `docker:` backend names.
 - `docker_engine`: the one module speaking to the Docker SDK.

@@ -30,6 +30,7 @@ __all__ = [
     "bwrap_argv",
     "filled_pipes",
     "prlimit_argv",
+    "rlimits",
     "secret_args",
     "shell_argv",
 ]
@@ -83,8 +84,10 @@ def _within_hard_limit(value: int, which: int) -> int:
     return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
 
-def prlimit_argv(prlimit: str, limits: Limits, *, nproc: bool = False) -> list[str]:
-    """`prlimit` setting the per-process limits, inherited by bwrap and all it starts.
+def rlimits(limits: Limits, *, nproc: bool = False) -> dict[str, int | None]:
+    """The per-process limits of a command, as `prlimit_argv` sets them (and a warm
+    sandbox's init does): CPU soft and hard, address space, file size, and processes
+    (None unless `nproc`).
 
     The CPU hard limit is one second past the soft one, so a process that runs out is
     first sent SIGXCPU (which says why) rather than a bare SIGKILL. With `nproc` (no cgroup
@@ -92,15 +95,25 @@ def prlimit_argv(prlimit: str, limits: Limits, *, nproc: bool = False) -> list[s
     the host user and is not enforced for root, so it is a fallback, not a bound.
     """
     cpu_hard = _within_hard_limit(limits.cpu_s + 1, resource.RLIMIT_CPU)
-    cpu_soft = min(limits.cpu_s, cpu_hard)
-    address_space = _within_hard_limit(limits.address_space_bytes, resource.RLIMIT_AS)
-    file_size = _within_hard_limit(limits.file_size_bytes, resource.RLIMIT_FSIZE)
+    return {
+        "cpu_soft": min(limits.cpu_s, cpu_hard),
+        "cpu_hard": cpu_hard,
+        "address_space": _within_hard_limit(limits.address_space_bytes, resource.RLIMIT_AS),
+        "file_size": _within_hard_limit(limits.file_size_bytes, resource.RLIMIT_FSIZE),
+        "processes": limits.processes if nproc else None,
+    }
+
+
+def prlimit_argv(prlimit: str, limits: Limits, *, nproc: bool = False) -> list[str]:
+    """`prlimit` setting the per-process limits (`rlimits`), inherited by bwrap and all it
+    starts."""
+    values = rlimits(limits, nproc=nproc)
     return [
         prlimit,
-        f"--cpu={cpu_soft}:{cpu_hard}",
-        f"--as={address_space}",
-        f"--fsize={file_size}",
-        *([f"--nproc={limits.processes}"] if nproc else []),
+        f"--cpu={values['cpu_soft']}:{values['cpu_hard']}",
+        f"--as={values['address_space']}",
+        f"--fsize={values['file_size']}",
+        *([f"--nproc={values['processes']}"] if nproc else []),
         "--",
     ]
 
@@ -135,6 +148,9 @@ def bwrap_argv(
     data_fds: Sequence[tuple[int, str]],
     args_fd: int | None = None,
     git_options: Sequence[str] = (),
+    tmp_bytes: int | None = None,
+    init: bool = False,
+    marker: str | None = None,
 ) -> list[str]:
     """bwrap's arguments for `spec`, running `command` as uid 10001 in `/workspace`.
 
@@ -169,6 +185,7 @@ def bwrap_argv(
         "--as-pid-1",
         "--cap-drop",
         "ALL",
+        *(["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"] if init else []),
         "--json-status-fd",
         str(status_fd),
         "--ro-bind",
@@ -182,17 +199,15 @@ def bwrap_argv(
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for fd, path in data_fds:
         args += ["--perms", "0644", "--ro-bind-data", str(fd), path]
-    args += [
-        "--proc",
-        "/proc",
+    args += ["--proc", "/proc"]
+    if not init:
         # Read-only /proc/sys as a second wall: the sandbox's uid is an unprivileged host
         # user, and were it ever root a writable /proc/sys would set the host's sysctls.
-        "--ro-bind",
-        "/proc/sys",
-        "/proc/sys",
-    ]
-    for path in MASKED_PROC:
-        args += ["--ro-bind", "/dev/null", path]
+        # (A warm sandbox's init masks each command's own /proc the same way: the kernel
+        # lets it mount one only while the sandbox's is not masked.)
+        args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        for path in MASKED_PROC:
+            args += ["--ro-bind", "/dev/null", path]
     args += [
         "--dev",
         "/dev",
@@ -200,6 +215,7 @@ def bwrap_argv(
         "/dev/shm",
         "--remount-ro",
         "/dev",
+        *(["--size", str(tmp_bytes)] if tmp_bytes is not None else []),
         "--tmpfs",
         "/tmp",
         "--bind",
@@ -223,7 +239,8 @@ def bwrap_argv(
     if args_fd is not None:
         # More options (the secrets' --setenv) read from a pipe: never on the command line.
         args += ["--args", str(args_fd)]
-    return [*args, "--", *PID_ONE, *command]
+    pid_one = PID_ONE if marker is None else (*PID_ONE[:-1], marker)
+    return [*args, "--", *(() if init else pid_one), *command]
 
 
 def secret_args(environment: Sequence[tuple[str, str]]) -> bytes:

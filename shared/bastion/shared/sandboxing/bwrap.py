@@ -16,16 +16,27 @@ bounds its processes and memory and says which bound it hit; otherwise `RLIMIT_N
 the fallback (it counts every process of the host user). Nested user namespaces are
 refused (`--disable-userns`): a command cannot map itself root in a namespace of its own.
 No bwrap process is inside the sandbox (`--as-pid-1`, `argv.PID_ONE`).
+
+Given a state dir, a command of a session runs in that session's warm sandbox (`warm`):
+made at its first command, kept while the session lives (closed after `idle_s` unused),
+its init starting each command with the same environment, limits, cgroup and git sweep
+as a cold sandbox gives. A command with no session, or one arriving while its session's
+sandbox is busy with another, runs in a cold sandbox of its own as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import logging
 import os
 import shutil
 import signal
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Final
 
 import anyio
@@ -33,9 +44,13 @@ import anyio
 from bastion.proto._base import MAX_TEXT
 from bastion.proto.sandbox import ExecResult, Limits
 from bastion.shared.sandboxing.argv import (
+    ENVIRONMENT,
+    PID_ONE,
+    SKILL_ENVIRONMENT,
     bwrap_argv,
     filled_pipes,
     prlimit_argv,
+    rlimits,
     secret_args,
     shell_argv,
 )
@@ -52,8 +67,18 @@ from bastion.shared.sandboxing.gitguard import GitGuard, guard
 from bastion.shared.sandboxing.hostids import HostIds, drop_argv, sandbox_ids, unreachable_parent
 from bastion.shared.sandboxing.process import Finished, run_limited
 from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
+from bastion.shared.sandboxing.warm import (
+    INIT_PATH,
+    INIT_PROGRAM,
+    Shape,
+    WarmPool,
+    WarmSandbox,
+    git_signature,
+)
 
 __all__ = ["BwrapBackend"]
+
+logger = logging.getLogger(__name__)
 
 _LAUNCHER_ENV: Final = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 """bwrap's own environment: the service's (NATS credentials, settings) never reaches it."""
@@ -62,6 +87,11 @@ _CHECK_LIMITS: Final = Limits(wall_s=30.0, cpu_s=10)
 _CHECK_COMMAND: Final = f"test -w {WORKSPACE} && test -x {WORKSPACE} || exit 3"
 """What a check runs: it succeeds once the sandbox's user may write the workspace."""
 _NOT_WRITABLE: Final = 3
+WARM_TMP_BYTES: Final = 256 * 1024 * 1024
+"""The most a warm sandbox's `/tmp` holds, for the whole session (a tmpfs of that size;
+a skill's script gets a fresh one of the same size for each run)."""
+_PYTHON: Final = "/usr/bin/python3"
+"""The machine's python3, which a warm sandbox's init runs with (standard library only)."""
 _SIGNAL_STATUSES: Final = range(129, 129 + 64)
 _USERNS_HINT: Final = (
     "check that bubblewrap runs for the sandbox's host user and that unprivileged user "
@@ -173,7 +203,11 @@ class BwrapBackend:
         cgroups: bool = True,
         cpu_weight: int = DEFAULT_CPU_WEIGHT,
         setpriv: str = "setpriv",
+        *,
+        state_dir: Path | None = None,
+        idle_s: float = 600.0,
     ) -> None:
+        self.warm = WarmPool(state_dir, idle_s) if state_dir is not None else None
         self._bwrap = bwrap
         self._prlimit = prlimit
         self._setpriv = setpriv
@@ -278,6 +312,7 @@ class BwrapBackend:
                     ],
                     args_fd=args_fd,
                     git_options=git.options(WORKSPACE) if git is not None else (),
+                    marker=self.warm.marker if self.warm is not None else None,
                 )
             )
             finished = await run_limited(
@@ -299,8 +334,146 @@ class BwrapBackend:
         return finished
 
     async def run(self, spec: SandboxSpec, command: str) -> ExecResult:
-        """Run `command` with `/bin/sh -c` in `/workspace`, within `spec.limits`."""
+        """Run `command` with `/bin/sh -c` in `/workspace`, within `spec.limits`: in the
+        session's warm sandbox when there is a session and a state dir, else a cold one."""
+        if self.warm is None or not spec.session_id or self.warm.busy(Shape.of(spec)):
+            return await self._launch(spec, command)
+        return await self._run_warm(self.warm, spec, command)
+
+    async def _run_warm(self, warm: WarmPool, spec: SandboxSpec, command: str) -> ExecResult:
+        programs = self._programs()
+        shape = Shape.of(spec)
+        cgroup = self._cgroup(spec)
+        try:
+            with guard(spec.workspace, spec.git_writable) as git:
+                sandbox = await self._warm_sandbox(warm, shape, spec, programs, git)
+                if sandbox is not None:
+                    notes = warm.note(spec.session_id)
+                    try:
+                        try:
+                            finished = await self._run_in(sandbox, spec, command, cgroup)
+                        finally:  # a cancelled or failed run is swept too
+                            notes += git.sweep() if git is not None else []
+                    finally:
+                        await warm.done(shape, sandbox)
+            if sandbox is not None:
+                return _result(finished, cgroup.limit_hit() if cgroup else "", notes)
+        finally:
+            if cgroup is not None:
+                with anyio.CancelScope(shield=True):
+                    await cgroup.aclose()
+        # A cold sandbox says why as it always has (bwrap's complaint as the result, or the
+        # same error), or runs the command.
         return await self._launch(spec, command)
+
+    async def _warm_sandbox(
+        self,
+        warm: WarmPool,
+        shape: Shape,
+        spec: SandboxSpec,
+        programs: tuple[str, str, str],
+        git: GitGuard | None,
+    ) -> WarmSandbox | None:
+        """The session's warm sandbox, made if it has none (or its one ended or no longer
+        shows the workspace's git); None when one could not be made."""
+        sandbox = warm.take(shape, git_signature(git))
+        await warm.close_retired()
+        if sandbox is not None:
+            return sandbox
+        try:
+            sandbox = await self._spawn(warm, spec, programs)
+        except SandboxFailed as error:
+            warm.spawn_failed(shape)
+            logger.info("a warm sandbox did not start, the command runs cold: %s", error)
+            return None
+        except BaseException:
+            warm.spawn_failed(shape)
+            raise
+        warm.add(shape, sandbox)
+        return sandbox
+
+    async def _run_in(
+        self, sandbox: WarmSandbox, spec: SandboxSpec, command: str, cgroup: CommandCgroup | None
+    ) -> Finished:
+        """Have `sandbox`'s init run `command` as `spec` says."""
+        environment = list(ENVIRONMENT if spec.skill_dir is None else SKILL_ENVIRONMENT)
+        environment += spec.secret_environment
+        shell = shell_argv(command)
+        if spec.bridge is not None:
+            environment += spec.bridge.environment()
+            shell = spec.bridge.argv(command)
+        header = {
+            "argv": [*PID_ONE, *shell],
+            "cwd": WORKSPACE,
+            "limits": rlimits(spec.limits, nproc=cgroup is None),
+            # a skill's script gets a /tmp (its HOME) of its own, as in a cold sandbox
+            "fresh_tmp": f"mode=1777,size={WARM_TMP_BYTES}" if spec.skill_dir else "",
+        }
+        block = b"".join(f"{name}={value}".encode() + b"\0" for name, value in environment)
+        cgroup_fds = cgroup.procs_fds() if cgroup is not None else []
+        try:
+            return await sandbox.run(
+                json.dumps(header).encode() + b"\n" + block,
+                cgroup_fds,
+                wall_s=spec.limits.wall_s,
+                output_bytes=min(spec.limits.output_bytes, MAX_TEXT - 64),
+            )
+        finally:
+            for fd in cgroup_fds:
+                os.close(fd)
+
+    async def _spawn(
+        self, warm: WarmPool, spec: SandboxSpec, programs: tuple[str, str, str]
+    ) -> WarmSandbox:
+        """A new warm sandbox like `spec`'s, its init ready for commands."""
+        bwrap, _, setpriv = programs
+        drop = drop_argv(setpriv, _ids(spec))
+        data = [*generated_etc(spec.network), DataFile(INIT_PATH, INIT_PROGRAM.encode())]
+        if spec.bridge is not None:
+            data.append(DataFile(BRIDGE_SCRIPT, BRIDGE_PROGRAM))
+        kept = contextlib.ExitStack()
+        try:
+            git = kept.enter_context(guard(spec.workspace, spec.git_writable))
+            channel, inner = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            kept.callback(channel.close)
+            inner_fd = inner.detach()
+            with _pipes([file.content for file in data]) as pipes:
+                *data_pipes, (_, status_write) = pipes
+                init = [_PYTHON, "-I", "-S", "-B", INIT_PATH, str(inner_fd), warm.marker]
+                argv = drop + bwrap_argv(
+                    bwrap,
+                    spec,
+                    init,
+                    status_fd=status_write,
+                    data_fds=[
+                        (read, file.path) for (read, _), file in zip(data_pipes, data, strict=True)
+                    ],
+                    git_options=git.options(WORKSPACE) if git is not None else (),
+                    tmp_bytes=WARM_TMP_BYTES,
+                    init=True,
+                )
+                sandbox = await WarmSandbox.start(
+                    argv,
+                    channel=channel,
+                    inner=inner_fd,
+                    pass_fds=[read for read, _ in data_pipes]
+                    + [status_write, inner_fd]
+                    + (git.fds if git is not None else []),
+                    env=_LAUNCHER_ENV,
+                    git=kept,
+                    signature=git_signature(git),
+                    pidfile=warm.pidfile(),
+                    why=f"{_USERNS_HINT}{_who(spec)}; a warm sandbox's init needs {_PYTHON}",
+                )
+        except BaseException:
+            kept.close()
+            raise
+        return sandbox
+
+    async def aclose(self) -> None:
+        """Close every warm sandbox (and sweep what an earlier run left of them)."""
+        if self.warm is not None:
+            await self.warm.aclose()
 
     async def check(self, spec: SandboxSpec) -> str:
         """Run `true` in a sandbox like `spec`'s; say what ran, or raise `SandboxFailed`."""

@@ -223,6 +223,19 @@ class CommandCgroup:
         )
         return ["/bin/sh", "-c", f'{joins} || exit 125; exec "$@"', "bastion-cgroup"]
 
+    def procs_fds(self) -> list[int]:
+        """Each group's `cgroup.procs`, open for writing: a warm sandbox's init moves the
+        command's first process in by writing `0` to each (`warm_init`)."""
+        fds: list[int] = []
+        try:
+            for directory in self._dirs:
+                fds.append(os.open(directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
+
     def limit_hit(self) -> str:
         """`oom` if the kernel killed a process for memory, `process_limit` if a fork was
         refused, else empty."""

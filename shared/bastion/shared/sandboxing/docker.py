@@ -188,6 +188,7 @@ class DockerSandboxes:
         self.limits = limits or ContainerLimits()
         self._engine = engine or DockerEngine()
         self._containers: dict[str, _Container] = {}
+        self._image_ids: dict[str, str] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._streams = anyio.CapacityLimiter(256)
         self._used = False
@@ -272,12 +273,18 @@ class DockerSandboxes:
         lock = self._locks.setdefault(session_id, anyio.Lock())
         async with lock:
             self._used = True
-            config = self._config(target, await self.image_id(target), spec, session_id, git)
             held = self._containers.get(session_id)
+            # A held container's image is the one its session found: a pinned reference
+            # names one image, so it is looked up again only to make a container.
+            image = self._image_ids.get(target.reference) if held is not None else None
+            if image is None:
+                image = await self.image_id(target)
+                self._image_ids[target.reference] = image
+            config = self._config(target, image, spec, session_id, git)
             if held is not None:
-                if held.config == config.labels[LABEL_CONFIG] and await self.call(
-                    partial(self._engine.running, held.id)
-                ):
+                if held.config == config.labels[LABEL_CONFIG]:
+                    # No inspection first: an exec in a container that stopped or went is
+                    # refused (`_Gone`), and the call then makes a new one.
                     return held.id
                 del self._containers[session_id]
                 await self.call(partial(self._engine.remove, held.id))
@@ -316,6 +323,12 @@ class DockerSandboxes:
         held = self._containers.get(session_id)
         if held is not None and held.id == container_id:
             del self._containers[session_id]
+
+    async def discard(self, session_id: str, container_id: str) -> None:
+        """Forget a container an exec found stopped or gone, and remove what is left of it."""
+        self.forget(session_id, container_id)
+        with anyio.CancelScope(shield=True):
+            await self.call(partial(self._engine.remove, container_id))
 
     def _config(
         self,
@@ -459,7 +472,7 @@ class DockerBackend:
                                 container_id, f"{uid}:{gid}", command, spec.limits
                             )
                         except _Gone:
-                            self._sandboxes.forget(session_id, container_id)
+                            await self._sandboxes.discard(session_id, container_id)
                             continue
                     finally:  # a cancelled or failed run is swept too
                         notes = git.sweep() if git is not None else []

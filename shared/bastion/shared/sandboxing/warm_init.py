@@ -1,0 +1,273 @@
+"""The init of a warm sandbox: pid 1 inside it, starting each command it is sent.
+
+This file is not imported by the service: its text is written into the sandbox
+(`--ro-bind-data`) and run there by the machine's `python3` (standard library only) as
+pid 1 of the sandbox's pid namespace (docs/architecture.md §5; docs/sandbox.md, "A warm
+sandbox per session").
+It is driven over one `SOCK_SEQPACKET` socket inherited from the sandbox service (its
+number is the first argument), never over a path or a network a command could reach.
+
+Each `run` request carries, as descriptors: a sealed memfd holding the command's argv,
+limits and environment (secrets included), the write ends of its stdout and stderr, and
+an open `cgroup.procs` of each of its cgroups. For each command the init forks a leader,
+which joins the cgroups, makes a new pid and mount namespace and forks the command's
+first process: pid 1 of that new namespace, so when it ends the kernel kills every
+process the command left, and its own `/proc` shows only the command's processes. That
+process drops every capability, sets the limits, and execs the command with exactly the
+environment it was sent. The init zeroes its copy of the request once it has forked.
+Replies: `ready` once, then `started` and `exited` (with the leader's status) or
+`failed` (a sentence) per command. `kill` ends the running command; the channel closing
+ends the init, and with it the whole sandbox.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+from typing import Any, NoReturn
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWPID = 0x20000000
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_NOEXEC = 8
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_MNT_DETACH = 2
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_CAPABILITY_VERSION_3 = 0x20080522
+_MASKED = ("/proc/keys", "/proc/key-users")
+_MAX_FDS = 8
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def _mount(source: str | None, target: str, kind: str | None, flags: int, data: str = "") -> None:
+    _check(
+        _libc.mount(
+            source.encode() if source else None,
+            target.encode(),
+            kind.encode() if kind else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def _fresh_proc(fresh_tmp: str) -> None:
+    """A `/proc` of the command's own pid namespace, masked as bwrap masks the sandbox's:
+    the kernel lets a new proc be mounted only where the old one is fully visible, so
+    the old one's masks are lifted first (in this mount namespace only)."""
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    _mount("/proc/sys", "/proc/sys", None, _MS_BIND | _MS_REC)
+    _mount(None, "/proc/sys", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    locked = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    for path in _MASKED:  # a device on a `nodev` mount: reading it fails, as in bwrap's
+        _mount("/dev/null", path, None, _MS_BIND)
+        _mount(None, path, None, locked)
+    if fresh_tmp:
+        _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, fresh_tmp)
+
+
+def _drop_capabilities() -> None:
+    """No capability left in any set, so the command holds none (it runs as uid 10001)."""
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        highest = int(last.read())
+    for capability in range(highest + 1):
+        _check(_libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0), "drop capability")
+    _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient")
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+def _set_limits(limits: dict[str, Any]) -> None:
+    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_soft"], limits["cpu_hard"]))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["address_space"],) * 2)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size"],) * 2)
+    if limits.get("processes") is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
+
+
+def _command(payload: bytearray, outputs: tuple[int, int], why: int, alive: int) -> NoReturn:
+    """The command's first process, pid 1 of its namespace: set up, then exec.
+
+    It dies with its leader (`PR_SET_PDEATHSIG`); a leader already gone (its end of the
+    `alive` pipe closed) ends it at once."""
+    try:
+        _check(_libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "pdeathsig")
+        os.set_blocking(alive, False)
+        try:
+            if os.read(alive, 1) == b"":
+                os._exit(128 + int(signal.SIGKILL))
+        except BlockingIOError:
+            pass
+        text, _, block = bytes(payload).partition(b"\n")
+        payload[:] = bytes(len(payload))
+        header = json.loads(text)
+        environment = dict(_pairs([entry for entry in block.split(b"\0") if entry]))
+        del block
+        _fresh_proc(header["fresh_tmp"])
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(outputs[0], 1)
+        os.dup2(outputs[1], 2)
+        os.closerange(3, why)
+        os.closerange(why + 1, 1 << 20)
+        os.chdir(header["cwd"])
+        _set_limits(header["limits"])
+        _drop_capabilities()
+        argv = header["argv"]
+        os.execve(argv[0], argv, environment)
+    except OSError as error:
+        os.write(why, f"the command could not be started in the sandbox ({error})".encode())
+    os._exit(127)
+
+
+def _pairs(environment: list[bytes]) -> list[tuple[bytes, bytes]]:
+    pairs = []
+    for entry in environment:
+        name, _, value = entry.partition(b"=")
+        pairs.append((name, value))
+    return pairs
+
+
+def _leader(payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int) -> NoReturn:
+    """Join the command's cgroups, make its namespaces, start it, and exit as it does."""
+    try:
+        for fd in cgroups:
+            os.write(fd, b"0")
+            os.close(fd)
+        _check(_libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS), "unshare")
+        alive_read, alive_write = os.pipe()
+        child = os.fork()
+    except OSError as error:
+        os.write(why, f"the command's namespaces could not be made ({error})".encode())
+        os._exit(127)
+    if child == 0:
+        os.close(alive_write)
+        _command(payload, outputs, why, alive_read)
+    payload[:] = bytes(len(payload))
+    for fd in (why, alive_read, *outputs):
+        os.close(fd)
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def _receive(channel: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    message, fds, _, _ = socket.recv_fds(channel, 4096, _MAX_FDS)
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    if not message:
+        return None, fds
+    return json.loads(message), fds
+
+
+def _send(channel: socket.socket, **fields: Any) -> None:
+    channel.send(json.dumps(fields).encode())
+
+
+def _run(channel: socket.socket, fds: list[int]) -> None:
+    """Start one command and answer for it; `kill` meanwhile ends it."""
+    if len(fds) < 3:
+        for fd in fds:
+            os.close(fd)
+        _send(channel, op="failed", why="the request carried too few descriptors")
+        return
+    memfd, stdout, stderr, *cgroups = fds
+    payload = bytearray(os.fstat(memfd).st_size)
+    os.preadv(memfd, [payload], 0)
+    os.close(memfd)
+    why_read, why_write = os.pipe()
+    leader = os.fork()
+    if leader == 0:
+        _leader(payload, (stdout, stderr), cgroups, why_write)
+    payload[:] = bytes(len(payload))
+    for fd in (stdout, stderr, *cgroups, why_write):
+        os.close(fd)
+    ended = os.pidfd_open(leader)
+    _send(channel, op="started")
+    while True:
+        ready, _, _ = select.select([channel.fileno(), ended], [], [])
+        if ended in ready:
+            break
+        request, extra = _receive(channel)
+        for fd in extra:
+            os.close(fd)
+        if request is None or request.get("op") == "kill":
+            os.kill(leader, signal.SIGKILL)
+        if request is None:
+            os.waitpid(leader, 0)
+            sys.exit(0)
+    _, status = os.waitpid(leader, 0)
+    os.close(ended)
+    os.set_blocking(why_read, False)
+    try:
+        why = os.read(why_read, 4096)
+    except BlockingIOError:
+        why = b""
+    os.close(why_read)
+    if why:
+        _send(channel, op="failed", why=why.decode(errors="replace"))
+    else:
+        _send(channel, op="exited", status=os.waitstatus_to_exitcode(status))
+
+
+def main() -> None:
+    for number in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(number, signal.SIG_DFL)
+    _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl")
+    channel = socket.socket(fileno=int(sys.argv[1]))
+    channel.set_inheritable(False)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    _send(channel, op="ready")
+    while True:
+        request, fds = _receive(channel)
+        if request is None:
+            return
+        if request.get("op") == "run":
+            _run(channel, fds)
+        else:
+            for fd in fds:
+                os.close(fd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,471 @@
+"""Attacks on the warm sandbox a session keeps between its commands, through the sandbox
+service (real NATS, real bwrap) and, where the test must reach the init from outside,
+through the bubblewrap backend itself.
+
+Each would succeed against a naive warm design (one shared pid namespace and environment,
+an init a command can see, signal or trace, a channel a command inherits): a command must
+find nothing of the init, nothing of an earlier command (its processes, environment or
+secrets), and nothing of another session; a killed init, a killed service and an idle
+timeout each end in a clear message and a working next call.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from bastion.proto import errors as codes
+from bastion.proto.sandbox import ExecResult, Limits
+from bastion.sandbox.service import SandboxSettings, sandbox_service
+from bastion.shared.bus import Client
+from bastion.shared.errors import RemoteError
+from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec
+from bastion.shared.sandboxing.bwrap import WARM_TMP_BYTES
+from bastion.shared.sandboxing.warm import INIT_PATH, marked_pids, marker, sweep_marked
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
+from tests.helpers.sandbox import SESSION, Host, shell
+from tests.helpers.sleepers import sleeping, unique_duration
+
+SECRET_VALUE = "warm-secret-7f3a"
+PTRACE_SEIZE = 0x4206
+
+
+def inits(state_dir: Path) -> list[int]:
+    """Host pids of the warm sandboxes' inits (not their outer bwraps) of `state_dir`."""
+    found = []
+    for pid in marked_pids(marker(state_dir)):
+        try:
+            arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if arguments[0].endswith(b"python3") and INIT_PATH.encode() in arguments:
+            found.append(pid)
+    return found
+
+
+async def until(condition: Callable[[], object], what: str) -> None:
+    """Poll `condition()` until true, failing after 20 s with `what`."""
+    for _ in range(400):
+        if condition():
+            return
+        await anyio.sleep(0.05)
+    raise AssertionError(what)
+
+
+# --- the init is out of every command's reach ------------------------------------------
+
+
+async def test_the_init_is_not_among_a_commands_processes(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    await shell(client, host.workspace, "true")
+    assert len(inits(host.state_dir)) == 1  # a warm sandbox is there...
+    result = await shell(
+        client,
+        host.workspace,
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done",
+    )
+    # ...and a command sees only its own processes: pid 1 is its own shell, not the init
+    assert INIT_PATH not in result.stdout
+    assert "bastion-warm" not in result.stdout
+    assert "python3" not in result.stdout
+
+
+async def test_the_inits_environ_memory_and_descriptors_are_unreadable(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    await shell(client, host.workspace, "true")
+    [init] = inits(host.state_dir)
+    # The init's host pid, and every pid a command could name, tried from inside.
+    probe = (
+        f"for p in 1 2 3 {init}; do cat /proc/$p/environ /proc/$p/mem; ls -l /proc/$p/fd; done "
+        "2>&1; ls -l /proc/self/fd"
+    )
+    result = await shell(client, host.workspace, probe)
+    assert "socket:" not in result.stdout  # no descriptor of the channel anywhere
+    assert "bastion-warm" not in result.stdout
+    assert INIT_PATH not in result.stdout
+    # The init is not dumpable: its /proc files are root's, not its own uid's, so no
+    # process of its uid may read its memory or environment or trace it.
+    status = Path(f"/proc/{init}/status").read_text()  # noqa: ASYNC240 (procfs: no wait)
+    uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+    assert uid != 0
+    assert Path(f"/proc/{init}/environ").stat().st_uid == 0  # noqa: ASYNC240
+
+
+async def test_tracing_every_pid_never_reaches_the_init(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    await shell(client, host.workspace, "echo kept > /tmp/kept")
+    [init] = inits(host.state_dir)
+    # PTRACE_SEIZE does not stop what it attaches to; the tracer's exit detaches it.
+    tracer = (
+        "python3 -c '\n"
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"for pid in [*range(1, 300), {init}]:\n"
+        "    if pid == os.getpid(): continue\n"
+        f"    if libc.ptrace({PTRACE_SEIZE}, pid, 0, 0) == 0:\n"
+        '        print(pid, open(f"/proc/{pid}/cmdline").read())\n'
+        "'"
+    )
+    result = await shell(client, host.workspace, tracer)
+    assert INIT_PATH not in result.stdout
+    assert "bastion-warm" not in result.stdout
+    assert inits(host.state_dir) == [init]  # the same init, untouched...
+    after = await shell(client, host.workspace, "cat /tmp/kept")
+    assert after.stdout == "kept\n"  # ...still serving the same sandbox
+
+
+async def test_signals_to_pid_1_and_to_every_pid_leave_the_init_serving(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    await shell(client, host.workspace, "echo kept > /tmp/kept")
+    [init] = inits(host.state_dir)
+    for attack in (
+        "kill -TERM 1; kill -HUP 1; kill -INT 1; echo survived",
+        f"kill -9 {init}; kill -STOP {init}; echo tried",
+        "kill -9 1; kill -9 -1",
+        "python3 -c 'import os, signal\nfor pid in range(1, 4096): \n"
+        "    try: os.kill(pid, signal.SIGKILL)\n    except OSError: pass'",
+    ):
+        await shell(client, host.workspace, attack)
+        assert inits(host.state_dir) == [init], attack
+    after = await shell(client, host.workspace, "cat /tmp/kept")
+    assert (after.stdout, after.stderr) == ("kept\n", "")
+
+
+async def test_a_command_holds_no_descriptor_of_the_channel_to_write_to(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    await shell(client, host.workspace, "echo kept > /tmp/kept")
+    writer = (
+        "python3 -c '\n"
+        "import os\n"
+        "written = 0\n"
+        "for fd in range(3, 1024):\n"
+        "    try:\n"
+        '        os.write(fd, b"{\\"op\\": \\"run\\"}")\n'
+        "        written += 1\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(written)\n"
+        "'; ls /proc/self/fd"
+    )
+    result = await shell(client, host.workspace, writer)
+    assert result.stdout.split() == ["0", "0", "1", "2", "3"]  # none written; 3: ls's own
+    after = await shell(client, host.workspace, "cat /tmp/kept")
+    assert after.stdout == "kept\n"
+
+
+# --- nothing of one command reaches the next -------------------------------------------
+
+
+async def test_a_daemon_a_command_leaves_is_gone_for_the_next(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    duration = unique_duration()
+    daemon = (
+        "python3 -c '\n"
+        "import os, socket, time\n"
+        "if os.fork(): os._exit(0)\n"
+        "os.setsid()\n"
+        "if os.fork(): os._exit(0)\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        's.bind(("127.0.0.1", 4444)); s.listen()\n'
+        'open("/tmp/daemon.pid", "w").write(str(os.getpid()))\n'
+        "time.sleep(3600)\n"
+        "'"
+    )
+    first = await shell(
+        client,
+        host.workspace,
+        f"setsid sleep {duration} & nohup sleep {duration} >/dev/null 2>&1 & "
+        f"(sleep {duration} &) ; {daemon}; "
+        "while [ ! -s /tmp/daemon.pid ]; do sleep 0.01; done; echo started",
+    )
+    assert first.stdout == "started\n"
+    assert sleeping(duration) == []  # gone on the host the moment the command ended
+    second = await shell(
+        client,
+        host.workspace,
+        "ps -eo pid,args; grep -q SO_REUSEADDR /proc/$(cat /tmp/daemon.pid)/cmdline "
+        "2>/dev/null && echo alive; "
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 4444))' "
+        "2>/dev/null && echo connected; echo done",
+    )
+    lines = second.stdout.splitlines()
+    assert not [line for line in lines if line.split()[1:2] == ["sleep"]]
+    assert "alive" not in lines
+    assert "connected" not in lines
+    assert lines[-1] == "done"
+
+
+async def test_a_full_tmp_leaves_the_next_command_running(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    first = await shell(
+        client, host.workspace, "head -c 400M /dev/zero > /tmp/fill; stat -c %s /tmp/fill"
+    )
+    assert "No space left on device" in first.stderr
+    assert int(first.stdout) <= WARM_TMP_BYTES  # the bound: a 256 MiB tmpfs per session
+    second = await shell(client, host.workspace, "echo runs; rm /tmp/fill && echo freed")
+    assert (second.exit_status, second.stdout) == (0, "runs\nfreed\n")
+
+
+async def test_another_sessions_warm_sandbox_shows_nothing_of_this_one(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    await shell(client, host.workspace, "echo mine > /tmp/a-secret; export MINE=1; true")
+    other = owned(host.root / "workspace-b")
+    host.before |= {"workspace-b", "workspace-b/.git"}
+    for probe, answer in (
+        ("ls -A /tmp", ""),
+        ("cat /tmp/a-secret 2>/dev/null || echo absent", "absent\n"),
+        ("cat /proc/[0-9]*/environ | tr '\\0' '\\n' | grep -c MINE", "0\n"),
+        ("ps -eo comm= | grep -cvxE 'sh|ps|grep'", "0\n"),  # only its own processes
+    ):
+        seen = await shell(client, other, probe, session="bbbbbbbbbbbbbbbb")
+        assert seen.stdout == answer, probe
+    assert len(inits(host.state_dir)) == 2  # two warm sandboxes, one per session
+    mine = await shell(client, host.workspace, "cat /tmp/a-secret; echo $MINE")
+    assert mine.stdout == "mine\n\n"  # its /tmp kept; its shell variable died with it
+
+
+# --- through the backend: secrets, a killed init ----------------------------------------
+
+
+@pytest.fixture
+async def backend(host: Host) -> AsyncIterator[BwrapBackend]:
+    made = BwrapBackend(state_dir=host.state_dir)
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+def spec(host: Host, **fields: object) -> SandboxSpec:
+    return SandboxSpec(
+        workspace=host.workspace,
+        session_id=SESSION,
+        hidden=(host.state_dir,),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_leased_secret_or_variable_of_one_command_is_unseen_by_the_next(
+    backend: BwrapBackend, host: Host
+) -> None:
+    duration = unique_duration()
+    leased = spec(host, secret_environment=(("TOKEN", SECRET_VALUE),))
+    first = await backend.run(
+        leased, f"echo $TOKEN; export LEFT=over; (sleep {duration} &); echo $TOKEN > /dev/null"
+    )
+    assert first.stdout == f"{SECRET_VALUE}\n"
+    second = await backend.run(
+        spec(host), "env; cat /proc/[0-9]*/environ | tr '\\0' '\\n'; ls /proc"
+    )
+    assert SECRET_VALUE not in second.stdout
+    assert "TOKEN" not in second.stdout
+    assert "LEFT" not in second.stdout
+    assert sleeping(duration) == []
+    [init] = inits(host.state_dir)
+    environ = Path(f"/proc/{init}/environ").read_bytes()  # noqa: ASYNC240
+    assert SECRET_VALUE.encode() not in environ  # the init's environment never held it
+
+
+async def test_an_init_killed_between_commands_gives_a_fresh_sandbox_saying_so(
+    backend: BwrapBackend, host: Host
+) -> None:
+    await backend.run(spec(host), "echo x > /tmp/before")
+    [init] = inits(host.state_dir)
+    os.kill(init, signal.SIGKILL)
+    await until(lambda: init not in inits(host.state_dir), "the init did not end")
+    result = await backend.run(spec(host), "ls -A /tmp; echo ran")
+    assert result.stdout == "ran\n"  # a fresh sandbox, /tmp empty
+    assert "this session's sandbox had ended" in result.stderr
+    [fresh] = inits(host.state_dir)
+    assert fresh != init
+
+
+async def test_an_init_killed_during_a_command_fails_that_call_and_not_the_next(
+    backend: BwrapBackend, host: Host
+) -> None:
+    await backend.run(spec(host), "true")
+    [init] = inits(host.state_dir)
+
+    async def kill_soon() -> None:
+        await until((host.workspace / "running").exists, "the command did not start")
+        os.kill(init, signal.SIGKILL)
+
+    failed: list[SandboxFailed] = []
+
+    async def call() -> None:
+        try:
+            await backend.run(spec(host), "touch running; sleep 30")
+        except SandboxFailed as error:
+            failed.append(error)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(kill_soon)
+        group.start_soon(call)
+    [error] = failed
+    assert error.code == codes.SANDBOX_FAILED
+    assert "ended while this command ran" in error.message
+    (host.workspace / "running").unlink()
+    after = await backend.run(spec(host), "echo again")
+    assert (after.exit_status, after.stdout) == (0, "again\n")
+
+
+async def test_a_timed_out_command_in_a_warm_sandbox_leaves_it_serving(
+    backend: BwrapBackend, host: Host
+) -> None:
+    duration = unique_duration()
+    await backend.run(spec(host), "echo kept > /tmp/kept")
+    slow = spec(host, limits=Limits(wall_s=0.5))
+    result = await backend.run(slow, f"(sleep {duration} &); sleep {duration}")
+    assert result.ended == "timeout"
+    assert sleeping(duration) == []
+    after = await backend.run(spec(host), "cat /tmp/kept")
+    assert after.stdout == "kept\n"
+
+
+async def test_a_cold_sandbox_of_the_service_carries_the_marker_and_is_swept(
+    backend: BwrapBackend, host: Host
+) -> None:
+    duration = unique_duration()
+    results: list[ExecResult] = []
+    cold = SandboxSpec(workspace=host.workspace, hidden=(host.state_dir,))  # no session
+
+    async def run_cold() -> None:
+        results.append(await backend.run(cold, f"sleep {duration}"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run_cold)
+        await until(lambda: sleeping(duration), "the command did not start")
+        assert inits(host.state_dir) == []  # no warm sandbox: a cold one...
+        assert marked_pids(marker(host.state_dir))  # ...found by its pid 1's name
+        sweep_marked(host.state_dir)
+    [result] = results
+    assert result.exit_status != 0
+    assert sleeping(duration) == []
+
+
+# --- a killed service, an idle timeout ----------------------------------------------------
+
+
+async def test_a_restarted_service_ends_what_a_killed_one_left(
+    client: Client, run_service: ServiceRunner, settings: SandboxSettings, host: Host
+) -> None:
+    # A service killed with -9 mid-spawn leaves an outer bwrap, parent 1, stuck in its
+    # setup: a process with the sandbox's marker, and its pidfile.
+    script = "import os, sys, time\nif os.fork(): os._exit(0)\nos.setsid()\ntime.sleep(3600)\n"
+    mark = marker(host.state_dir)
+    await anyio.run_process(
+        [sys.executable, "-c", script, "bwrap-stand-in", mark],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    await until(lambda: marked_pids(mark), "the stand-in did not start")
+    [stuck] = marked_pids(mark)
+    pidfiles = host.state_dir / "sandboxes"
+    pidfiles.mkdir()
+    (pidfiles / f"{stuck}.pid").write_text(f"{stuck}\n")
+    async with run_service(sandbox_service, settings):
+        assert marked_pids(mark) == []  # swept at start
+        result = await shell(client, host.workspace, "echo works")
+        assert result.stdout == "works\n"
+        assert len(inits(host.state_dir)) == 1
+    assert marked_pids(mark) == []  # and at shutdown
+    assert not pidfiles.exists()
+
+
+_HOLDER = """
+import anyio, sys
+from pathlib import Path
+from bastion.shared.sandboxing import BwrapBackend, SandboxSpec
+
+async def main() -> None:
+    state = Path(sys.argv[2])
+    backend = BwrapBackend(state_dir=state)
+    spec = SandboxSpec(workspace=Path(sys.argv[1]), session_id="c" * 16, hidden=(state,))
+    await backend.run(spec, "sleep " + sys.argv[3])
+
+anyio.run(main)
+"""
+"""A service's process in miniature: a warm sandbox running a command, to be killed -9."""
+
+
+async def test_a_service_killed_mid_command_leaves_nothing_a_restart_does_not_end(
+    client: Client, run_service: ServiceRunner, settings: SandboxSettings, host: Host
+) -> None:
+    duration = unique_duration()
+    holder = await anyio.open_process(
+        [sys.executable, "-c", _HOLDER, str(host.workspace), str(host.state_dir), duration]
+    )
+    try:
+        await until(lambda: sleeping(duration), "the command did not start")
+        os.kill(holder.pid, signal.SIGKILL)
+    finally:
+        await holder.aclose()
+    # Its sandbox dies with it (the channel closes, bwrap dies with its parent) and a
+    # restarted service ends whatever might be left and removes the stale pidfile.
+    await until(lambda: sleeping(duration) == [], "the killed service's command lives on")
+    assert list((host.state_dir / "sandboxes").glob("*.pid"))  # stale, left by the kill
+    async with run_service(sandbox_service, settings):
+        assert marked_pids(marker(host.state_dir)) == []
+        assert list((host.state_dir / "sandboxes").glob("*.pid")) == []
+        result = await shell(client, host.workspace, "echo works")
+        assert result.stdout == "works\n"
+    assert marked_pids(marker(host.state_dir)) == []
+
+
+async def test_an_idle_sandbox_closes_and_the_next_call_says_so(
+    client: Client, run_service: ServiceRunner, settings: SandboxSettings, host: Host
+) -> None:
+    quick = SandboxSettings(
+        nats_url=settings.nats_url, state_dir=settings.state_dir, sandbox_idle_s=0.4
+    )
+    async with run_service(sandbox_service, quick):
+        await shell(client, host.workspace, "echo x > /tmp/before")
+        await until(lambda: inits(host.state_dir) == [], "the idle sandbox was not closed")
+        result = await shell(client, host.workspace, "ls -A /tmp; echo ran")
+        assert result.stdout == "ran\n"
+        assert "closed after 0.4 s without a command" in result.stderr
+
+
+async def test_a_call_the_init_could_not_serve_is_a_typed_error_through_the_bus(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    await shell(client, host.workspace, "true")
+    [init] = inits(host.state_dir)
+
+    async def kill_soon() -> None:
+        await until((host.workspace / "running").exists, "the command did not start")
+        os.kill(init, signal.SIGKILL)
+
+    failed: list[RemoteError] = []
+
+    async def call() -> None:
+        try:
+            await shell(client, host.workspace, "touch running; sleep 30")
+        except RemoteError as error:
+            failed.append(error)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(kill_soon)
+        group.start_soon(call)
+    [error] = failed
+    assert error.code == codes.SANDBOX_FAILED
+    assert "run it again" in error.message
+    (host.workspace / "running").unlink()
+    after = await shell(client, host.workspace, "echo again")
+    assert after.stdout == "again\n"
