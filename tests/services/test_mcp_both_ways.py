@@ -12,6 +12,7 @@ from mcp_types import CreateMessageRequestParams, CreateMessageResult, TextConte
 
 from bastion.proto import subjects
 from bastion.proto.mcp import AddServer, EffectOverride, McpReview, SamplingAllowance
+from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
 from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
@@ -24,6 +25,7 @@ from tests.services.test_mcp_front_door import (
     new_token,
     text_of,
 )
+from tests.services.test_orchestrator import call, open_session
 
 __all__ = ["door_of", "plane_of", "workspace"]  # fixtures, imported to be used here
 
@@ -43,14 +45,16 @@ class Model:
         )
 
 
-async def add_bad(bus: Bus, directory: Path, sampling: SamplingAllowance | None) -> None:
+async def add_bad(
+    bus: Bus, directory: Path, sampling: SamplingAllowance | None, name: str = "bad"
+) -> None:
     spec = msgspec.structs.replace(
         stdio_spec(SERVERS / "misbehaving.py", directory, "--legacy"),
         sampling=sampling,
         # Taken as a read (not journaled), so that the same call can be made twice.
         effects=(EffectOverride(tool="sample", effect="read"),),
     )
-    await request(bus, subjects.MCP_ADD, AddServer(name="bad", spec=spec), McpReview, timeout_s=60)
+    await request(bus, subjects.MCP_ADD, AddServer(name=name, spec=spec), McpReview, timeout_s=60)
 
 
 async def test_an_upstream_question_reaches_the_agent_but_a_secret_form_never_does(
@@ -97,3 +101,43 @@ async def test_sampling_is_off_for_a_server_not_allowed_it(
             refused = await mcp.call_tool("bad_sample", {})
     assert text_of(refused).startswith("refused:")
     assert model.asked == []
+
+
+async def test_each_server_has_its_own_sampling_allowance_in_a_session(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, tmp_path: Path
+) -> None:
+    model = Model()
+    allowance = SamplingAllowance(max_tokens=5, per_session=1)
+    async with plane_of(), door_of() as url:
+        await add_bad(client, tmp_path, sampling=allowance)
+        await add_bad(client, tmp_path, sampling=allowance, name="odd")
+        token = await new_token(client, workspace, autonomy="L5", mcp=["bad", "odd"])
+        async with mcp_client(url, token, sample=model) as mcp:
+            bad = await mcp.call_tool("bad_sample", {})
+            odd = await mcp.call_tool("odd_sample", {})
+            bad_again = await mcp.call_tool("bad_sample", {})
+    assert text_of(bad) == "model said: hi"
+    assert text_of(odd) == "model said: hi"  # bad's completion is not odd's
+    assert text_of(bad_again).startswith("refused: MCP server bad has had its 1 completions")
+    assert len(model.asked) == 2
+
+
+async def test_elicitation_is_declared_to_an_upstream_only_when_a_client_can_answer(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, tmp_path: Path
+) -> None:
+    async with plane_of(), door_of() as url:
+        await add_bad(client, tmp_path, sampling=SamplingAllowance(max_tokens=5, per_session=1))
+        token = await new_token(client, workspace, autonomy="L5", mcp=["bad"])
+        async with mcp_client(url, token, elicit=Asked({"colour": "blue"})) as mcp:
+            answering = await mcp.call_tool("bad_capabilities", {})
+        async with mcp_client(url, token) as mcp:
+            silent = await mcp.call_tool("bad_capabilities", {})
+        # A session on the bus (`agent run`): no client of its own to put a question to.
+        bus_session = await open_session(
+            client, workspace=str(workspace), autonomy="L5", mcp=["bad"]
+        )
+        scripted = await call(client, bus_session.session_id, "bad_capabilities")
+    assert text_of(answering).startswith("elicitation yes,")
+    assert text_of(silent).startswith("elicitation no,")
+    assert isinstance(scripted, ToolOutput), scripted
+    assert scripted.text.startswith("elicitation no,")

@@ -127,7 +127,8 @@ class Gateway:
         self._elicit_timeout_s = elicit_timeout_s
         self._grant_ttl_s = grant_ttl_s
         self._can_ask: dict[str, bool] = {}
-        self._samples: dict[str, int] = {}
+        self._samples: dict[tuple[str, str], int] = {}
+        """Completions each server has had in each session (its own allowance)."""
         self._given: dict[tuple[str, str, str], tuple[tuple[str, str], ...]] = {}
         """The values each connection was given: cut out of what its server answers, with
         every value of the tenant's (`SecretCuts`)."""
@@ -144,14 +145,14 @@ class Gateway:
         async def sample(
             params: mt.CreateMessageRequestParams,
         ) -> mt.CreateMessageResult | mt.ErrorData:
-            used = self._samples.get(session_id, 0)
+            used = self._samples.get((session_id, server), 0)
             if used >= allowance.per_session:
                 return mt.ErrorData(
                     code=mt.INVALID_REQUEST,
                     message=f"MCP server {server} has had its {allowance.per_session} "
                     "completions for this session",
                 )
-            self._samples[session_id] = used + 1
+            self._samples[(session_id, server)] = used + 1
             bounded = params.model_copy(
                 update={
                     "max_tokens": min(params.max_tokens, allowance.max_tokens),
@@ -190,8 +191,6 @@ class Gateway:
 
     def _handlers(self, server: str, spec: McpServerSpec, session_id: str) -> UpstreamHandlers:
         async def elicit(question: ElicitQuestion) -> ElicitAnswer:
-            if not self._can_ask.get(session_id, False):
-                return ElicitAnswer(action="decline")
             try:
                 answer: ElicitAnswer = await request(
                     self._client,
@@ -206,8 +205,9 @@ class Gateway:
                 return ElicitAnswer(action="decline")  # nobody answers for the session now
             return answer
 
+        # Elicitation is declared to the server only when a client answers for the session.
         return UpstreamHandlers(
-            elicit=elicit if session_id else None,
+            elicit=elicit if self._can_ask.get(session_id, False) else None,
             sample=self._sampler(server, spec.sampling, session_id),
             session_id=session_id,
         )
@@ -323,6 +323,7 @@ class Gateway:
     async def offer(self, ask: OfferTools, _context: RequestContext) -> ToolOffer:
         tools: list[OfferedTool] = []
         notices: list[str] = []
+        self._can_ask[ask.session_id] = ask.can_ask
         for name in dict.fromkeys(ask.servers):
             try:
                 record, _ = await self._registry.get(ask.tenant, name)
@@ -433,7 +434,8 @@ class Gateway:
 
     def session_closed(self, session_id: str) -> None:
         self._can_ask.pop(session_id, None)
-        self._samples.pop(session_id, None)
+        for counted in [k for k in self._samples if k[0] == session_id]:
+            del self._samples[counted]
         for key in [k for k in self._given if k[2] == session_id]:
             del self._given[key]
         self._pool.close_session(session_id)
