@@ -12,7 +12,7 @@ from bastion.proto.errors import ErrorReply
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
 from tests.conftest import ServiceRunner
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
+from tests.services.mcp_upstream_helpers import SERVERS, apart, stdio_spec
 from tests.services.test_mcp_gateway import add, plane, review, text_of
 from tests.services.test_orchestrator import call, open_session
 
@@ -75,7 +75,8 @@ async def test_a_server_with_a_key_that_signs_nothing_has_nothing_pinned(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     spec = msgspec.structs.replace(
-        stdio_spec(SERVERS / "misbehaving.py", tmp_path), public_key_pem=signing_key(elsewhere)
+        stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)),
+        public_key_pem=signing_key(elsewhere),
     )
     async with plane(run_service, bus_settings, tmp_path / "state"):
         added = await add(client, "plain", spec)

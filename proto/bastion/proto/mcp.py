@@ -258,6 +258,8 @@ class OfferTools(Message, frozen=True, kw_only=True, tag="mcp.offer"):
     can_ask: bool = False
     """A client answers the servers' questions for the session (`SessionInfo.elicits`):
     only then is elicitation declared to them; False: they are not offered it."""
+    skills_dir: str = ""
+    """The session's skills directory: a server whose directory overlaps it is not offered."""
 
 
 class ToolOffer(Message, frozen=True, kw_only=True, tag="mcp.tool_offer"):

@@ -10,6 +10,7 @@ import shlex
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import mcp.types as mt
 import msgspec
@@ -57,6 +58,11 @@ from bastion.proto.mcp import (
     ToolOffer,
 )
 from bastion.shared.bus import Client, request
+from bastion.shared.dirchecks import (
+    check_apart_from_state,
+    check_not_showing_state,
+    check_skills_apart,
+)
 from bastion.shared.errors import BastionError, InvalidInput, Timeout, Unavailable
 from bastion.shared.secretcuts import SecretCuts
 from bastion.shared.service import RequestContext
@@ -97,6 +103,36 @@ def _check_spec(name: str, spec: McpServerSpec) -> None:
         )
 
 
+def _check_dirs(spec: McpServerSpec, state: str) -> None:
+    """A server's `--dir` and `--sandbox-read` pass the checks of a session's workspace and
+    read-only directories: none is, holds or lies inside the state dir (`state`)."""
+    state_dir = Path(state).expanduser()
+    if spec.directory is not None:
+        resolved = Path(spec.directory).expanduser().resolve()
+        check_apart_from_state(
+            "the MCP server's directory",
+            spec.directory,
+            resolved,
+            state_dir,
+            "give the server a directory apart from it",
+        )
+    for given in spec.read_only_dirs:
+        resolved = Path(given).expanduser().resolve()
+        check_not_showing_state("the read-only directory", given, resolved, state_dir)
+
+
+def _check_skills(name: str, spec: McpServerSpec, skills_dir: str) -> None:
+    """A session's skills dir and the server's directory are apart (the server could
+    change a skill unchecked, as a command could in the workspace)."""
+    if skills_dir and spec.directory is not None:
+        check_skills_apart(
+            skills_dir,
+            f"the directory of MCP server {name}",
+            Path(spec.directory).expanduser().resolve(),
+            "the server",
+        )
+
+
 def _verifier(record_fingerprint: str, spec: McpServerSpec) -> SignatureCheck | None:
     """The signature check of a server given a key, its key checked against the pin."""
     if spec.public_key_pem is None:
@@ -119,6 +155,7 @@ class Gateway:
         *,
         elicit_timeout_s: float,
         grant_ttl_s: float,
+        state_dir: str,
     ) -> None:
         self._client = client
         self._registry = registry
@@ -126,6 +163,7 @@ class Gateway:
         self._values = values
         self._elicit_timeout_s = elicit_timeout_s
         self._grant_ttl_s = grant_ttl_s
+        self._state_dir = state_dir
         self._can_ask: dict[str, bool] = {}
         self._samples: dict[tuple[str, str], int] = {}
         """Completions each server has had in each session (its own allowance)."""
@@ -277,6 +315,7 @@ class Gateway:
 
     async def add(self, ask: AddServer, _context: RequestContext) -> McpReview:
         _check_spec(ask.name, ask.spec)
+        _check_dirs(ask.spec, self._state_dir)
         fingerprint = ""
         if ask.spec.public_key_pem is not None:
             fingerprint = key_fingerprint(load_public_key(ask.spec.public_key_pem))
@@ -327,6 +366,7 @@ class Gateway:
         for name in dict.fromkeys(ask.servers):
             try:
                 record, _ = await self._registry.get(ask.tenant, name)
+                _check_skills(name, record.spec, ask.skills_dir)
                 verifier = _verifier(record.key_fingerprint, record.spec)
                 upstream = await self._session_upstream(record, ask.session_id)
                 live = await upstream.list_tools()

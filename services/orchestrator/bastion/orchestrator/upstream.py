@@ -21,17 +21,25 @@ async def offer_upstream(
     timeout_s: float,
     *,
     can_ask: bool = False,
+    skills_dir: str = "",
 ) -> tuple[tuple[ToolSpec, ...], tuple[str, ...]]:
     """The tools of `servers` the session may have, and what was withheld and why; with no
     mcp service answering, the session opens without them and is told so. `can_ask`: a
-    client answers the servers' questions (only then are they offered elicitation)."""
+    client answers the servers' questions (only then are they offered elicitation);
+    `skills_dir`: the session's, which no offered server's directory overlaps."""
     if not servers:
         return (), ()
     try:
         offer: ToolOffer = await request(
             client,
             subjects.MCP_OFFER,
-            OfferTools(tenant=tenant, session_id=session_id, servers=servers, can_ask=can_ask),
+            OfferTools(
+                tenant=tenant,
+                session_id=session_id,
+                servers=servers,
+                can_ask=can_ask,
+                skills_dir=skills_dir,
+            ),
             ToolOffer,
             timeout_s=timeout_s,
         )
