@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from bastion.proto._base import Identifier, Message, PathText, SessionId, Text
+from bastion.proto.policy import PolicyRequest
 
 __all__ = [
     "ApplyPatch",
@@ -159,6 +160,9 @@ class ListFiles(Message, frozen=True, kw_only=True, tag="file.list"):
     workspace: PathText
     path: PathText = "."
     tenant: Identifier = "default"
+    judge: PolicyRequest | None = None
+    """The call as the policy judged it: each path the answer would show is judged too, as
+    a read of it, and not shown if an operator policy refuses or asks (None: not judged)."""
 
 
 class FindFiles(Message, frozen=True, kw_only=True, tag="file.find"):
@@ -169,6 +173,9 @@ class FindFiles(Message, frozen=True, kw_only=True, tag="file.find"):
     pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
     path: PathText = "."
     tenant: Identifier = "default"
+    judge: PolicyRequest | None = None
+    """The call as the policy judged it: each path the answer would show is judged too, as
+    a read of it, and not shown if an operator policy refuses or asks (None: not judged)."""
 
 
 class SearchFiles(Message, frozen=True, kw_only=True, tag="file.search"):
@@ -183,6 +190,9 @@ class SearchFiles(Message, frozen=True, kw_only=True, tag="file.search"):
     case_insensitive: bool = False
     tenant: Identifier = "default"
     """Whose search it is: each tenant's searches have search workers of their own."""
+    judge: PolicyRequest | None = None
+    """The call as the policy judged it: each path the answer would show is judged too, as
+    a read of it, and not shown if an operator policy refuses or asks (None: not judged)."""
 
 
 FileRequest = ReadFile | WriteFile | EditFile | ApplyPatch | ListFiles | FindFiles | SearchFiles

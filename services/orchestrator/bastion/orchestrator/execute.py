@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import msgspec
 
+from bastion.orchestrator.taint import is_tainted
 from bastion.orchestrator.web import fetch_page, search_web
 from bastion.proto import subjects
+from bastion.proto.policy import PolicyRequest
 from bastion.proto.sandbox import (
     ApplyPatch,
     CodeCheck,
@@ -50,6 +54,13 @@ _FILE_REQUESTS: dict[type[msgspec.Struct], type[msgspec.Struct]] = {
     SearchFilesInput: SearchFiles,
 }
 """Each file tool's input and the `sandbox.files` request it becomes (same field names)."""
+_SHOWING_PATHS: tuple[type[msgspec.Struct], ...] = (
+    ListFilesInput,
+    FindFilesInput,
+    SearchFilesInput,
+)
+"""The tools whose answer names or shows other files than their target: the sandbox has
+each path they would show judged as a read (docs/policies.md)."""
 
 _SIGNAL_NAMES = {
     9: "SIGKILL",
@@ -108,6 +119,20 @@ def format_exec_result(result: ExecResult, wall_s: float | None = None) -> str:
         # A blank line first: what follows is Bastion's record, not the command's output.
         parts.append("\n" + result.connections)
     return "\n".join(parts)
+
+
+def _judge(session: SessionInfo, tool: str) -> PolicyRequest:
+    """The session as the policy judges it, for the paths a listing or search would show."""
+    return PolicyRequest(
+        session_id=session.session_id,
+        tenant=session.tenant,
+        agent=session.agent,
+        autonomy=session.autonomy,
+        tool=tool,
+        effect="read",
+        tainted=is_tainted(session, datetime.now(UTC)),
+        skill_approvals=session.skill_approvals,
+    )
 
 
 async def run_tool(
@@ -173,6 +198,8 @@ async def run_tool(
     if wire is None:
         raise AssertionError(f"no route for tool {tool}")
     fields = msgspec.structs.asdict(tool_input)
+    if isinstance(tool_input, _SHOWING_PATHS):
+        fields["judge"] = _judge(session, tool)
     answer: FileResult = await request(
         client,
         subjects.SANDBOX_FILES,

@@ -18,7 +18,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio.to_process
 import anyio.to_thread
@@ -55,7 +55,8 @@ from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
 from bastion.sandbox.egress import EgressClient
 from bastion.sandbox.files import read_file, write_file
-from bastion.sandbox.finding import find_files, search_files
+from bastion.sandbox.finding import find_candidates, find_files, search_candidates, search_files
+from bastion.sandbox.hiding import PathJudge
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.resolving import resolve_paths
 from bastion.sandbox.skillrun import script_command, skill_script
@@ -63,7 +64,7 @@ from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
 from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.usage import LEAST_FILE_BYTES, WorkspaceBound
-from bastion.sandbox.walking import list_files
+from bastion.sandbox.walking import list_candidates, list_files
 from bastion.sandbox.workspace import (
     check_skills_dir,
     checked_read_only_dirs,
@@ -100,10 +101,11 @@ from bastion.shared.version import VERSION
 
 __all__ = ["SandboxSettings", "Sandboxes", "output_cap", "redacted", "sandbox_service"]
 
+_Found = TypeVar("_Found")
+"""What a search's worker answers: its text, or the paths it would show."""
+
 _FILE_TOOLS: dict[type, Callable[[Path, Any], str]] = {
     ReadFile: read_file,
-    ListFiles: list_files,
-    FindFiles: find_files,
 }
 """Each reading file tool's function: it runs in a worker thread, on the checked workspace."""
 _WRITING_TOOLS: dict[type, Callable[..., str]] = {
@@ -217,6 +219,8 @@ class Sandboxes:
         max_payload: int = 1024 * 1024,
         leases: LeaseClient | None = None,
         egress: EgressClient | None = None,
+        *,
+        judge: PathJudge | None = None,
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
@@ -254,6 +258,7 @@ class Sandboxes:
         self._search_processes = anyio.CapacityLimiter(math.inf)
         self._leases = leases
         self._egress = egress
+        self._judge = judge
         self._egress_socket = (
             Path(settings.egress_socket).expanduser() if settings.egress_socket else None
         )
@@ -451,7 +456,14 @@ class Sandboxes:
                 grows = len(request.content.encode()) if isinstance(request, WriteFile) else 0
                 await anyio.to_thread.run_sync(self._bound.check_write, workspace, grows)
             if isinstance(request, SearchFiles):
-                text = await self._search(workspace, request)
+                hidden = await self._hidden(workspace, request)
+                text = await self._search(search_files, workspace, request, hidden)
+            elif isinstance(request, ListFiles):
+                hidden = await self._hidden(workspace, request)
+                text = await anyio.to_thread.run_sync(list_files, workspace, request, hidden)
+            elif isinstance(request, FindFiles):
+                hidden = await self._hidden(workspace, request)
+                text = await anyio.to_thread.run_sync(find_files, workspace, request, hidden)
             elif type(request) in _WRITING_TOOLS:
                 write = functools.partial(
                     _WRITING_TOOLS[type(request)], git_writable=self._git_writable
@@ -478,20 +490,39 @@ class Sandboxes:
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
         return await anyio.to_thread.run_sync(read_skill, skills_dir, request)
 
-    async def _search(self, workspace: Path, request: SearchFiles) -> str:
+    async def _hidden(
+        self, workspace: Path, request: ListFiles | FindFiles | SearchFiles
+    ) -> frozenset[str]:
+        """The paths the answer may not show: those the policy keeps from the session's
+        reads, of the paths it would show (none judged without a `judge`)."""
+        if request.judge is None or self._judge is None:
+            return frozenset()
+        candidates: list[str]
+        if isinstance(request, SearchFiles):
+            candidates = await self._search(search_candidates, workspace, request)
+        elif isinstance(request, ListFiles):
+            candidates = await anyio.to_thread.run_sync(list_candidates, workspace, request)
+        else:
+            candidates = await anyio.to_thread.run_sync(find_candidates, workspace, request)
+        return await self._judge.hidden(request.judge, candidates)
+
+    async def _search(
+        self, function: Callable[..., _Found], workspace: Path, request: SearchFiles, *args: Any
+    ) -> _Found:
         """A search in a worker process, killed at the deadline: a pattern with nested
         repetition can backtrack for ever, and a thread cannot be stopped, a process can.
         It runs in one of its tenant's own workers, so another tenant's never wait for it."""
         async with self._searches.slot(request.tenant):
             with anyio.move_on_after(self._search_timeout_s):
-                text: str = await anyio.to_process.run_sync(
-                    search_files,
+                found: _Found = await anyio.to_process.run_sync(
+                    function,
                     workspace,
                     request,
+                    *args,
                     cancellable=True,
                     limiter=self._search_processes,
                 )
-                return text
+                return found
         raise InvalidInput(
             f"the search did not finish within {self._search_timeout_s:g} s and was stopped: "
             "a pattern with nested repetition such as (a+)+ can take for ever; simplify it, "
@@ -557,7 +588,10 @@ class Sandboxes:
 async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIterator[Service]:
     leases = LeaseClient(client, lease_key(settings.sandbox_key_file), settings.request_timeout_s)
     egress = EgressClient(client, settings.request_timeout_s)
-    sandboxes = Sandboxes(settings, max_payload=client.max_payload, leases=leases, egress=egress)
+    judge = PathJudge(client, settings.request_timeout_s)
+    sandboxes = Sandboxes(
+        settings, max_payload=client.max_payload, leases=leases, egress=egress, judge=judge
+    )
     await sandboxes.sweep()
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."
