@@ -24,6 +24,7 @@ from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.mcp import (
     AddServer,
+    EffectOverride,
     ListServers,
     McpReview,
     McpServerSpec,
@@ -50,6 +51,7 @@ from tests.services.mcp_upstream_helpers import (
     serving_http,
     stdio_spec,
 )
+from tests.services.test_approvals import answer, pending
 from tests.services.test_orchestrator import call, open_session
 from tests.services.vaulthelp import add as add_secret
 from tests.services.vaulthelp import key_file, vault_settings
@@ -351,6 +353,29 @@ async def test_a_servers_directory_overlapping_the_sessions_skills_dir_is_not_of
     assert notice.startswith("MCP server notes is not offered: the skills directory")
     assert f"and the directory of MCP server notes {notes_dir.resolve()} overlap" in notice
     assert "give a skills directory apart from the directory of MCP server notes" in notice
+
+
+async def test_a_spend_tool_is_asked_every_time_and_cannot_be_approved_always(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    spend = notes_spec(
+        owned(tmp_path / "notes"), effects=(EffectOverride(tool="add_note", effect="spend"),)
+    )
+    async with plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "notes", spend)
+        sid = (await open_session(client, autonomy="L5", mcp=["notes"])).session_id
+        await call(client, sid, "notes_add_note", name="pay", text="one")
+        [first] = (await pending(client, sid)).approvals
+        with pytest.raises(RemoteError) as always:
+            await answer(client, first.request_id, approve=True, always=True)
+        once = await answer(client, first.request_id, approve=True)
+        await call(client, sid, "notes_add_note", name="pay", text="two")
+        [second] = (await pending(client, sid)).approvals
+    assert always.value.code == "invalid_input"
+    assert "a person approves every payment" in always.value.message
+    assert "approve this one once" in always.value.message
+    assert isinstance(once.result, ToolOutput), once.result
+    assert second.request_id != first.request_id and second.tool == "notes_add_note"
 
 
 async def test_a_server_dying_mid_call_leaves_the_call_uncertain_and_never_repeats_it(
