@@ -330,29 +330,44 @@ async def test_a_servers_directories_may_not_hold_or_lie_inside_the_state_dir(
     assert listed.servers == ()  # nothing was registered
 
 
+@pytest.mark.parametrize("field", ["directory", "read_only_dirs"])
 async def test_a_servers_directory_overlapping_the_sessions_skills_dir_is_not_offered(
-    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    field: str,
 ) -> None:
     notes_dir = owned(tmp_path / "notes")
-    skills = notes_dir / "skills"
+    shown_dir = tmp_path / "shown"
+    shown_dir.mkdir()
+    overlapped = notes_dir if field == "directory" else shown_dir
+    skills = overlapped / "skills"
     skills.mkdir()
+    spec = notes_spec(notes_dir)
+    spec = msgspec.structs.replace(spec, read_only_dirs=(*spec.read_only_dirs, str(shown_dir)))
     work = owned(tmp_path / "work")
     sandbox = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"))
     async with (
         plane(run_service, bus_settings, tmp_path / "state"),
         run_service(sandbox_service, sandbox),
     ):
-        await add(client, "notes", notes_spec(notes_dir))
+        await add(client, "notes", spec)
         apart = await open_session(client, autonomy="L3", mcp=["notes"])
         overlapping = await open_session(
             client, autonomy="L3", workspace=str(work), skills_dir=str(skills), mcp=["notes"]
         )
+    what = (
+        "the directory of MCP server notes"
+        if field == "directory"
+        else "a read-only directory of MCP server notes"
+    )
     assert any(t.server == "notes" for t in apart.tools)
     assert not any(t.server == "notes" for t in overlapping.tools)
     [notice] = overlapping.notices
     assert notice.startswith("MCP server notes is not offered: the skills directory")
-    assert f"and the directory of MCP server notes {notes_dir.resolve()} overlap" in notice
-    assert "give a skills directory apart from the directory of MCP server notes" in notice
+    assert f"and {what} {overlapped.resolve()} overlap" in notice
+    assert f"give a skills directory apart from {what}" in notice
 
 
 async def test_a_spend_tool_is_asked_every_time_and_cannot_be_approved_always(

@@ -73,10 +73,10 @@ def check_not_showing_state(what: str, given: str, resolved: Path, state_dir: Pa
         )
 
 
-def check_skills_apart(skills_dir: str, what: str, other: Path, who: str) -> None:
+def check_skills_apart(skills_dir: str, what: str, other: Path, because: str) -> None:
     """Refuse a skills directory that overlaps `other` (called `what`, such as "the
-    workspace"): `who` works there ("a command") and could rewrite a skill unchecked, or
-    grant itself what one declares.
+    workspace"); `because` says what could go wrong ("a command could change a skill
+    unchecked").
 
     Raises:
         InvalidInput: the overlap, and what to give instead.
@@ -84,6 +84,5 @@ def check_skills_apart(skills_dir: str, what: str, other: Path, who: str) -> Non
     if overlaps(Path(skills_dir).resolve(), other):
         raise InvalidInput(
             f"the skills directory {shown(skills_dir)} and {what} {shown(str(other))} "
-            f"overlap, so {who} could change a skill unchecked: give a skills directory "
-            f"apart from {what}"
+            f"overlap, so {because}: give a skills directory apart from {what}"
         )

@@ -122,14 +122,24 @@ def _check_dirs(spec: McpServerSpec, state: str) -> None:
 
 
 def _check_skills(name: str, spec: McpServerSpec, skills_dir: str) -> None:
-    """A session's skills dir and the server's directory are apart (the server could
-    change a skill unchecked, as a command could in the workspace)."""
-    if skills_dir and spec.directory is not None:
+    """A session's skills dir is apart from the server's directory (the server could
+    change a skill unchecked, as a command could in the workspace) and its read-only ones
+    (the skills are read through the sandbox service alone)."""
+    if not skills_dir:
+        return
+    if spec.directory is not None:
         check_skills_apart(
             skills_dir,
             f"the directory of MCP server {name}",
             Path(spec.directory).expanduser().resolve(),
-            "the server",
+            "the server could change a skill unchecked",
+        )
+    for given in spec.read_only_dirs:
+        check_skills_apart(
+            skills_dir,
+            f"a read-only directory of MCP server {name}",
+            Path(given).expanduser().resolve(),
+            "the server would be shown the skills, which only the sandbox service reads",
         )
 
 

@@ -95,4 +95,6 @@ def check_skills_dir(skills_dir: str, workspace: Path) -> None:
     Raises:
         InvalidInput: the overlap, and what to give instead.
     """
-    check_skills_apart(skills_dir, "the workspace", workspace, "a command")
+    check_skills_apart(
+        skills_dir, "the workspace", workspace, "a command could change a skill unchecked"
+    )
