@@ -72,8 +72,22 @@ def _copy_roots(service: str, into: Path) -> None:
         shutil.copytree(REPO / root / "bastion", into / root / "bastion", ignore=ignore)
 
 
+SOURCE_ONLY = ("nkeys",)
+"""Distributions PyPI has as a source archive only (pure Python): each is built here into a
+wheel that runs anywhere, then found beside the downloaded ones."""
+
+
 def _fetch_wheels(requirement: list[str], into: Path) -> None:
     """Binary wheels for the image's Python and this machine's architecture."""
+    from_source = [
+        r for r in requirement if re.split(r"[\[<>=~!; ]", r, maxsplit=1)[0] in SOURCE_ONLY
+    ]
+    if from_source:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+             "--wheel-dir", str(into), *from_source],
+            check=True,
+        )  # fmt: skip
     arch = platform.machine()
     # pip takes each --platform literally: name every manylinux level the base can run.
     platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(17, GLIBC_MINOR + 1)]
@@ -82,7 +96,7 @@ def _fetch_wheels(requirement: list[str], into: Path) -> None:
         [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
          "--python-version", PYTHON_VERSION, "--implementation", "cp",
          *(f"--platform={name}" for name in platforms),
-         "--dest", str(into), *requirement],
+         "--find-links", str(into), "--dest", str(into), *requirement],
         check=True,
     )  # fmt: skip
 

@@ -46,6 +46,14 @@ def sandboxed_python(script: Path, *args: str) -> tuple[str, ...]:
     return ("/usr/bin/python3", "-I", "-c", _WITH_THIS_VENV, packages, str(script), *args)
 
 
+def apart(tmp_path: Path) -> Path:
+    """A directory for a server beside, not around, the test's state dir (`tmp_path/state`):
+    a server's directory may not hold the state dir."""
+    directory = tmp_path / "server"
+    directory.mkdir(exist_ok=True)
+    return directory
+
+
 def stdio_spec(
     script: Path, directory: Path, *args: str, sandbox: str = "none", env: tuple[str, ...] = ()
 ) -> McpServerSpec:

@@ -11,7 +11,11 @@ __all__ = ["skill_session"]
 
 
 async def skill_session(
-    client: Client, workspace: Path, skills_dir: Path, autonomy: str = "L3"
+    client: Client,
+    workspace: Path,
+    skills_dir: Path,
+    autonomy: str = "L3",
+    network: str = "none",
 ) -> str:
     """Open a shell session on `workspace` offered `skills_dir`'s skills; its id."""
     info = await open_session(
@@ -20,6 +24,7 @@ async def skill_session(
         skills_dir=str(skills_dir),
         shell=True,
         autonomy=autonomy,
+        network=network,
     )
     assert {"skill_run", "skill_write"} <= {t.name for t in info.tools}
     return info.session_id

@@ -7,7 +7,7 @@ SDK's SSE server), all on 127.0.0.1.
 huge: answers 10 MiB. garbage: writes a line that is not JSON-RPC. die: exits mid-call.
 sleep: never answers in time. environ: shows its environment. noisy: writes a secret to
 standard error. ask_password / ask_in_message / ask_colour: ask a question (elicitation)
-during the call.
+during the call. capabilities: says what the client declared it can answer.
 shift: changes the description of the tool target while the server runs (a rug pull
 between list and call).
 """
@@ -114,6 +114,14 @@ async def sample(ctx: Context) -> str:
     except MCPError as error:
         return f"refused: {error.error.message}"
     return f"model said: {result.content.text if isinstance(result.content, TextContent) else '?'}"
+
+
+@server.tool(description="Say which questions the client declared it can answer.")
+def capabilities(ctx: Context) -> str:
+    declared = ctx.request_context.session.client_capabilities
+    elicits = declared is not None and declared.elicitation is not None
+    samples = declared is not None and declared.sampling is not None
+    return f"elicitation {'yes' if elicits else 'no'}, sampling {'yes' if samples else 'no'}"
 
 
 @server.tool(description="Ask seven questions in one call.")

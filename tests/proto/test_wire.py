@@ -215,6 +215,18 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     ),
     policy.RuleCheck: policy.RuleCheck(tool="shell", target="git log -1", rule="Bash(git:*)"),
     policy.RuleChecked: policy.RuleChecked(rule="Bash(git:*)", problem="not a rule"),
+    policy.PathsCheck: policy.PathsCheck(
+        call=policy.PolicyRequest(
+            session_id="0123456789abcdef",
+            tenant="default",
+            agent="coder",
+            autonomy="L3",
+            tool="search_files",
+            effect="read",
+        ),
+        paths=("notes/todo.txt", "secrets/deploy.txt"),
+    ),
+    policy.PathsChecked: policy.PathsChecked(hidden=("secrets/deploy.txt",)),
     approvals.ParkedCall: PARKED,
     approvals.ApprovalQuery: approvals.ApprovalQuery(
         session_id=SID, tenant="acme", every_state=True
@@ -579,6 +591,8 @@ TAGS: dict[type[msgspec.Struct], str] = {
     policy.PolicyStatus: "policy.status",
     policy.RuleCheck: "policy.rule_check",
     policy.RuleChecked: "policy.rule_checked",
+    policy.PathsCheck: "policy.check_paths",
+    policy.PathsChecked: "policy.paths_checked",
     approvals.ParkedCall: "approval.parked",
     approvals.ApprovalQuery: "approval.query",
     approvals.ApprovalList: "approval.list",

@@ -7,6 +7,7 @@ cargo, go, tsc and jest print is covered by the parsers' own tests below.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
@@ -15,8 +16,9 @@ import pytest
 
 from bastion.proto import errors as codes
 from bastion.proto import subjects
-from bastion.proto.sandbox import CodeCheck, CodeReport, Limits
+from bastion.proto.sandbox import CodeCheck, CodeReport, ExecResult, Limits
 from bastion.sandbox.checkparse import problems, tally_tests
+from bastion.sandbox.codecheck import Runner, check_code
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
@@ -188,3 +190,50 @@ def test_test_counts_reads_pytest_cargo_go_and_jest_summaries() -> None:
         "go": (1, 1, ["TestB"]),
         "jest": (3, 1, ["math › adds"]),
     }
+
+
+# --- cargo's --offline ------------------------------------------------------------------
+
+
+def shell_with_a_cargo_that_prints_its_arguments(tmp_path: Path, workspace: Path) -> Runner:
+    """Runs each command as the sandbox's `/bin/sh -c` would, with a `cargo` on PATH that
+    prints how it was called (this machine's sandbox has no cargo to call)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    cargo = bin_dir / "cargo"
+    cargo.write_text('#!/bin/sh\necho "cargo called with: $*"\nexit 1\n')
+    cargo.chmod(0o755)
+
+    async def run(command: str) -> ExecResult:
+        done = await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            command,
+            cwd=workspace,
+            env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await done.communicate()
+        return ExecResult(exit_status=done.returncode or 0, ended="exited", stdout=out.decode())
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("network", "offline"), [("none", True), ("declared", True), ("host", False)]
+)
+@pytest.mark.parametrize("what", ["diagnostics", "tests"])
+async def test_cargo_runs_offline_whenever_commands_have_no_network(
+    tmp_path: Path,
+    workspace: Path,
+    network: str,
+    offline: bool,
+    what: Literal["diagnostics", "tests"],
+) -> None:
+    (workspace / "Cargo.toml").write_text('[package]\nname = "x"\nversion = "0.1.0"\n')
+    request = CodeCheck(session_id=SESSION, workspace=str(workspace), what=what, network=network)
+    run = shell_with_a_cargo_that_prints_its_arguments(tmp_path, workspace)
+    label, text = await check_code(workspace, request, run)
+    assert label == ("cargo check" if what == "diagnostics" else "cargo test")
+    called = next(line for line in text.splitlines() if line.startswith("cargo called with:"))
+    assert ("--offline" in called.split()) == offline

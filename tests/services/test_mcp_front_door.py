@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 import httpx2
+import mcp.client.session
 import msgspec
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -71,6 +72,29 @@ async def test_an_agent_with_a_token_lists_its_tools_and_runs_shell_and_write_fi
     assert not wrote.is_error and text_of(wrote) == "wrote 7 bytes to hello.txt"
     assert not ran.is_error and "hi MCP" in text_of(ran)
     assert (workspace / "hello.txt").read_text() == "hi MCP\n"
+
+
+@pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "2025-06-18"])
+async def test_a_client_asking_for_an_older_protocol_gets_it_and_lists_and_calls_tools(
+    client: Bus,
+    plane_of: Plane,
+    door_of: DoorOf,
+    workspace: Path,
+    version: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The SDK's client always asks for its newest handshake version; an older client asks
+    # for its own, as this one now does.
+    monkeypatch.setattr(mcp.client.session, "LATEST_HANDSHAKE_VERSION", version)
+    async with plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L3", shell=True)
+        async with mcp_client(url, token, "legacy") as mcp_session:
+            listed = await mcp_session.list_tools()
+            ran = await mcp_session.call_tool("shell", {"command": "echo older"})
+            negotiated = mcp_session.protocol_version
+    assert negotiated == version
+    assert {"shell", "write_file", "read_file"} <= {t.name for t in listed.tools}
+    assert not ran.is_error and "older" in text_of(ran)
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -22,21 +22,31 @@ from bastion.policy.service import policy_service
 from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.mcp import AddServer, McpReview, McpServerSpec
+from bastion.proto.mcp import (
+    AddServer,
+    EffectOverride,
+    ListServers,
+    McpReview,
+    McpServerSpec,
+    ServerList,
+)
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
+from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.keyfiles import read_x25519_key
 from bastion.shared.sealing import public_bytes
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
+from tests.helpers.approvals import answer, pending
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.mcp_gateway import add, mcp_plane, output_text, review
 from tests.helpers.mcp_upstream import (
     NOTES,
     PYTHON_DIRS,
     SERVERS,
+    apart,
     sandboxed_python,
     serving_http,
     stdio_spec,
@@ -193,7 +203,7 @@ async def test_a_tool_changed_after_the_session_started_is_not_called(
     """The pin is checked again at call time, on the live connection: a server that changes
     a tool between tools/list and tools/call does not get the call."""
     async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
-        await add(client, "shifty", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        await add(client, "shifty", stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)))
         session = await open_session(client, autonomy="L5", mcp=["shifty"])
         before = await call(client, session.session_id, "shifty_target", text="a")
         await call(client, session.session_id, "shifty_shift")
@@ -244,11 +254,110 @@ async def test_a_server_without_its_command_or_url_is_refused_with_what_to_give(
     assert ("-- CMD" if field == "command" else "--url URL") in refused.value.message
 
 
+@pytest.mark.parametrize(
+    ("field", "where", "words"),
+    [
+        ("directory", "state", "the MCP server's directory {given} is Bastion's state directory"),
+        ("directory", "state/sessions", "lies inside Bastion's state directory"),
+        ("directory", ".", "contains Bastion's state directory"),
+        ("read_only_dirs", "state", "the read-only directory {given} would show Bastion's state"),
+        ("read_only_dirs", ".", "would show Bastion's state directory"),
+        ("read_only_dirs", "state/sessions", "would show Bastion's state directory"),
+    ],
+)
+async def test_a_servers_directories_may_not_hold_or_lie_inside_the_state_dir(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    field: str,
+    where: str,
+    words: str,
+) -> None:
+    (tmp_path / "state" / "sessions").mkdir(parents=True)
+    given = str((tmp_path / where).resolve())
+    spec = notes_spec(owned(tmp_path / "notes"))
+    bad = msgspec.structs.replace(
+        spec, **({"directory": given} if field == "directory" else {"read_only_dirs": (given,)})
+    )
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
+        with pytest.raises(RemoteError) as refused:
+            await add(client, "notes", bad)
+        listed = await request(client, subjects.MCP_LIST, ListServers(), ServerList, timeout_s=10)
+    assert refused.value.code == "invalid_input"
+    assert words.format(given=given) in refused.value.message
+    assert "which holds sessions and secrets" in refused.value.message
+    assert listed.servers == ()  # nothing was registered
+
+
+@pytest.mark.parametrize("field", ["directory", "read_only_dirs"])
+async def test_a_servers_directory_overlapping_the_sessions_skills_dir_is_not_offered(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    field: str,
+) -> None:
+    notes_dir = owned(tmp_path / "notes")
+    shown_dir = tmp_path / "shown"
+    shown_dir.mkdir()
+    overlapped = notes_dir if field == "directory" else shown_dir
+    skills = overlapped / "skills"
+    skills.mkdir()
+    spec = notes_spec(notes_dir)
+    spec = msgspec.structs.replace(spec, read_only_dirs=(*spec.read_only_dirs, str(shown_dir)))
+    work = owned(tmp_path / "work")
+    sandbox = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"))
+    async with (
+        mcp_plane(run_service, bus_settings, tmp_path / "state"),
+        run_service(sandbox_service, sandbox),
+    ):
+        await add(client, "notes", spec)
+        apart = await open_session(client, autonomy="L3", mcp=["notes"])
+        overlapping = await open_session(
+            client, autonomy="L3", workspace=str(work), skills_dir=str(skills), mcp=["notes"]
+        )
+    what = (
+        "the directory of MCP server notes"
+        if field == "directory"
+        else "a read-only directory of MCP server notes"
+    )
+    assert any(t.server == "notes" for t in apart.tools)
+    assert not any(t.server == "notes" for t in overlapping.tools)
+    [notice] = overlapping.notices
+    assert notice.startswith("MCP server notes is not offered: the skills directory")
+    assert f"and {what} {overlapped.resolve()} overlap" in notice
+    assert f"give a skills directory apart from {what}" in notice
+
+
+async def test_a_spend_tool_is_asked_every_time_and_cannot_be_approved_always(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    spend = notes_spec(
+        owned(tmp_path / "notes"), effects=(EffectOverride(tool="add_note", effect="spend"),)
+    )
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "notes", spend)
+        sid = (await open_session(client, autonomy="L5", mcp=["notes"])).session_id
+        await call(client, sid, "notes_add_note", name="pay", text="one")
+        [first] = (await pending(client, sid)).approvals
+        with pytest.raises(RemoteError) as always:
+            await answer(client, first.request_id, approve=True, always=True)
+        once = await answer(client, first.request_id, approve=True)
+        await call(client, sid, "notes_add_note", name="pay", text="two")
+        [second] = (await pending(client, sid)).approvals
+    assert always.value.code == "invalid_input"
+    assert "a person approves every payment" in always.value.message
+    assert "approve this one once" in always.value.message
+    assert isinstance(once.result, ToolOutput), once.result
+    assert second.request_id != first.request_id and second.tool == "notes_add_note"
+
+
 async def test_a_server_dying_mid_call_leaves_the_call_uncertain_and_never_repeats_it(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
     async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
-        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)))
         session = await open_session(client, autonomy="L5", mcp=["bad"])
         died = await call(client, session.session_id, "bad_die")
         again = await call(client, session.session_id, "bad_die")
@@ -274,7 +383,7 @@ async def test_an_oversized_or_malformed_answer_is_a_bounded_clear_error_and_the
     said: str,
 ) -> None:
     async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
-        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)))
         session = await open_session(client, autonomy="L5", mcp=["bad"])
         first = await call(client, session.session_id, "bad_environ")
         broken = await call(client, session.session_id, f"bad_{tool}")
@@ -300,7 +409,7 @@ async def test_a_server_gets_its_variables_from_the_vault_and_never_shows_them_t
     monkeypatch.setenv("FROM_SERVICE_ENV", "a-value-from-the-environment")
     monkeypatch.setenv("NOT_NAMED", "never given")
     spec = msgspec.structs.replace(
-        stdio_spec(SERVERS / "misbehaving.py", tmp_path),
+        stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)),
         env=("NOTES_TOKEN", "FROM_SERVICE_ENV"),
     )
     mcp_settings = McpSettings(
@@ -348,7 +457,7 @@ async def test_a_value_of_the_tenants_never_given_to_the_server_is_cut_from_its_
         run_service(mcp_service, mcp_settings),
     ):
         await add_secret(client, "DEPLOY_TOKEN", value.encode())
-        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        await add(client, "bad", stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)))
         session = await open_session(client, autonomy="L5", mcp=["bad"])
         shown = output_text(await call(client, session.session_id, "bad_target", text=value))
     assert shown == "kept [secret DEPLOY_TOKEN]"
@@ -358,7 +467,7 @@ async def test_a_variable_with_no_value_anywhere_is_refused_saying_where_to_put_
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
     spec = msgspec.structs.replace(
-        stdio_spec(SERVERS / "misbehaving.py", tmp_path), env=("NOWHERE_TOKEN",)
+        stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)), env=("NOWHERE_TOKEN",)
     )
     master = key_file(tmp_path)
     async with (

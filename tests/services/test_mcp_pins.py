@@ -120,6 +120,14 @@ def test_effects_follow_the_hints_with_the_protocol_default_of_an_open_world() -
     assert not taints(tool())
 
 
+def test_a_tool_that_says_it_reaches_an_open_world_is_external_even_if_it_only_reads() -> None:
+    both = tool(annotations={"readOnlyHint": True, "openWorldHint": True})
+    assert effect_of(both, ()) == "external"
+    assert taints(both)
+    closed = tool(annotations={"readOnlyHint": True, "openWorldHint": False})
+    assert effect_of(closed, ()) == "read"
+
+
 def test_an_operators_override_comes_before_what_the_tool_says() -> None:
     overrides = (EffectOverride(tool="add_note", effect="spend"),)
     assert effect_of(tool(annotations={"readOnlyHint": True}), overrides) == "spend"

@@ -13,7 +13,7 @@ from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.mcp_gateway import add, mcp_plane, output_text, review
-from tests.helpers.mcp_upstream import SERVERS, stdio_spec
+from tests.helpers.mcp_upstream import SERVERS, apart, stdio_spec
 from tests.helpers.session import call, open_session
 
 
@@ -75,7 +75,8 @@ async def test_a_server_with_a_key_that_signs_nothing_has_nothing_pinned(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     spec = msgspec.structs.replace(
-        stdio_spec(SERVERS / "misbehaving.py", tmp_path), public_key_pem=signing_key(elsewhere)
+        stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)),
+        public_key_pem=signing_key(elsewhere),
     )
     async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
         added = await add(client, "plain", spec)

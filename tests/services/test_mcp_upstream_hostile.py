@@ -18,6 +18,7 @@ from bastion.mcp.gateway.upstream import (
     UpstreamHandlers,
     UpstreamLimits,
     UpstreamNoAnswer,
+    UpstreamRefused,
     UpstreamUnreachable,
     asks_for_secret,
     open_upstream,
@@ -265,11 +266,14 @@ async def test_an_answer_the_protocol_cannot_carry_is_sent_on_as_a_decline(
     assert _text(colour) == "colour: decline"
 
 
-async def test_with_no_one_to_ask_a_question_is_declined(tmp_path: Path) -> None:
+async def test_with_no_one_to_ask_the_server_is_not_offered_elicitation(tmp_path: Path) -> None:
     spec = stdio_spec(MISBEHAVING, tmp_path)
     async with open_upstream(spec, server="bad", values={}, prefer_protocol="2025-11-25") as bad:
-        colour = await bad.call_tool("ask_colour", {}, timeout_s=10)
-    assert _text(colour) == "colour: decline"
+        declared = await bad.call_tool("capabilities", {}, timeout_s=10)
+        with pytest.raises(UpstreamRefused) as asked_anyway:
+            await bad.call_tool("ask_colour", {}, timeout_s=10)
+    assert _text(declared).startswith("elicitation no,")
+    assert "Elicitation not supported" in asked_anyway.value.message
 
 
 async def test_sampling_is_relayed_to_its_handler_and_refused_without_one(

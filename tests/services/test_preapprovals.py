@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bastion.policy.decide import coverage
+from bastion.policy.decide import coverage, decide
 from bastion.policy.preapproval import InvalidPreApproval, covers, exact_rule, parse_rule
 from bastion.policy.rulecheck import check_rule
-from bastion.proto.policy import PolicyRequest, PreApproval, RuleCheck
+from bastion.proto.policy import Autonomy, PolicyRequest, PreApproval, RuleCheck
 
 
 def covered(rule: str, tool: str, target: str) -> bool:
@@ -256,3 +256,43 @@ def test_a_persons_rule_is_checked_to_cover_the_call_it_approves() -> None:
 def test_websearch_stands_for_web_search() -> None:
     assert covered("WebSearch", "web_search", "")
     assert not covered("WebSearch", "fetch_url", "docs.rs")
+
+
+@pytest.mark.parametrize(
+    "approval",
+    [
+        PreApproval(rule="ledger_pay", source="skill billing"),
+        PreApproval(rule="ledger_pay", source="always (cli:tester)"),
+    ],
+)
+@pytest.mark.parametrize("autonomy", ["L3", "L4", "L5"])
+def test_a_spend_call_is_asked_wherever_the_level_asks_whatever_a_rule_says(
+    approval: PreApproval, autonomy: Autonomy
+) -> None:
+    spend = PolicyRequest(
+        session_id="0123456789abcdef",
+        tenant="default",
+        agent="tester",
+        autonomy=autonomy,
+        tool="ledger_pay",
+        effect="spend",
+        pre_approvals=(approval,),
+    )
+    decided = decide(spend)
+    assert decided.outcome == "ask"
+    assert decided.approved_by == ""
+    assert "spends money" in decided.reason
+    assert f"{approval.source} pre-approves it (ledger_pay)" in decided.reason
+    assert "a person approves every payment" in decided.reason
+
+
+def test_a_spend_call_runs_without_asking_only_where_the_level_runs_it() -> None:
+    spend = PolicyRequest(
+        session_id="0123456789abcdef",
+        tenant="default",
+        agent="tester",
+        autonomy="L6",
+        tool="ledger_pay",
+        effect="spend",
+    )
+    assert decide(spend).outcome == "allow"

@@ -155,11 +155,11 @@ async def test_a_skill_declaring_network_asks_for_the_declared_network_and_taint
 
     async with plane_with_vault():
         await client.subscribe(subjects.SANDBOX_SKILL_RUN, cb=record)
-        sid = await skill_session(client, workspace, skills_dir, autonomy="L5")
+        sid = await skill_session(client, workspace, skills_dir, autonomy="L5", network="declared")
         ran = await call(client, sid, "skill_run", name="online", script="scripts/hello.sh")
         plain = await call(client, sid, "skill_run", name="plain", script="scripts/hello.sh")
         info = await session_of(client, sid)
-        l3 = await skill_session(client, workspace, skills_dir, autonomy="L3")
+        l3 = await skill_session(client, workspace, skills_dir, autonomy="L3", network="declared")
         refused = await call(client, l3, "skill_run", name="online", script="scripts/hello.sh")
     assert len(seen) == 2, (ran, plain)
     online, offline = seen[0].exec, seen[1].exec
@@ -172,6 +172,29 @@ async def test_a_skill_declaring_network_asks_for_the_declared_network_and_taint
     assert info.tainted_until is not None
     assert isinstance(plain, ToolOutput) and plain.effect == "write"
     assert isinstance(refused, ErrorReply) and refused.code == "denied"
+
+
+async def test_a_skill_declaring_network_gets_none_in_a_session_without_network(
+    client: Client, plane_with_vault: Plane, workspace: Path, skills_dir: Path
+) -> None:
+    """`--network none` is no network for every command, a skill's script included: what it
+    declares is granted only where the session's sandbox has a network."""
+    seen: list[RunSkill] = []
+
+    async def record(msg: Msg) -> None:
+        seen.append(decode(msg.data, RunSkill))
+
+    async with plane_with_vault():
+        await client.subscribe(subjects.SANDBOX_SKILL_RUN, cb=record)
+        sid = await skill_session(client, workspace, skills_dir, autonomy="L3", network="none")
+        ran = await call(client, sid, "skill_run", name="online", script="scripts/hello.sh")
+        info = await session_of(client, sid)
+    assert len(seen) == 1, ran
+    assert seen[0].exec.network == "none" and seen[0].exec.declared_hosts == ()
+    # It reached nothing outside, so it is a write (run at L3) and taints nothing.
+    assert isinstance(ran, ToolOutput) and ran.effect == "write", ran
+    assert ran.text.startswith("exit status 0"), ran.text
+    assert info.tainted_until is None
 
 
 async def test_nothing_the_agent_left_in_the_workspace_runs_beside_a_skills_secrets(

@@ -255,6 +255,11 @@ class OfferTools(Message, frozen=True, kw_only=True, tag="mcp.offer"):
     tenant: str
     session_id: SessionId
     servers: tuple[str, ...]
+    can_ask: bool = False
+    """A client answers the servers' questions for the session (`SessionInfo.elicits`):
+    only then is elicitation declared to them; False: they are not offered it."""
+    skills_dir: str = ""
+    """The session's skills directory: a server whose directory overlaps it is not offered."""
 
 
 class ToolOffer(Message, frozen=True, kw_only=True, tag="mcp.tool_offer"):
@@ -276,8 +281,8 @@ class McpCall(Message, frozen=True, kw_only=True, tag="mcp.call"):
     digest: str = ""
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
     can_ask: bool = False
-    """Someone can answer the server's questions for this session (elicitation is relayed
-    on `mcp.elicit.<session>`); False: they are declined."""
+    """A client answers the server's questions for this session (`SessionInfo.elicits`:
+    elicitation is relayed on `mcp.elicit.<session>`); False: they are declined."""
 
 
 class McpCallResult(Message, frozen=True, kw_only=True, tag="mcp.call_result"):

@@ -11,12 +11,15 @@ from bastion.proto._base import Message, SessionId
 
 __all__ = [
     "AUTONOMY_LEVELS",
+    "MAX_CHECKED_PATHS",
     "MAX_PATHS",
     "MAX_TARGET",
     "SKILL_SOURCE_PREFIX",
     "Autonomy",
     "Effect",
     "Outcome",
+    "PathsCheck",
+    "PathsChecked",
     "PolicyDecision",
     "PolicyRequest",
     "PolicyStatus",
@@ -164,3 +167,23 @@ class RuleChecked(Message, frozen=True, kw_only=True, tag="policy.rule_checked")
 
     rule: str = ""
     problem: str = ""
+
+
+MAX_CHECKED_PATHS: Final = 500
+"""How many paths one `PathsCheck` judges; a longer listing is judged in several."""
+
+
+class PathsCheck(Message, frozen=True, kw_only=True, tag="policy.check_paths"):
+    """Which of `paths` (workspace paths a listing or search of the session would show)
+    the operator policies keep from it: each is judged as a `read_file` of it by the
+    session of `call` (the call that lists or searches), since a search that shows a file
+    reads it, and a listing that names it tells it is there."""
+
+    call: PolicyRequest
+    paths: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_CHECKED_PATHS)]
+
+
+class PathsChecked(Message, frozen=True, kw_only=True, tag="policy.paths_checked"):
+    """The paths an operator policy refuses or asks about as a read: not to be shown."""
+
+    hidden: tuple[str, ...] = ()

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from bastion.proto._base import Identifier, Message, PathText, SessionId, Text
+from bastion.proto.policy import PolicyRequest
 from bastion.proto.toolinput import (
     ApplyPatchInput,
     EditFileInput,
@@ -160,18 +161,27 @@ class ListFiles(_FileCall, frozen=True, kw_only=True, tag="file.list"):
     """The entries of one workspace directory."""
 
     input: ListFilesInput
+    judge: PolicyRequest | None = None
+    """The call as the policy judged it: each path the answer would show is judged too, as
+    a read of it, and not shown if an operator policy refuses or asks (None: not judged)."""
 
 
 class FindFiles(_FileCall, frozen=True, kw_only=True, tag="file.find"):
     """Workspace files whose path matches a glob (`**`, `{a,b}`), under `path`."""
 
     input: FindFilesInput
+    judge: PolicyRequest | None = None
+    """The call as the policy judged it: each path the answer would show is judged too, as
+    a read of it, and not shown if an operator policy refuses or asks (None: not judged)."""
 
 
 class SearchFiles(_FileCall, frozen=True, kw_only=True, tag="file.search"):
     """Lines of workspace files matching a regular expression, with lines around each."""
 
     input: SearchFilesInput
+    judge: PolicyRequest | None = None
+    """The call as the policy judged it: each path the answer would show is judged too, as
+    a read of it, and not shown if an operator policy refuses or asks (None: not judged)."""
 
 
 FileRequest = ReadFile | WriteFile | EditFile | ApplyPatch | ListFiles | FindFiles | SearchFiles

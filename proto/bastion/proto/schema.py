@@ -38,6 +38,8 @@ MESSAGES: dict[str, Any] = {
     "PolicyStatus": policy.PolicyStatus,
     "RuleCheck": policy.RuleCheck,
     "RuleChecked": policy.RuleChecked,
+    "PathsCheck": policy.PathsCheck,
+    "PathsChecked": policy.PathsChecked,
     "ApprovalQuery": approvals.ApprovalQuery,
     "ApprovalList": approvals.ApprovalList,
     "ApprovalAnswer": approvals.ApprovalAnswer,

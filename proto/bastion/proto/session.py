@@ -86,6 +86,9 @@ class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
     token_id: Annotated[str, msgspec.Meta(pattern=r"^([0-9a-f]{16})?$")] = ""
     """The front-door token the session is opened for: its open sessions are capped
     (`BASTION_MAX_SESSIONS_PER_TOKEN`); empty for one opened on the bus."""
+    elicits: bool = False
+    """A client answers upstream servers' questions for it: a front-door client that
+    declared form elicitation. False for a session opened on the bus (`agent run`)."""
 
 
 class SessionRef(Ingress, frozen=True, kw_only=True, tag="session.ref"):
@@ -155,3 +158,5 @@ class SessionInfo(Message, frozen=True, kw_only=True, tag="session.info"):
     token_id: str = ""
     """The front-door token it was opened for (counted against that token's cap); empty
     for a session opened on the bus (the CLI)."""
+    elicits: bool = False
+    """A client answers upstream servers' questions for it (`OpenSession.elicits`)."""

@@ -33,6 +33,7 @@ __all__ = [
     "MCP_REMOVE",
     "MCP_REVIEW",
     "MCP_SERVERS_BUCKET",
+    "POLICY_CHECK_PATHS",
     "POLICY_CHECK_RULE",
     "POLICY_DECIDE",
     "POLICY_STATUS",
@@ -90,6 +91,8 @@ APPROVALS_ANSWER: Final = f"{PREFIX}.approvals.answer"
 POLICY_DECIDE: Final = f"{PREFIX}.policy.decide"
 POLICY_CHECK_RULE: Final = f"{PREFIX}.policy.check_rule"
 """Is this pre-approval rule valid and does it cover this call (or: the rule of exactly it)?"""
+POLICY_CHECK_PATHS: Final = f"{PREFIX}.policy.check_paths"
+"""Which of the paths a listing or search would show do operator policies keep from it?"""
 POLICY_STATUS: Final = f"{PREFIX}.policy.status"
 """A policy instance answers with the operator policies it enforces and any rejected files."""
 SANDBOX_EXEC: Final = f"{PREFIX}.sandbox.exec"

@@ -150,10 +150,18 @@ GRANTS: Final[dict[str, Grant]] = {
         ),
         writes_streams=(s.AUDIT_STREAM,),
     ),
-    "policy": Grant(serves=(s.POLICY_DECIDE, s.POLICY_CHECK_RULE, s.POLICY_STATUS)),
+    "policy": Grant(
+        serves=(s.POLICY_DECIDE, s.POLICY_CHECK_RULE, s.POLICY_CHECK_PATHS, s.POLICY_STATUS)
+    ),
     "sandbox": Grant(
         serves=SANDBOX_ENDPOINTS,
-        asks=(s.VAULT_LEASE, s.VAULT_REDACTION, s.EGRESS_GRANT, s.EGRESS_CONNECTIONS),
+        asks=(
+            s.VAULT_LEASE,
+            s.VAULT_REDACTION,
+            s.EGRESS_GRANT,
+            s.EGRESS_CONNECTIONS,
+            s.POLICY_CHECK_PATHS,
+        ),
         buckets=(s.SANDBOX_SLOTS_BUCKET,),
     ),
     "egress": Grant(

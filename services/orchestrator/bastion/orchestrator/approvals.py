@@ -239,6 +239,11 @@ class Approvals:
         tool = await skill_tool(self._client, session_info, tool, tool_input, self._timeout_s)
         touched = await touched_paths(self._client, session_info, tool_input, self._timeout_s)
         paths = touched.paths
+        if answer.always and tool.effect == "spend":
+            raise InvalidInput(
+                f"{tool.name} spends money, and a person approves every payment: no rule lets "
+                "the next one run unasked, so approve this one once (nothing was approved yet)"
+            )
         rule = (
             await self._rule(tool, target_for(tool_input, paths), answer) if answer.always else ""
         )

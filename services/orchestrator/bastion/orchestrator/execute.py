@@ -3,12 +3,15 @@ and the text the model is shown of a command's result."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
 
+from bastion.orchestrator.taint import is_tainted
 from bastion.orchestrator.toolcall import Call
 from bastion.proto import sandbox, subjects, toolinput
+from bastion.proto.policy import PolicyRequest
 from bastion.proto.sandbox import CodeCheck, CodeReport, ExecRequest, ExecResult, FileResult, Limits
 from bastion.proto.toolinput import DiagnosticsInput, RunTestsInput, ShellInput
 from bastion.shared.deadlines import shell_wall_s
@@ -25,6 +28,13 @@ FILE_REQUESTS: dict[type[msgspec.Struct], Any] = {
     toolinput.SearchFilesInput: sandbox.SearchFiles,
 }
 """Each file tool's input and the `sandbox.files` request that carries it."""
+_SHOWING_PATHS: tuple[type[msgspec.Struct], ...] = (
+    toolinput.ListFilesInput,
+    toolinput.FindFilesInput,
+    toolinput.SearchFilesInput,
+)
+"""The tools whose answer names or shows other files than their target: the sandbox has
+each path they would show judged as a read (docs/policies.md)."""
 
 _SIGNAL_NAMES = {
     9: "SIGKILL",
@@ -85,6 +95,21 @@ def format_exec_result(result: ExecResult, wall_s: float | None = None) -> str:
     return "\n".join(parts)
 
 
+def _judge(call: Call) -> PolicyRequest:
+    """The session as the policy judges it, for the paths a listing or search would show."""
+    session = call.session
+    return PolicyRequest(
+        session_id=session.session_id,
+        tenant=session.tenant,
+        agent=session.agent,
+        autonomy=session.autonomy,
+        tool=call.tool.name,
+        effect="read",
+        tainted=is_tainted(session, datetime.now(UTC)),
+        skill_approvals=session.skill_approvals,
+    )
+
+
 def _in_sandbox(call: Call, limits: Limits) -> dict[str, Any]:
     """What a command and a check ask of the session's sandbox alike."""
     session = call.session
@@ -135,6 +160,9 @@ async def run_check(call: Call, given: DiagnosticsInput | RunTestsInput) -> str:
 
 async def run_file_tool(call: Call, given: msgspec.Struct) -> str:
     """A file tool: its input in the `sandbox.files` request that carries it."""
-    message = FILE_REQUESTS[type(given)](**call.whose(), workspace=call.workspace, input=given)
+    judged = {"judge": _judge(call)} if isinstance(given, _SHOWING_PATHS) else {}
+    message = FILE_REQUESTS[type(given)](
+        **call.whose(), workspace=call.workspace, input=given, **judged
+    )
     answer = await call.ask(subjects.SANDBOX_FILES, message, FileResult)
     return answer.text

@@ -199,7 +199,13 @@ class Sessions:
                 timeout_s=self._timeout_s,
             )
         upstream, notices = await offer_upstream(
-            self._client, ask.tenant, session_id, ask.mcp, self._timeout_s
+            self._client,
+            ask.tenant,
+            session_id,
+            ask.mcp,
+            self._timeout_s,
+            can_ask=ask.elicits,
+            skills_dir=ask.skills_dir or "",
         )
         session = SessionInfo(
             session_id=session_id,
@@ -229,6 +235,7 @@ class Sessions:
             notices=notices,
             mcp=ask.mcp,
             token_id=ask.token_id,
+            elicits=ask.elicits,
         )
         await self._store.create(session)
         return session

@@ -2,8 +2,10 @@
 
 A skill's `metadata.bastion-network` decides the call's effect (`external` when it
 declares any host, so its result taints) and the sandbox's network (`declared`, with its
-hosts); `bastion-secrets` are leased for this one call; `bastion-timeout` shortens the
-session's wall clock, never lengthens it. A skill that declares nothing gets nothing.
+hosts) — only where the session's sandbox has a network: under `none` its scripts get no
+network at all, and the call is a `write`; `bastion-secrets` are leased for this one
+call; `bastion-timeout` shortens the session's wall clock, never lengthens it. A skill
+that declares nothing gets nothing.
 """
 
 from __future__ import annotations
@@ -34,8 +36,14 @@ from bastion.shared.errors import InvalidInput
 __all__ = ["run_skill", "skill_limits", "skill_run_request", "skill_tool", "write_skill"]
 
 
-def _effect_of(document: SkillDocument) -> Effect:
-    return "external" if document.network else "write"
+def _hosts(session: SessionInfo, document: SkillDocument) -> tuple[str, ...]:
+    """The hosts the skill's scripts may reach here: what it declares, unless the session's
+    sandbox has no network at all."""
+    return () if session.network == "none" else document.network
+
+
+def _effect_of(session: SessionInfo, document: SkillDocument) -> Effect:
+    return "external" if _hosts(session, document) else "write"
 
 
 async def skill_tool(
@@ -45,12 +53,12 @@ async def skill_tool(
     tool_input: msgspec.Struct,
     timeout_s: float,
 ) -> ToolSpec:
-    """`tool` with the effect this call has: a `skill_run` of a skill that declares network
-    reaches outside; every other call keeps the tool's own."""
+    """`tool` with the effect this call has: a `skill_run` of a skill that declares network,
+    in a session with a network, reaches outside; every other call keeps the tool's own."""
     if not isinstance(tool_input, SkillRunInput):
         return tool
     document = await fetch_skill(client, session, tool_input.name, timeout_s)
-    effect = _effect_of(document)
+    effect = _effect_of(session, document)
     return tool if effect == tool.effect else msgspec.structs.replace(tool, effect=effect)
 
 
@@ -66,6 +74,7 @@ def skill_run_request(
 ) -> RunSkill:
     """What the sandbox service is asked: the script, and the run its skill declares."""
     assert session.workspace is not None and session.skills_dir is not None
+    hosts = _hosts(session, document)
     return RunSkill(
         skills_dir=session.skills_dir,
         **msgspec.structs.asdict(tool_input),
@@ -74,13 +83,13 @@ def skill_run_request(
             workspace=session.workspace,
             command=shlex.join([f"/skill/{tool_input.script}", *tool_input.args]),
             backend=session.sandbox,
-            network="declared" if document.network else "none",
+            network="declared" if hosts else "none",
             limits=skill_limits(session.limits, document),
             read_only_dirs=session.read_only_dirs,
             tenant=session.tenant,
             call_id=call_id if document.secrets else "",
             secrets=document.secrets,
-            declared_hosts=document.network,
+            declared_hosts=hosts,
         ),
     )
 
@@ -89,7 +98,7 @@ async def run_skill(call: Call, given: SkillRunInput) -> str:
     """Run the script as its skill declares, now; a skill that came to declare network
     after the call was decided is refused (the decision was for another effect)."""
     document = await fetch_skill(call.client, call.session, given.name, call.timeout_s)
-    if _effect_of(document) != call.tool.effect:
+    if _effect_of(call.session, document) != call.tool.effect:
         raise InvalidInput(
             f"skill {given.name!r} changed what it declares while the call waited: "
             "nothing ran; make the call again"

@@ -33,17 +33,32 @@ def upstream_tool(offered: OfferedTool) -> ToolSpec:
 
 
 async def offer_upstream(
-    client: Client, tenant: str, session_id: str, servers: tuple[str, ...], timeout_s: float
+    client: Client,
+    tenant: str,
+    session_id: str,
+    servers: tuple[str, ...],
+    timeout_s: float,
+    *,
+    can_ask: bool = False,
+    skills_dir: str = "",
 ) -> tuple[tuple[ToolSpec, ...], tuple[str, ...]]:
     """The tools of `servers` the session may have, and what was withheld and why; with no
-    mcp service answering, the session opens without them and is told so."""
+    mcp service answering, the session opens without them and is told so. `can_ask`: a
+    client answers the servers' questions (only then are they offered elicitation);
+    `skills_dir`: the session's, which no offered server's directory overlaps."""
     if not servers:
         return (), ()
     try:
         offer: ToolOffer = await request(
             client,
             subjects.MCP_OFFER,
-            OfferTools(tenant=tenant, session_id=session_id, servers=servers),
+            OfferTools(
+                tenant=tenant,
+                session_id=session_id,
+                servers=servers,
+                can_ask=can_ask,
+                skills_dir=skills_dir,
+            ),
             ToolOffer,
             timeout_s=timeout_s,
         )
@@ -68,7 +83,7 @@ async def call_upstream(call: Call, given: UpstreamInput) -> str:
             tool=tool.upstream,
             digest=tool.digest,
             arguments=given.arguments,
-            can_ask=session.ask,
+            can_ask=session.elicits,
         ),
         McpCallResult,
         timeout_s=(tool.call_timeout_s or call.timeout_s) + UPSTREAM_MARGIN_S,

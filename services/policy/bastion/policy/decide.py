@@ -1,5 +1,8 @@
 """The whole decision, in order: level, then pre-approvals, then operator policies.
 
+A call that spends money is asked wherever its level asks: no pre-approval, a skill's or
+a person's "always" rule, turns that ask into a run (docs/architecture.md §4).
+
 A pure function of the request and the operator policies in force, so that every
 combination can be tested without a bus.
 """
@@ -78,6 +81,16 @@ def _after_preapprovals(request: PolicyRequest, level: PolicyDecision) -> Policy
     notes = list(found.problems)
     if found.covering is not None:
         approval, rule = found.covering
+        if request.effect == "spend":
+            return PolicyDecision(
+                outcome="ask",
+                reason=(
+                    f"{level.reason}; {approval.source} pre-approves it ({rule.text}), but a "
+                    "person approves every payment: no rule lifts the ask of a call that "
+                    "spends money"
+                ),
+                rule=level.rule,
+            )
         if request.tainted:
             return PolicyDecision(
                 outcome="ask",

@@ -1,4 +1,5 @@
-"""The policy service's endpoints: `policy.decide`, `policy.status` and `policy.check_rule`."""
+"""The policy service's endpoints: `policy.decide`, `policy.status`, `policy.check_rule`
+and `policy.check_paths`."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import anyio.to_thread
 
 from bastion.policy.cedar_store import OperatorPolicies
 from bastion.policy.decide import decide
+from bastion.policy.hidden import hidden_paths
 from bastion.policy.rulecheck import check_rule
 from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.policy import (
+    PathsCheck,
+    PathsChecked,
     PolicyDecision,
     PolicyRequest,
     PolicyStatus,
@@ -48,10 +52,14 @@ async def policy_service(_client: Client, settings: PolicySettings) -> AsyncIter
     async def rule_check(check: RuleCheck, _: RequestContext) -> RuleChecked:
         return check_rule(check)
 
+    async def paths_check(check: PathsCheck, _: RequestContext) -> PathsChecked:
+        return hidden_paths(check, policies)
+
     service = Service("policy", VERSION, "Decides whether each tool call runs, asks or is refused.")
     service.add_endpoint("decide", subjects.POLICY_DECIDE, PolicyRequest, decide_call)
     service.add_endpoint("status", subjects.POLICY_STATUS, PolicyStatusQuery, status)
     service.add_endpoint("check_rule", subjects.POLICY_CHECK_RULE, RuleCheck, rule_check)
+    service.add_endpoint("check_paths", subjects.POLICY_CHECK_PATHS, PathsCheck, paths_check)
     async with anyio.create_task_group() as watching:
         watching.start_soon(policies.watch, settings.policy_poll_s)
         yield service

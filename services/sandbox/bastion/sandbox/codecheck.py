@@ -28,6 +28,7 @@ Runner = Callable[[str], Awaitable[ExecResult]]
 _QUIET_PYTHON: Final = "PYTHONDONTWRITEBYTECODE=1 PYTHONPYCACHEPREFIX=/tmp/pycache"
 _SKIPPED: Final = r"(^|/)(\.git|\.venv|node_modules|target|__pycache__)(/|$)"
 _MAX_PROBLEMS: Final = 200
+_NO_NETWORK: Final = frozenset({"none", "declared"})
 _TAIL_LINES: Final = 60
 _TAIL_CHARS: Final = 8000
 _PYTHON_MARKS: Final = ("pyproject.toml", "setup.py", "setup.cfg")
@@ -61,12 +62,17 @@ def _is_python(files: dict[str, bool]) -> bool:
     )
 
 
+def _offline(network: str) -> str:
+    """Cargo's `--offline` when the check's commands have no network: `none`, and `declared`,
+    whose bridge a check never gets (only a skill's script declares hosts)."""
+    return " --offline" if network in _NO_NETWORK else ""
+
+
 async def _diagnostics_program(
     files: dict[str, bool], network: str, run: Runner
 ) -> tuple[str, str]:
     if files.get("Cargo.toml"):
-        offline = " --offline" if network == "none" else ""
-        return "cargo check", f"cargo check{offline} --message-format=short"
+        return "cargo check", f"cargo check{_offline(network)} --message-format=short"
     if files.get("go.mod"):
         return "go vet", "GOCACHE=/tmp/go-cache go vet ./..."
     if files.get("tsconfig.json"):
@@ -87,7 +93,7 @@ async def _tests_program(
     if _has_test_target(workspace, files):
         return "make test", "make test"
     if files.get("Cargo.toml"):
-        return "cargo test", "cargo test" + (" --offline" if network == "none" else "")
+        return "cargo test", f"cargo test{_offline(network)}"
     if files.get("go.mod"):
         return "go test", "GOCACHE=/tmp/go-cache go test -v ./..."
     if files.get("package.json"):

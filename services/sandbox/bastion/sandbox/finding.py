@@ -2,7 +2,9 @@
 
 Both walk with `walking.Walk` (no link followed, build and dependency directories passed
 over) and answer paths from the workspace's root. A search reads only regular files with
-one link, skips binary ones, and says when it stopped early.
+one link, skips binary ones, and says when it stopped early. Each takes the paths it may
+not show (`hidden`, `bastion.sandbox.hiding`); `find_candidates` and `search_candidates`
+are the paths each would show, for the policy to judge first.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from bastion.sandbox.globbing import compile_glob
 from bastion.sandbox.walking import MAX_WALKED, Walk, open_directory, shown_root
 from bastion.shared.errors import InvalidInput
 
-__all__ = ["MAX_FOUND", "MAX_MATCHES", "find_files", "search_files"]
+__all__ = [
+    "MAX_FOUND",
+    "MAX_MATCHES",
+    "find_candidates",
+    "find_files",
+    "search_candidates",
+    "search_files",
+]
 
 MAX_FOUND: Final = 500
 MAX_MATCHES: Final = 200
@@ -35,8 +44,7 @@ def _walk_note(walk: Walk) -> list[str]:
     return [f"(the walk stopped after {MAX_WALKED} entries: give a narrower path)"]
 
 
-def find_files(workspace: Path, request: FindFilesInput) -> str:
-    """Files (and links, never followed) under `path` whose path matches the glob, sorted."""
+def _found(workspace: Path, request: FindFilesInput) -> tuple[list[str], Walk]:
     matcher = compile_glob(request.pattern)
     prefix = shown_root(request.path)
     top = open_directory(workspace, request.path)
@@ -49,6 +57,21 @@ def find_files(workspace: Path, request: FindFilesInput) -> str:
         )
     finally:
         os.close(top)
+    return found, walk
+
+
+def find_candidates(workspace: Path, request: FindFilesInput) -> list[str]:
+    """Every path `find_files` would answer, before any is hidden."""
+    return _found(workspace, request)[0]
+
+
+def find_files(
+    workspace: Path, request: FindFilesInput, hidden: frozenset[str] = frozenset()
+) -> str:
+    """Files (and links, never followed) under `path` whose path matches the glob, sorted;
+    none of `hidden`."""
+    everything, walk = _found(workspace, request)
+    found = [path for path in everything if path not in hidden]
     if not found:
         return "\n".join([f"no files match {request.pattern}", *_walk_note(walk)])
     lines = found[:MAX_FOUND]
@@ -113,8 +136,30 @@ def _shown_matches(path: str, lines: list[str], hits: list[int], context: int) -
     return out
 
 
-def search_files(workspace: Path, request: SearchFilesInput) -> str:
-    """Lines matching the regular expression, with `context` lines around each match."""
+def search_candidates(workspace: Path, request: SearchFilesInput) -> list[str]:
+    """The path of each file `search_files` would show lines of, before any is hidden."""
+    regex = _regex(request)
+    only = compile_glob(request.glob) if request.glob else None
+    prefix = shown_root(request.path)
+    found: list[str] = []
+    top = open_directory(workspace, request.path)
+    try:
+        for entry in Walk(top):
+            if entry.kind != "file" or (only is not None and not only.match(entry.path)):
+                continue
+            text = _text_of(entry.parent, entry.name)
+            if text is not None and any(regex.search(line) for line in text.splitlines()):
+                found.append(prefix + entry.path)
+    finally:
+        os.close(top)
+    return found
+
+
+def search_files(
+    workspace: Path, request: SearchFilesInput, hidden: frozenset[str] = frozenset()
+) -> str:
+    """Lines matching the regular expression, with `context` lines around each match; no
+    line of a file in `hidden`."""
     regex = _regex(request)
     only = compile_glob(request.glob) if request.glob else None
     prefix = shown_root(request.path)
@@ -127,6 +172,8 @@ def search_files(workspace: Path, request: SearchFilesInput) -> str:
         walk = Walk(top)
         for entry in walk:
             if entry.kind != "file" or (only is not None and not only.match(entry.path)):
+                continue
+            if prefix + entry.path in hidden:
                 continue
             text = _text_of(entry.parent, entry.name)
             if text is None:

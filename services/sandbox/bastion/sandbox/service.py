@@ -17,7 +17,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_process
 import anyio.to_thread
@@ -47,7 +47,8 @@ from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
 from bastion.sandbox.egress import EgressClient
 from bastion.sandbox.files import read_file, write_file
-from bastion.sandbox.finding import find_files, search_files
+from bastion.sandbox.finding import find_candidates, find_files, search_candidates, search_files
+from bastion.sandbox.hiding import PathJudge
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.resolving import resolve_paths
 from bastion.sandbox.settings import SandboxSettings
@@ -57,7 +58,7 @@ from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
 from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.usage import LEAST_FILE_BYTES, WorkspaceBound
-from bastion.sandbox.walking import list_files
+from bastion.sandbox.walking import list_candidates, list_files
 from bastion.sandbox.workspace import (
     check_skills_dir,
     checked_read_only_dirs,
@@ -92,6 +93,9 @@ from bastion.shared.version import VERSION
 
 __all__ = ["Sandboxes", "output_cap", "redacted", "sandbox_service"]
 
+_Found = TypeVar("_Found")
+"""What a search's worker answers: its text, or the paths it would show."""
+
 
 @dataclasses.dataclass(frozen=True)
 class _FileTool:
@@ -101,19 +105,25 @@ class _FileTool:
     refuses git's control paths (`gitguard`) unless the operator's `git_writable` lets it;
     the workspace's bound is checked first (`grows`: by how much the input may grow it).
     `in_process`: it runs in a worker process of its tenant instead (`Sandboxes._search`).
+    `candidates`: for a tool whose answer names or shows other files, the paths it would
+    show; each is judged as a read, and one the policy refuses is hidden (`run` is given
+    the hidden ones).
     """
 
     run: Callable[..., str]
     writes: bool = False
     grows: Callable[[Any], int] = lambda _input: 0
     in_process: bool = False
+    candidates: Callable[..., list[str]] | None = None
 
 
 _FILE_TOOLS: dict[type, _FileTool] = {
     toolinput.ReadFileInput: _FileTool(read_file),
-    toolinput.ListFilesInput: _FileTool(list_files),
-    toolinput.FindFilesInput: _FileTool(find_files),
-    toolinput.SearchFilesInput: _FileTool(search_files, in_process=True),
+    toolinput.ListFilesInput: _FileTool(list_files, candidates=list_candidates),
+    toolinput.FindFilesInput: _FileTool(find_files, candidates=find_candidates),
+    toolinput.SearchFilesInput: _FileTool(
+        search_files, in_process=True, candidates=search_candidates
+    ),
     toolinput.WriteFileInput: _FileTool(
         write_file, writes=True, grows=lambda given: len(given.content.encode())
     ),
@@ -159,6 +169,7 @@ class Sandboxes:
         egress: EgressClient | None = None,
         *,
         slots: SharedSlots,
+        judge: PathJudge | None = None,
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
@@ -198,6 +209,7 @@ class Sandboxes:
         self._search_processes = anyio.CapacityLimiter(math.inf)
         self._leases = leases
         self._egress = egress
+        self._judge = judge
         self._egress_socket = (
             Path(settings.egress_socket).expanduser() if settings.egress_socket else None
         )
@@ -397,8 +409,9 @@ class Sandboxes:
         tool = _FILE_TOOLS[type(given)]
         try:
             workspace = checked_workspace(request.workspace, self._state_dir)
+            hidden = await self._hidden(workspace, request, tool)
             if tool.in_process:
-                text = await self._search(tool.run, workspace, request.tenant, given)
+                text = await self._search(tool.run, workspace, request.tenant, given, hidden)
             elif tool.writes:
                 await anyio.to_thread.run_sync(
                     self._bound.check_write, workspace, tool.grows(given)
@@ -406,6 +419,8 @@ class Sandboxes:
                 write = functools.partial(tool.run, git_writable=self._git_writable)
                 owner = self._owner(workspace)
                 text = await anyio.to_thread.run_sync(write, workspace, given, owner)
+            elif hidden is not None:
+                text = await anyio.to_thread.run_sync(tool.run, workspace, given, hidden)
             else:
                 text = await anyio.to_thread.run_sync(tool.run, workspace, given)
         except BastionError as error:
@@ -425,22 +440,48 @@ class Sandboxes:
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
         return await anyio.to_thread.run_sync(read_skill, skills_dir, request)
 
+    async def _hidden(
+        self, workspace: Path, request: FileRequest, tool: _FileTool
+    ) -> frozenset[str] | None:
+        """For a tool whose answer names or shows other files (`tool.candidates`), the paths
+        it may not show: those the policy keeps from the session's reads, of the paths it
+        would show (none without a `judge`); None for the other tools."""
+        if tool.candidates is None:
+            return None
+        judged = getattr(request, "judge", None)
+        if judged is None or self._judge is None:
+            return frozenset()
+        candidates: list[str]
+        if tool.in_process:
+            candidates = await self._search(
+                tool.candidates, workspace, request.tenant, request.input
+            )
+        else:
+            candidates = await anyio.to_thread.run_sync(tool.candidates, workspace, request.input)
+        return await self._judge.hidden(judged, candidates)
+
     async def _search(
-        self, search: Callable[..., str], workspace: Path, tenant: str, given: msgspec.Struct
-    ) -> str:
+        self,
+        function: Callable[..., _Found],
+        workspace: Path,
+        tenant: str,
+        given: msgspec.Struct,
+        *args: Any,
+    ) -> _Found:
         """A search in a worker process, killed at the deadline: a pattern with nested
         repetition can backtrack for ever, and a thread cannot be stopped, a process can.
         It runs in one of its tenant's own workers, so another tenant's never wait for it."""
         async with self._searches.slot(tenant):
             with anyio.move_on_after(self._search_timeout_s):
-                text: str = await anyio.to_process.run_sync(
-                    search,
+                found: _Found = await anyio.to_process.run_sync(
+                    function,
                     workspace,
                     given,
+                    *args,
                     cancellable=True,
                     limiter=self._search_processes,
                 )
-                return text
+                return found
         raise InvalidInput(
             f"the search did not finish within {self._search_timeout_s:g} s and was stopped: "
             "a pattern with nested repetition such as (a+)+ can take for ever; simplify it, "
@@ -528,8 +569,14 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
         settings.tenant_wait_s,
         lease_s=settings.sandbox_slot_lease_s,
     )
+    judge = PathJudge(client, settings.request_timeout_s)
     sandboxes = Sandboxes(
-        settings, max_payload=client.max_payload, leases=leases, egress=egress, slots=slots
+        settings,
+        max_payload=client.max_payload,
+        leases=leases,
+        egress=egress,
+        slots=slots,
+        judge=judge,
     )
     await sandboxes.sweep()
     service = Service(

@@ -5,7 +5,8 @@ above the workspace) and goes down by descriptors opened with `O_NOFOLLOW`: a sy
 link is reported as a link and never followed, so a link to `/` or to a sibling tree
 shows nothing of it. Version control's, dependencies' and builds' directories are passed
 over, and a walk stops after a bounded number of entries so that a huge tree cannot keep
-the service busy.
+the service busy. `list_files` names no entry the policy keeps from the session (`hidden`,
+judged from `list_candidates`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "PASSED_OVER",
     "Entry",
     "Walk",
+    "list_candidates",
     "list_files",
     "open_directory",
     "shown_root",
@@ -140,12 +142,28 @@ def _holds_anything(parent: int, name: str) -> bool:
         os.close(fd)
 
 
-def list_files(workspace: Path, request: ListFilesInput) -> str:
-    """The entries of one directory, sorted; directories end with `/`, links with `@`."""
+def list_candidates(workspace: Path, request: ListFilesInput) -> list[str]:
+    """The workspace path of each entry `list_files` would name, before any is hidden."""
     top = open_directory(workspace, request.path)
     try:
         with os.scandir(top) as scan:
-            entries = sorted((e.name, _kind(e)) for e in scan)
+            names = sorted(e.name for e in scan)
+    finally:
+        os.close(top)
+    prefix = shown_root(request.path)
+    return [prefix + name for name in names]
+
+
+def list_files(
+    workspace: Path, request: ListFilesInput, hidden: frozenset[str] = frozenset()
+) -> str:
+    """The entries of one directory, sorted; directories end with `/`, links with `@`; none
+    whose workspace path is in `hidden`."""
+    prefix = shown_root(request.path)
+    top = open_directory(workspace, request.path)
+    try:
+        with os.scandir(top) as scan:
+            entries = sorted((e.name, _kind(e)) for e in scan if prefix + e.name not in hidden)
         marks = {"dir": "/", "link": "@", "file": "", "other": ""}
         shown_entries = [
             name + marks[kind]

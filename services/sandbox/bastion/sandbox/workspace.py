@@ -1,9 +1,21 @@
-"""The checks a request's directories pass (workspace, read-only dirs, skills) before use."""
+"""The checks a request's directories pass (workspace, read-only dirs, skills) before use.
+
+`shown` and `overlaps` live in `bastion.shared.dirchecks` (the mcp service checks an
+upstream server's directories with them too); they are named here for this service's
+modules.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from bastion.shared.dirchecks import (
+    check_apart_from_state,
+    check_not_showing_state,
+    check_skills_apart,
+    overlaps,
+    shown,
+)
 from bastion.shared.errors import InvalidInput
 
 __all__ = [
@@ -13,13 +25,6 @@ __all__ = [
     "overlaps",
     "shown",
 ]
-
-
-def shown(path: str, limit: int = 200) -> str:
-    """A path as a sentence may quote it: long ones shortened in the middle."""
-    if len(path) <= limit:
-        return path
-    return f"{path[: limit // 2]}…{path[-limit // 2 :]}"
 
 
 def _existing_dir(what: str, given: str, if_missing: str) -> Path:
@@ -52,33 +57,14 @@ def checked_workspace(workspace: str, state_dir: Path) -> Path:
     resolved = _existing_dir(
         "the workspace", workspace, "create the directory first, or give one that exists"
     )
-    state = state_dir.resolve()
-    apart = "give a workspace apart from it"
-    if resolved == state:
-        raise InvalidInput(
-            f"the workspace {shown(workspace)} is Bastion's state directory, which holds "
-            f"sessions and secrets: {apart}"
-        )
-    if resolved.is_relative_to(state):
-        raise InvalidInput(
-            f"the workspace {shown(workspace)} lies inside Bastion's state directory "
-            f"({shown(str(state))}), which holds sessions and secrets: {apart}"
-        )
-    if state.is_relative_to(resolved):
-        raise InvalidInput(
-            f"the workspace {shown(workspace)} contains Bastion's state directory "
-            f"({shown(str(state))}), which holds sessions and secrets: {apart}"
-        )
+    check_apart_from_state(
+        "the workspace", workspace, resolved, state_dir, "give a workspace apart from it"
+    )
     return resolved
 
 
 _RESERVED: tuple[str, ...] = ("/workspace", "/proc", "/dev")
 """Paths inside the sandbox that an extra read-only directory may not be mounted over."""
-
-
-def overlaps(a: Path, b: Path) -> bool:
-    """Whether `a` and `b` are one directory, or one lies inside the other."""
-    return a == b or a.is_relative_to(b) or b.is_relative_to(a)
 
 
 def checked_read_only_dirs(dirs: tuple[str, ...], state_dir: Path) -> tuple[Path, ...]:
@@ -87,16 +73,10 @@ def checked_read_only_dirs(dirs: tuple[str, ...], state_dir: Path) -> tuple[Path
     Raises:
         InvalidInput: which directory is wrong, why, and what to give instead.
     """
-    state = state_dir.resolve()
     checked: list[Path] = []
     for given in dirs:
         resolved = _existing_dir("the read-only directory", given, "give one that exists")
-        if overlaps(resolved, state):
-            raise InvalidInput(
-                f"the read-only directory {shown(given)} would show Bastion's state directory "
-                f"({shown(str(state))}), which holds sessions and secrets: give a directory "
-                "that neither is, contains, nor lies inside it"
-            )
+        check_not_showing_state("the read-only directory", given, resolved, state_dir)
         if resolved == Path("/") or any(
             resolved.is_relative_to(reserved) for reserved in _RESERVED
         ):
@@ -115,10 +95,6 @@ def check_skills_dir(skills_dir: str, workspace: Path) -> None:
     Raises:
         InvalidInput: the overlap, and what to give instead.
     """
-    resolved = Path(skills_dir).resolve()
-    if overlaps(resolved, workspace):
-        raise InvalidInput(
-            f"the skills directory {shown(skills_dir)} and the workspace {shown(str(workspace))} "
-            "overlap, so a command could change a skill unchecked: give a skills directory "
-            "apart from the workspace"
-        )
+    check_skills_apart(
+        skills_dir, "the workspace", workspace, "a command could change a skill unchecked"
+    )

@@ -23,7 +23,13 @@ import msgspec
 import nats.errors
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError, NoBackChannelError
-from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
+from mcp_types import (
+    ClientCapabilities,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bastion.proto import errors as codes
@@ -42,7 +48,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError, Unavailable
 from bastion.shared.kv import TypedBucket
 
-__all__ = ["Asking", "takes_form_elicitation", "takes_input_required"]
+__all__ = ["Asking", "declares_form_elicitation", "takes_form_elicitation", "takes_input_required"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +78,8 @@ APPROVAL_FORM: Final[dict[str, Any]] = {
 }
 
 
-def _declares_form_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
-    capabilities = ctx.session.client_capabilities
+def declares_form_elicitation(capabilities: ClientCapabilities | None) -> bool:
+    """Whether a client's capabilities take form elicitation."""
     if capabilities is None or capabilities.elicitation is None:
         return False
     elicitation = capabilities.elicitation
@@ -83,12 +89,16 @@ def _declares_form_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 def takes_form_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether the client declared form elicitation and this request can carry one."""
-    return _declares_form_elicitation(ctx) and ctx.session.can_send_request
+    return declares_form_elicitation(ctx.session.client_capabilities) and (
+        ctx.session.can_send_request
+    )
 
 
 def takes_input_required(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether a stateless (2026-07-28) client can be asked by an `InputRequiredResult`."""
-    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and _declares_form_elicitation(ctx)
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and declares_form_elicitation(
+        ctx.session.client_capabilities
+    )
 
 
 Asked = ParkedCall | CallParked

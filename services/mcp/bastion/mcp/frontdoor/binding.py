@@ -4,7 +4,10 @@ A session-based MCP session gets its own Bastion session, opened at its first re
 needs one and kept in its KV record, so every replica acts in the same one. Stateless
 (2026-07-28) requests carry no session: each token has one Bastion session for them, opened
 the same way and kept under `token.<hash>`. Two replicas racing to open one settle it by
-compare-and-set: the loser closes its own and takes the winner's.
+compare-and-set: the loser closes its own and takes the winner's. A session-based one
+whose client declared form elicitation at `initialize` is opened as one a client answers
+for (`OpenSession.elicits`): only its upstream servers are offered elicitation. A stateless
+request has no channel back for an upstream's question, so its session has none.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from datetime import UTC, datetime
 
 import anyio
 import msgspec
+from mcp_types import InitializeRequestParams
 
+from bastion.mcp.frontdoor.asking import declares_form_elicitation
 from bastion.mcp.frontdoor.guard import Agent
 from bastion.mcp.frontdoor.records import SessionRecords, stateless_key
 from bastion.proto import subjects
@@ -30,6 +35,14 @@ __all__ = ["STATELESS_VERSION", "Binding"]
 logger = logging.getLogger(__name__)
 
 STATELESS_VERSION = "2026-07-28"
+
+
+def _elicits(record: McpSessionRecord) -> bool:
+    """Whether the MCP session's client declared form elicitation at `initialize`."""
+    if not record.client_params_json:
+        return False
+    params = InitializeRequestParams.model_validate_json(record.client_params_json)
+    return declares_form_elicitation(params.capabilities)
 
 
 class Binding:
@@ -112,7 +125,7 @@ class Binding:
             raise NotFound(
                 f"MCP session {mcp_session_id[:8]}… has ended: start a new one with initialize"
             )
-        opened = await self._open(agent)
+        opened = await self._open(agent, elicits=record is not None and _elicits(record))
         if record is None:
             kept = McpSessionRecord(
                 mcp_session_id=key,
@@ -142,7 +155,7 @@ class Binding:
             raise NotFound("this MCP session ended while it was being opened: initialize again")
         return winner.bastion_session_id
 
-    async def _open(self, agent: Agent) -> str:
+    async def _open(self, agent: Agent, *, elicits: bool) -> str:
         token = agent.info
         opened: SessionInfo = await request(
             self._client,
@@ -157,6 +170,7 @@ class Binding:
                 mcp=token.mcp,
                 ask=True,
                 token_id=token.token_id,
+                elicits=elicits,
             ),
             SessionInfo,
             timeout_s=self._timeout_s,

@@ -10,6 +10,7 @@ import shlex
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import msgspec
 import pydantic
@@ -63,6 +64,11 @@ from bastion.proto.mcp import (
     ToolOffer,
 )
 from bastion.shared.bus import Client, request
+from bastion.shared.dirchecks import (
+    check_apart_from_state,
+    check_not_showing_state,
+    check_skills_apart,
+)
 from bastion.shared.errors import BastionError, InvalidInput, Timeout, Unavailable
 from bastion.shared.secretcuts import SecretCuts
 from bastion.shared.service import RequestContext
@@ -103,6 +109,46 @@ def _check_spec(name: str, spec: McpServerSpec) -> None:
         )
 
 
+def _check_dirs(spec: McpServerSpec, state: str) -> None:
+    """A server's `--dir` and `--sandbox-read` pass the checks of a session's workspace and
+    read-only directories: none is, holds or lies inside the state dir (`state`)."""
+    state_dir = Path(state).expanduser()
+    if spec.directory is not None:
+        resolved = Path(spec.directory).expanduser().resolve()
+        check_apart_from_state(
+            "the MCP server's directory",
+            spec.directory,
+            resolved,
+            state_dir,
+            "give the server a directory apart from it",
+        )
+    for given in spec.read_only_dirs:
+        resolved = Path(given).expanduser().resolve()
+        check_not_showing_state("the read-only directory", given, resolved, state_dir)
+
+
+def _check_skills(name: str, spec: McpServerSpec, skills_dir: str) -> None:
+    """A session's skills dir is apart from the server's directory (the server could
+    change a skill unchecked, as a command could in the workspace) and its read-only ones
+    (the skills are read through the sandbox service alone)."""
+    if not skills_dir:
+        return
+    if spec.directory is not None:
+        check_skills_apart(
+            skills_dir,
+            f"the directory of MCP server {name}",
+            Path(spec.directory).expanduser().resolve(),
+            "the server could change a skill unchecked",
+        )
+    for given in spec.read_only_dirs:
+        check_skills_apart(
+            skills_dir,
+            f"a read-only directory of MCP server {name}",
+            Path(given).expanduser().resolve(),
+            "the server would be shown the skills, which only the sandbox service reads",
+        )
+
+
 def _verifier(record_fingerprint: str, spec: McpServerSpec) -> SignatureCheck | None:
     """The signature check of a server given a key, its key checked against the pin."""
     if spec.public_key_pem is None:
@@ -125,6 +171,7 @@ class Gateway:
         *,
         elicit_timeout_s: float,
         grant_ttl_s: float,
+        state_dir: str,
     ) -> None:
         self._client = client
         self._registry = registry
@@ -132,8 +179,10 @@ class Gateway:
         self._values = values
         self._elicit_timeout_s = elicit_timeout_s
         self._grant_ttl_s = grant_ttl_s
+        self._state_dir = state_dir
         self._can_ask: dict[str, bool] = {}
-        self._samples: dict[str, int] = {}
+        self._samples: dict[tuple[str, str], int] = {}
+        """Completions each server has had in each session (its own allowance)."""
         self._given: dict[tuple[str, str, str], tuple[tuple[str, str], ...]] = {}
         """The values each connection was given: cut out of what its server answers, with
         every value of the tenant's (`SecretCuts`)."""
@@ -150,14 +199,14 @@ class Gateway:
         async def sample(
             params: types.CreateMessageRequestParams,
         ) -> types.CreateMessageResult | types.ErrorData:
-            used = self._samples.get(session_id, 0)
+            used = self._samples.get((session_id, server), 0)
             if used >= allowance.per_session:
                 return types.ErrorData(
                     code=types.INVALID_REQUEST,
                     message=f"MCP server {server} has had its {allowance.per_session} "
                     "completions for this session",
                 )
-            self._samples[session_id] = used + 1
+            self._samples[(session_id, server)] = used + 1
             bounded = params.model_copy(
                 update={
                     "max_tokens": min(params.max_tokens, allowance.max_tokens),
@@ -196,8 +245,6 @@ class Gateway:
 
     def _handlers(self, server: str, spec: McpServerSpec, session_id: str) -> UpstreamHandlers:
         async def elicit(question: ElicitQuestion) -> ElicitAnswer:
-            if not self._can_ask.get(session_id, False):
-                return ElicitAnswer(action="decline")
             try:
                 answer: ElicitAnswer = await request(
                     self._client,
@@ -212,8 +259,9 @@ class Gateway:
                 return ElicitAnswer(action="decline")  # nobody answers for the session now
             return answer
 
+        # Elicitation is declared to the server only when a client answers for the session.
         return UpstreamHandlers(
-            elicit=elicit if session_id else None,
+            elicit=elicit if self._can_ask.get(session_id, False) else None,
             sample=self._sampler(server, spec.sampling, session_id),
             session_id=session_id,
         )
@@ -283,6 +331,7 @@ class Gateway:
 
     async def add(self, ask: AddServer, _context: RequestContext) -> McpReview:
         _check_spec(ask.name, ask.spec)
+        _check_dirs(ask.spec, self._state_dir)
         fingerprint = ""
         if ask.spec.public_key_pem is not None:
             fingerprint = key_fingerprint(load_public_key(ask.spec.public_key_pem))
@@ -329,9 +378,11 @@ class Gateway:
     async def offer(self, ask: OfferTools, _context: RequestContext) -> ToolOffer:
         tools: list[OfferedTool] = []
         notices: list[str] = []
+        self._can_ask[ask.session_id] = ask.can_ask
         for name in dict.fromkeys(ask.servers):
             try:
                 record, _ = await self._registry.get(ask.tenant, name)
+                _check_skills(name, record.spec, ask.skills_dir)
                 verifier = _verifier(record.key_fingerprint, record.spec)
                 upstream = await self._session_upstream(record, ask.session_id)
                 live = await upstream.list_tools()
@@ -441,7 +492,8 @@ class Gateway:
 
     def session_closed(self, session_id: str) -> None:
         self._can_ask.pop(session_id, None)
-        self._samples.pop(session_id, None)
+        for counted in [k for k in self._samples if k[0] == session_id]:
+            del self._samples[counted]
         for key in [k for k in self._given if k[2] == session_id]:
             del self._given[key]
         self._pool.close_session(session_id)

@@ -62,10 +62,13 @@ def taints(tool: types.Tool) -> bool:
 
 def effect_of(tool: types.Tool, overrides: tuple[EffectOverride, ...]) -> Effect:
     """What a call of the tool is taken to do: the operator's `--effect` first, then its hints
-    (read-only → read; open world, said or by default → external; else write)."""
+    (said open world → external, even if read-only; read-only → read; open world by
+    default → external; else write)."""
     for override in overrides:
         if override.tool == tool.name:
             return override.effect
+    if _hint(tool, "open_world_hint") is True:
+        return "external"
     if _hint(tool, "read_only_hint") is True:
         return "read"
     return "external" if taints(tool) else "write"

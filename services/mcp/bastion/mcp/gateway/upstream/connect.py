@@ -162,7 +162,7 @@ async def _connected(
         mode=plan.mode,
         cache=None,
         read_timeout_seconds=limits.connect_timeout_s,
-        elicitation_callback=asking.elicitation,
+        elicitation_callback=asking.elicitation if handlers.elicit is not None else None,
         sampling_callback=asking.sampling if handlers.sample is not None else None,
         client_info=CLIENT_INFO,
     )

@@ -1,8 +1,9 @@
 """Questions an upstream asks during a call (elicitation, sampling): relayed or declined.
 
 A form asking for a secret is declined without asking anyone (`secretform`); so is every
-question past the call's budget, and every question when no one can answer. Sampling is
-refused (a JSON-RPC error) when no handler is given.
+question past the call's budget. When no one can answer (no elicit handler) the server is
+not offered elicitation at all. Sampling is refused (a JSON-RPC error) when no handler is
+given.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ _DECLINE = types.ElicitResult(action="decline")
 
 @dataclass(frozen=True)
 class UpstreamHandlers:
-    """Who answers a server's questions; None declines elicitation and refuses sampling."""
+    """Who answers a server's questions; None: elicitation is not declared to the server,
+    and sampling is refused."""
 
     elicit: ElicitHandler | None = None
     sample: SampleHandler | None = None
