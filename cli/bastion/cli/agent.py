@@ -36,8 +36,12 @@ from bastion.proto.hooks import RunMark
 from bastion.proto.policy import AUTONOMY_LEVELS
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.shared.bus import request
+from bastion.shared.carry import carried
 
 __all__ = ["Step", "add_parser", "load_script"]
+
+_AS_GIVEN = ("agent", "tenant", "autonomy", "shell", "sandbox", "network", "web")
+"""The session's options that go from `bastion agent run`'s flags to the session as given."""
 
 
 def _absolute(directory: str) -> str:
@@ -57,20 +61,14 @@ async def _run(
             client,
             subjects.SESSION_OPEN,
             OpenSession(
-                agent=args.agent,
-                tenant=args.tenant,
-                autonomy=args.autonomy,
                 workspace=workspace,
-                shell=args.shell,
-                sandbox=args.sandbox,
-                network=args.network,
                 read_only_dirs=tuple(_absolute(d) for d in args.sandbox_read),
                 skills_dir=_absolute(args.skills_dir) if args.skills_dir else None,
                 limits=limits,
                 skill_approvals=not args.no_skill_approvals,
                 ask=not args.no_ask,
-                web=args.web,
                 mcp=tuple(dict.fromkeys(args.mcp)),
+                **carried(args, _AS_GIVEN),
             ),
             SessionInfo,
             timeout_s=CALL_MARGIN_S,

@@ -12,6 +12,7 @@ run hook that fails is logged and changes nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -67,6 +68,22 @@ class Hooks:
             and (not tool or pattern_matches(hook.tools, tool))
         ]
 
+    async def _answers(
+        self, hooks: list[HookRegistration], event: HookEvent, session: SessionInfo, failed: str
+    ) -> AsyncIterator[tuple[HookRegistration, HookAnswer]]:
+        """Each hook that answered `event`, with its answer; one that failed is logged as
+        `failed` and passed over (an advisory hook never fails the call)."""
+        for hook in hooks:
+            try:
+                answer = await self._ask(hook, event, session.tenant)
+            except BastionError as error:
+                logger.warning(
+                    failed,
+                    extra={"hook": hook.name, "code": error.code, "session": session.session_id},
+                )
+                continue
+            yield hook, answer
+
     async def _ask(self, hook: HookRegistration, event: HookEvent, tenant: str) -> HookAnswer:
         answer: HookAnswer = await request(
             self._client,
@@ -121,15 +138,7 @@ class Hooks:
         if not hooks:
             return text
         event = self._event(session, "after_tool", tool=tool, input=tool_input, text=text)
-        for hook in hooks:
-            try:
-                answer = await self._ask(hook, event, session.tenant)
-            except BastionError as error:
-                logger.warning(
-                    "an after-tool hook failed",
-                    extra={"hook": hook.name, "code": error.code, "session": session.session_id},
-                )
-                continue
+        async for hook, answer in self._answers(hooks, event, session, "an after-tool hook failed"):
             if answer.text:
                 text += f"\n[hook {hook.name}]\n{answer.text.rstrip()}"
         return text
@@ -138,15 +147,8 @@ class Hooks:
         """Tell each run hook a run started or ended; the notes run-start hooks added."""
         notes: list[str] = []
         event = self._event(session, mark.event, text=mark.task, ended=mark.ended)
-        for hook in self._matching(mark.event, session.tenant, ""):
-            try:
-                answer = await self._ask(hook, event, session.tenant)
-            except BastionError as error:
-                logger.warning(
-                    "a run hook failed",
-                    extra={"hook": hook.name, "code": error.code, "session": session.session_id},
-                )
-                continue
+        hooks = self._matching(mark.event, session.tenant, "")
+        async for hook, answer in self._answers(hooks, event, session, "a run hook failed"):
             if answer.text and mark.event == "run_start":
                 notes.append(f"[hook {hook.name}] {answer.text.rstrip()}")
         return tuple(notes)

@@ -42,6 +42,7 @@ from bastion.proto.sandbox import (
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
+from bastion.shared.carry import carried
 from bastion.shared.codec import describe_decode_error, encode
 from bastion.shared.deadlines import call_wait_s
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
@@ -49,6 +50,25 @@ from bastion.shared.metrics import call_duration, calls
 from bastion.shared.telemetry import annotate, headers_with_context, span
 
 __all__ = ["Sessions"]
+
+_ANNOUNCED = ("session_id", "tenant", "agent", "autonomy")
+"""What the session_opened event tells of a session."""
+_KEPT = (
+    "tenant",
+    "agent",
+    "autonomy",
+    "workspace",
+    "shell",
+    "sandbox",
+    "network",
+    "read_only_dirs",
+    "skills_dir",
+    "skill_approvals",
+    "ask",
+    "mcp",
+    "token_id",
+)
+"""What a session keeps of the ask that opened it, as asked."""
 
 logger = logging.getLogger(__name__)
 
@@ -170,13 +190,7 @@ class Sessions:
         await self._publish(
             "session_opened",
             session.tenant,
-            SessionOpened(
-                session_id=session.session_id,
-                tenant=session.tenant,
-                agent=session.agent,
-                autonomy=session.autonomy,
-                at=session.opened_at,
-            ),
+            SessionOpened(at=session.opened_at, **carried(session, _ANNOUNCED)),
         )
         logger.info("session opened", extra={"session": session.session_id})
         return session
@@ -203,13 +217,6 @@ class Sessions:
         )
         session = SessionInfo(
             session_id=session_id,
-            tenant=ask.tenant,
-            agent=ask.agent,
-            autonomy=ask.autonomy,
-            workspace=ask.workspace,
-            shell=ask.shell,
-            sandbox=ask.sandbox,
-            network=ask.network,
             state="open",
             opened_at=_now(),
             tools=catalogue_for(
@@ -221,14 +228,9 @@ class Sessions:
                 search=self._search,
             )
             + upstream,
-            read_only_dirs=ask.read_only_dirs,
-            skills_dir=ask.skills_dir,
             limits=session_limits(ask.limits),
-            skill_approvals=ask.skill_approvals,
-            ask=ask.ask,
             notices=notices,
-            mcp=ask.mcp,
-            token_id=ask.token_id,
+            **carried(ask, _KEPT),
         )
         await self._store.create(session)
         return session

@@ -23,9 +23,13 @@ from bastion.proto import subjects
 from bastion.proto.frontdoor import McpSessionRecord
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.shared.bus import Client, request
+from bastion.shared.carry import carried
 from bastion.shared.errors import BastionError, NotFound
 
 __all__ = ["STATELESS_VERSION", "Binding"]
+
+_FROM_TOKEN = ("agent", "tenant", "autonomy", "workspace", "shell", "web", "mcp", "token_id")
+"""What a session opened for an agent's token takes from the token."""
 
 logger = logging.getLogger(__name__)
 
@@ -147,17 +151,7 @@ class Binding:
         opened: SessionInfo = await request(
             self._client,
             subjects.SESSION_OPEN,
-            OpenSession(
-                agent=token.agent,
-                tenant=token.tenant,
-                autonomy=token.autonomy,
-                workspace=token.workspace,
-                shell=token.shell,
-                web=token.web,
-                mcp=token.mcp,
-                ask=True,
-                token_id=token.token_id,
-            ),
+            OpenSession(ask=True, **carried(token, _FROM_TOKEN)),
             SessionInfo,
             timeout_s=self._timeout_s,
         )
