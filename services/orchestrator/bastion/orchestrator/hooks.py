@@ -23,6 +23,7 @@ from bastion.proto import subjects
 from bastion.proto.hooks import HookAnswer, HookEvent, HookEventName, HookRegistration, RunMark
 from bastion.proto.session import SessionInfo
 from bastion.shared.bus import Client, request
+from bastion.shared.carry import carried
 from bastion.shared.errors import BastionError
 from bastion.shared.kv import TypedBucket
 from bastion.shared.patterns import pattern_matches
@@ -95,14 +96,8 @@ class Hooks:
         return answer
 
     def _event(self, session: SessionInfo, event: HookEventName, **fields: Any) -> HookEvent:
-        return HookEvent(
-            event=event,
-            session_id=session.session_id,
-            tenant=session.tenant,
-            agent=session.agent,
-            workspace=session.workspace,
-            **fields,
-        )
+        told = carried(session, ("session_id", "tenant", "agent", "workspace"))
+        return HookEvent(event=event, **told, **fields)
 
     async def before_tool(
         self, session: SessionInfo, tool: str, tool_input: dict[str, Any], outcome: str

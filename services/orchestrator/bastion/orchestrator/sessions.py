@@ -18,7 +18,7 @@ from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog, error_code_of
 from bastion.orchestrator.callrecords import CallRecords
 from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_of, tool_input_of
-from bastion.orchestrator.gate import ask_policy, policy_request, touched_paths
+from bastion.orchestrator.gate import WHOSE, ask_policy, policy_request, touched_paths
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.opencaps import OpenCaps
@@ -51,8 +51,6 @@ from bastion.shared.telemetry import annotate, headers_with_context, span
 
 __all__ = ["Sessions"]
 
-_ANNOUNCED = ("session_id", "tenant", "agent", "autonomy")
-"""What the session_opened event tells of a session."""
 _KEPT = (
     "tenant",
     "agent",
@@ -69,6 +67,10 @@ _KEPT = (
     "token_id",
 )
 """What a session keeps of the ask that opened it, as asked."""
+_CHECKED = ("workspace", "network", "read_only_dirs", "skills_dir")
+"""What of a session's ask its sandbox is checked for (with its backend) before it opens."""
+_CATALOGUED = ("workspace", "shell", "network", "skills_dir", "web")
+"""What of a session's ask decides the tools it is offered."""
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +192,7 @@ class Sessions:
         await self._publish(
             "session_opened",
             session.tenant,
-            SessionOpened(at=session.opened_at, **carried(session, _ANNOUNCED)),
+            SessionOpened(at=session.opened_at, **carried(session, WHOSE)),
         )
         logger.info("session opened", extra={"session": session.session_id})
         return session
@@ -202,13 +204,7 @@ class Sessions:
             await request(
                 self._client,
                 subjects.SANDBOX_CHECK,
-                SandboxCheck(
-                    workspace=ask.workspace,
-                    backend=ask.sandbox,
-                    network=ask.network,
-                    read_only_dirs=ask.read_only_dirs,
-                    skills_dir=ask.skills_dir,
-                ),
+                SandboxCheck(backend=ask.sandbox, **carried(ask, _CHECKED)),
                 SandboxReady,
                 timeout_s=self._timeout_s,
             )
@@ -219,15 +215,7 @@ class Sessions:
             session_id=session_id,
             state="open",
             opened_at=_now(),
-            tools=catalogue_for(
-                workspace=ask.workspace,
-                shell=ask.shell,
-                network=ask.network,
-                skills_dir=ask.skills_dir,
-                web=ask.web,
-                search=self._search,
-            )
-            + upstream,
+            tools=catalogue_for(search=self._search, **carried(ask, _CATALOGUED)) + upstream,
             limits=session_limits(ask.limits),
             notices=notices,
             **carried(ask, _KEPT),
