@@ -21,6 +21,7 @@ from bastion.cli.common import (
     add_documented,
     add_location_options,
     add_output_option,
+    add_verbs,
     bus,
     fail,
     state_dir_of,
@@ -111,8 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    agent = commands.add_parser("agent", help="drive sessions as an agent would")
-    verbs = agent.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "agent", help="drive sessions as an agent would")
     run_parser = add_documented(
         verbs,
         "run",

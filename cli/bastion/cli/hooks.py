@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from bastion.cli.common import add_output_option, fail, state_dir_of, write_items
+from bastion.cli.common import add_output_option, add_verbs, fail, state_dir_of, write_items
 from bastion.shared.hookfile import (
     EVENTS,
     CommandHook,
@@ -97,8 +97,7 @@ def remove(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    hooks = commands.add_parser("hooks", help="commands run around tool calls and runs")
-    verbs = hooks.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "hooks", help="commands run around tool calls and runs")
     add_parser_ = verbs.add_parser("add", help="add a command hook")
     add_parser_.add_argument("--event", required=True, choices=EVENTS)
     add_parser_.add_argument(

@@ -22,6 +22,7 @@ from bastion.cli.common import (
     Asker,
     add_location_options,
     add_output_option,
+    add_verbs,
     write_items,
     write_json,
 )
@@ -270,8 +271,7 @@ def _add_options(adding: argparse.ArgumentParser) -> None:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    group = commands.add_parser("mcp", help="upstream MCP servers: add, review, list, remove")
-    verbs = group.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "mcp", help="upstream MCP servers: add, review, list, remove")
 
     adding = verbs.add_parser("add", help="start or reach a server, review its tools, pin them")
     _add_options(adding)
