@@ -21,6 +21,7 @@ from bastion.cli.common import (
     add_documented,
     add_location_options,
     add_output_option,
+    add_repeatable,
     add_verbs,
     bus,
     fail,
@@ -146,19 +147,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="offer fetch_url (public pages through the egress service; taints the session)",
     )
-    run_parser.add_argument(
+    add_repeatable(
+        run_parser,
         "--mcp",
-        action="append",
-        default=[],
-        metavar="SERVER",
-        help="give the session the reviewed tools of this MCP server, as SERVER_TOOL (repeatable)",
+        "SERVER",
+        "give the session the reviewed tools of this MCP server, as SERVER_TOOL (repeatable)",
     )
-    run_parser.add_argument(
+    add_repeatable(
+        run_parser,
         "--sandbox-read",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="show DIR read-only in the sandbox at its own path (repeatable)",
+        "DIR",
+        "show DIR read-only in the sandbox at its own path (repeatable)",
     )
     run_parser.add_argument(
         "--skills-dir", metavar="DIR", help="the skills directory (apart from the workspace)"
