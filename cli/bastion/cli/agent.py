@@ -21,6 +21,8 @@ from bastion.cli.common import (
     add_documented,
     add_location_options,
     add_output_option,
+    add_repeatable,
+    add_verbs,
     bus,
     fail,
     state_dir_of,
@@ -36,8 +38,12 @@ from bastion.proto.hooks import RunMark
 from bastion.proto.policy import AUTONOMY_LEVELS
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.shared.bus import request
+from bastion.shared.carry import carried
 
 __all__ = ["Step", "add_parser", "load_script"]
+
+_AS_GIVEN = ("agent", "tenant", "autonomy", "shell", "sandbox", "network", "web")
+"""The session's options that go from `bastion agent run`'s flags to the session as given."""
 
 
 def _absolute(directory: str) -> str:
@@ -57,20 +63,14 @@ async def _run(
             client,
             subjects.SESSION_OPEN,
             OpenSession(
-                agent=args.agent,
-                tenant=args.tenant,
-                autonomy=args.autonomy,
                 workspace=workspace,
-                shell=args.shell,
-                sandbox=args.sandbox,
-                network=args.network,
                 read_only_dirs=tuple(_absolute(d) for d in args.sandbox_read),
                 skills_dir=_absolute(args.skills_dir) if args.skills_dir else None,
                 limits=limits,
                 skill_approvals=not args.no_skill_approvals,
                 ask=not args.no_ask,
-                web=args.web,
                 mcp=tuple(dict.fromkeys(args.mcp)),
+                **carried(args, _AS_GIVEN),
             ),
             SessionInfo,
             timeout_s=CALL_MARGIN_S,
@@ -113,8 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    agent = commands.add_parser("agent", help="drive sessions as an agent would")
-    verbs = agent.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "agent", help="drive sessions as an agent would")
     run_parser = add_documented(
         verbs,
         "run",
@@ -148,19 +147,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="offer fetch_url (public pages through the egress service; taints the session)",
     )
-    run_parser.add_argument(
+    add_repeatable(
+        run_parser,
         "--mcp",
-        action="append",
-        default=[],
-        metavar="SERVER",
-        help="give the session the reviewed tools of this MCP server, as SERVER_TOOL (repeatable)",
+        "SERVER",
+        "give the session the reviewed tools of this MCP server, as SERVER_TOOL (repeatable)",
     )
-    run_parser.add_argument(
+    add_repeatable(
+        run_parser,
         "--sandbox-read",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="show DIR read-only in the sandbox at its own path (repeatable)",
+        "DIR",
+        "show DIR read-only in the sandbox at its own path (repeatable)",
     )
     run_parser.add_argument(
         "--skills-dir", metavar="DIR", help="the skills directory (apart from the workspace)"

@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
-from bastion.cli.common import add_location_options, add_output_option, bus, fail
+from bastion.cli.common import add_location_options, add_output_option, add_verbs, bus, fail
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.shared.codec import decode
@@ -125,8 +125,7 @@ def show(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    audit = commands.add_parser("audit", help="read the audit log of decisions, calls, results")
-    verbs = audit.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "audit", help="read the audit log of decisions, calls, results")
     tail_parser = verbs.add_parser("tail", help="the latest records, and new ones with --follow")
     tail_parser.add_argument("-n", type=int, default=20, help="how many (default 20)")
     tail_parser.add_argument("--follow", action="store_true", help="keep printing new records")

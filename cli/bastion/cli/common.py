@@ -24,6 +24,8 @@ __all__ = [
     "add_documented",
     "add_location_options",
     "add_output_option",
+    "add_repeatable",
+    "add_verbs",
     "bus",
     "fail",
     "request_id",
@@ -68,6 +70,18 @@ def add_documented(
     return commands.add_parser(
         name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+
+
+def add_verbs(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], noun: str, help: str
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """A command named for what it acts on, and its verbs: `bastion <noun> <verb>`."""
+    return commands.add_parser(noun, help=help).add_subparsers(dest="verb", required=True)
+
+
+def add_repeatable(parser: argparse.ArgumentParser, flag: str, metavar: str, help: str) -> None:
+    """A flag that may be given again and again: its values in order, `[]` when not given."""
+    parser.add_argument(flag, action="append", default=[], metavar=metavar, help=help)
 
 
 def add_location_options(parser: argparse.ArgumentParser) -> None:

@@ -20,11 +20,11 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import RunMark, RunMarked
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import CallParked, CallResult, ToolCall
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client, Requester, request
 from bastion.shared.deadlines import call_wait_s
 from bastion.shared.errors import BastionError
 
-__all__ = ["CALL_MARGIN_S", "drive", "is_error", "mark_run", "parked_of"]
+__all__ = ["CALL_MARGIN_S", "drive", "is_error", "mark_run", "parked_calls", "parked_of"]
 
 CALL_MARGIN_S = 30.0
 """How long a quick request (open, close, list) waits for its answer."""
@@ -80,16 +80,19 @@ async def mark_run(client: Client, mark: RunMark) -> tuple[str, ...]:
     return marked.notes
 
 
+async def parked_calls(
+    client: Client, session_id: str, *, every_state: bool = False
+) -> tuple[ParkedCall, ...]:
+    """The session's calls that wait for a person; with `every_state`, answered ones too."""
+    query = ApprovalQuery(session_id=session_id, every_state=every_state)
+    found = await Requester(client, CALL_MARGIN_S).ask(subjects.APPROVALS_LIST, query, ApprovalList)
+    return found.approvals
+
+
 async def parked_of(client: Client, session_id: str) -> ParkedCall | None:
     """The session's call that waits for a person, if one does."""
-    found: ApprovalList = await request(
-        client,
-        subjects.APPROVALS_LIST,
-        ApprovalQuery(session_id=session_id),
-        ApprovalList,
-        timeout_s=CALL_MARGIN_S,
-    )
-    return found.approvals[0] if found.approvals else None
+    waiting = await parked_calls(client, session_id)
+    return waiting[0] if waiting else None
 
 
 async def _waiting_on(

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import msgspec
 
-from bastion.cli.common import add_output_option, fail, state_dir_of, write_items
+from bastion.cli.common import (
+    add_output_option,
+    add_repeatable,
+    add_verbs,
+    fail,
+    state_dir_of,
+    write_items,
+)
 from bastion.shared.hookfile import (
     EVENTS,
     CommandHook,
@@ -97,16 +104,14 @@ def remove(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    hooks = commands.add_parser("hooks", help="commands run around tool calls and runs")
-    verbs = hooks.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "hooks", help="commands run around tool calls and runs")
     add_parser_ = verbs.add_parser("add", help="add a command hook")
     add_parser_.add_argument("--event", required=True, choices=EVENTS)
-    add_parser_.add_argument(
+    add_repeatable(
+        add_parser_,
         "--tool",
-        action="append",
-        default=[],
-        metavar="PATTERN",
-        help="a tool-name pattern (* any characters), repeatable; default every tool",
+        "PATTERN",
+        "a tool-name pattern (* any characters), repeatable; default every tool",
     )
     add_parser_.add_argument(
         "--timeout", type=float, default=30.0, metavar="SECONDS", help="default 30"

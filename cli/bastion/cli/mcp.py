@@ -22,6 +22,8 @@ from bastion.cli.common import (
     Asker,
     add_location_options,
     add_output_option,
+    add_repeatable,
+    add_verbs,
     write_items,
     write_json,
 )
@@ -229,10 +231,12 @@ def browse(args: argparse.Namespace) -> int:
 
 def _add_options(adding: argparse.ArgumentParser) -> None:
     adding.add_argument("--dir", help="where the server works (at /workspace in its sandbox)")
-    adding.add_argument(
-        "--env", action="append", default=[], metavar="NAME",
-        help="give it this variable (from the vault, else the mcp service's environment)",
-    )  # fmt: skip
+    add_repeatable(
+        adding,
+        "--env",
+        "NAME",
+        "give it this variable (from the vault, else the mcp service's environment)",
+    )
     adding.add_argument(
         "--sandbox", metavar="BACKEND", help="bwrap (the default) or docker:IMAGE@sha256:DIGEST"
     )
@@ -241,15 +245,19 @@ def _add_options(adding: argparse.ArgumentParser) -> None:
         help="run it outside any sandbox, as the mcp service (only for a server you trust)",
     )  # fmt: skip
     adding.add_argument("--sandbox-network", default="none", metavar="NETWORK")
-    adding.add_argument(
-        "--sandbox-read", action="append", default=[], metavar="DIR",
-        help="show a host directory read-only in its sandbox (e.g. its virtual environment)",
-    )  # fmt: skip
+    add_repeatable(
+        adding,
+        "--sandbox-read",
+        "DIR",
+        "show a host directory read-only in its sandbox (e.g. its virtual environment)",
+    )
     adding.add_argument("--url", help="a server over HTTP, instead of a command")
-    adding.add_argument(
-        "--header", action="append", default=[], metavar="'NAME: VALUE'",
-        help="add a header to every request; ${VAR} is the vault secret VAR",
-    )  # fmt: skip
+    add_repeatable(
+        adding,
+        "--header",
+        "'NAME: VALUE'",
+        "add a header to every request; ${VAR} is the vault secret VAR",
+    )
     adding.add_argument(
         "--public-key", type=Path, metavar="FILE",
         help="its tools must be signed with this ECDSA P-256 key (PEM)",
@@ -258,10 +266,12 @@ def _add_options(adding: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=60.0,
         help="seconds a call may take before it counts as unanswered (default 60)",
     )  # fmt: skip
-    adding.add_argument(
-        "--effect", action="append", default=[], metavar="TOOL=EFFECT",
-        help="what a call of TOOL is taken to do: read, write, external or spend",
-    )  # fmt: skip
+    add_repeatable(
+        adding,
+        "--effect",
+        "TOOL=EFFECT",
+        "what a call of TOOL is taken to do: read, write, external or spend",
+    )
     adding.add_argument(
         "--sampling", action="store_true", help="allow its sampling requests (off by default)"
     )
@@ -270,8 +280,7 @@ def _add_options(adding: argparse.ArgumentParser) -> None:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    group = commands.add_parser("mcp", help="upstream MCP servers: add, review, list, remove")
-    verbs = group.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "mcp", help="upstream MCP servers: add, review, list, remove")
 
     adding = verbs.add_parser("add", help="start or reach a server, review its tools, pin them")
     _add_options(adding)

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bastion.cli.common import fail
+from bastion.cli.common import add_verbs, fail
 from bastion.shared.errors import InvalidInput
 from bastion.shared.natsconfig import (
     AUTH_FILE,
@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    nats = commands.add_parser("nats", help="the NATS server Bastion runs on: its config")
-    verbs = nats.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "nats", help="the NATS server Bastion runs on: its config")
     command = verbs.add_parser(
         "config",
         help="write a NATS server config with one nkey user per service, and their seeds",

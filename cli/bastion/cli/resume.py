@@ -24,7 +24,7 @@ from bastion.cli.common import (
     session_id,
     state_dir_of,
 )
-from bastion.cli.driving import CALL_MARGIN_S, drive, is_error, parked_of
+from bastion.cli.driving import CALL_MARGIN_S, drive, is_error, parked_calls, parked_of
 from bastion.cli.runrecord import RunRecord, recorded
 from bastion.cli.runs import KeptRun, kept_run
 from bastion.cli.transcript import say, show_input, show_result
@@ -32,12 +32,10 @@ from bastion.proto import subjects
 from bastion.proto.approvals import (
     ApprovalAnswer,
     ApprovalAnswered,
-    ApprovalList,
-    ApprovalQuery,
     ParkedCall,
 )
 from bastion.proto.session import SessionInfo, SessionRef
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client, Requester, request
 from bastion.shared.deadlines import call_wait_s
 
 __all__ = [
@@ -61,14 +59,9 @@ def answer_line(answered: ApprovalAnswered) -> str:
 
 async def session_of(client: Client, session_id: str) -> SessionInfo:
     """The session as the orchestrator keeps it (its limits bound how long a call waits)."""
-    session: SessionInfo = await request(
-        client,
-        subjects.SESSION_GET,
-        SessionRef(session_id=session_id),
-        SessionInfo,
-        timeout_s=CALL_MARGIN_S,
+    return await Requester(client, CALL_MARGIN_S).ask(
+        subjects.SESSION_GET, SessionRef(session_id=session_id), SessionInfo
     )
-    return session
 
 
 async def send_answer(
@@ -106,15 +99,9 @@ async def _answered_elsewhere(
     API, `bastion approvals`, another terminal)."""
     if kept is None:
         return None
-    found: ApprovalList = await request(
-        client,
-        subjects.APPROVALS_LIST,
-        ApprovalQuery(session_id=args.session, every_state=True),
-        ApprovalList,
-        timeout_s=CALL_MARGIN_S,
-    )
+    every = await parked_calls(client, args.session, every_state=True)
     return next(
-        (a for a in found.approvals if a.request_id == kept.request_id and a.state != "pending"),
+        (a for a in every if a.request_id == kept.request_id and a.state != "pending"),
         None,
     )
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from bastion.cli.common import add_verbs
 from bastion.proto.schema import MESSAGES, json_schema
 
 __all__ = ["add_parser"]
@@ -27,8 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    proto = commands.add_parser("proto", help="the wire: message schemas")
-    verbs = proto.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "proto", help="the wire: message schemas")
     schema = verbs.add_parser(
         "schema",
         help="write the JSON Schema of every message (to stdout, or one file each with --out)",

@@ -18,6 +18,7 @@ from bastion.cli.common import (
     Asker,
     add_location_options,
     add_output_option,
+    add_verbs,
     bus,
     fail,
     write_items,
@@ -152,10 +153,9 @@ def rotate_key(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    secret = commands.add_parser(
-        "secret", help="secrets that skills' scripts and upstream MCP servers may receive"
+    verbs = add_verbs(
+        commands, "secret", help="secrets that skills' scripts and upstream MCP servers may receive"
     )
-    verbs = secret.add_subparsers(dest="verb", required=True)
 
     adding = verbs.add_parser("add", help="keep a secret (value from stdin or --from-env)")
     adding.add_argument("name", help="an environment variable's name, e.g. PYPI_TOKEN")

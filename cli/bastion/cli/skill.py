@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bastion.cli.common import add_output_option, fail, write_items
+from bastion.cli.common import add_output_option, add_verbs, fail, write_items
 from bastion.shared.skillmatter import FrontMatter, InvalidSkillFile, front_matter
 
 __all__ = ["GRANTED_FILE", "add_parser", "granted", "permission_lines"]
@@ -155,8 +155,7 @@ def list_skills(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    skill = commands.add_parser("skill", help="install and list skills (on this machine)")
-    verbs = skill.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "skill", help="install and list skills (on this machine)")
     installing = verbs.add_parser("install", help="show what a skill asks for; install it")
     installing.add_argument("directory", type=Path, metavar="DIR", help="the skill's directory")
     installing.add_argument(

@@ -16,6 +16,7 @@ from bastion.cli.common import (
     Asker,
     add_location_options,
     add_output_option,
+    add_verbs,
     write_items,
     write_json,
 )
@@ -105,8 +106,7 @@ def revoke(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    token = commands.add_parser("token", help="agents' bearer tokens for the MCP front door")
-    verbs = token.add_subparsers(dest="verb", required=True)
+    verbs = add_verbs(commands, "token", help="agents' bearer tokens for the MCP front door")
 
     creating = verbs.add_parser("create", help="mint a token for an agent (printed once)")
     creating.add_argument("--agent", required=True, help="the agent's name, e.g. claude-code")

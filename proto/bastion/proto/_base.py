@@ -9,12 +9,14 @@ import msgspec
 __all__ = [
     "MAX_PATH",
     "MAX_TEXT",
+    "NAME_PATTERN",
     "Identifier",
     "Ingress",
     "Message",
     "PathText",
     "SessionId",
     "Text",
+    "name_meta",
 ]
 
 MAX_TEXT = 4 * 1024 * 1024
@@ -33,9 +35,18 @@ class Ingress(Message, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A message whose fields an agent or an outside client fills: unknown fields are refused."""
 
 
-Identifier = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-]
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+"""A name: letters, digits, `_`, `.` and `-`, starting with a letter or a digit."""
+
+
+def name_meta(max_length: int, description: str | None = None) -> msgspec.Meta:
+    """The bounds of a name (`NAME_PATTERN`) of at most `max_length` characters."""
+    return msgspec.Meta(
+        min_length=1, max_length=max_length, pattern=NAME_PATTERN, description=description
+    )
+
+
+Identifier = Annotated[str, name_meta(64)]
 """A tenant or agent name: letters, digits, `_`, `.` and `-`, at most 64 characters."""
 
 SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from bastion.proto._base import Identifier, Message, PathText, SessionId, Text
+from bastion.proto._base import Identifier, Message, PathText, SessionId, Text, name_meta
 from bastion.proto.policy import PolicyRequest
 from bastion.proto.toolinput import (
     ApplyPatchInput,
@@ -265,9 +265,7 @@ class SandboxReleased(Message, frozen=True, kw_only=True, tag="sandbox.released"
     containers: int = 0
 
 
-SkillName = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-]
+SkillName = Annotated[str, name_meta(64)]
 """A skill's directory name inside the skills dir: no `/`, no leading `.`."""
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from bastion.proto._base import Identifier, Ingress, Message, PathText, SessionId
+from bastion.proto._base import Identifier, Ingress, Message, PathText, SessionId, name_meta
 from bastion.proto.policy import Autonomy, Effect, PreApproval
 from bastion.proto.sandbox import Limits
 
@@ -31,13 +31,7 @@ SandboxBackend = Annotated[
 ]
 
 NetworkMode = Annotated[
-    str,
-    msgspec.Meta(
-        min_length=1,
-        max_length=128,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
-        description="`none`, `declared`, `host`, or the name of a Docker network.",
-    ),
+    str, name_meta(128, "`none`, `declared`, `host`, or the name of a Docker network.")
 ]
 
 

@@ -17,7 +17,7 @@ from typing import Annotated, Final, Literal, NamedTuple
 
 import msgspec
 
-from bastion.proto._base import MAX_PATH, MAX_TEXT, Ingress
+from bastion.proto._base import MAX_PATH, MAX_TEXT, Ingress, name_meta
 from bastion.proto.policy import Effect
 
 __all__ = [
@@ -126,15 +126,7 @@ class RunTestsInput(Ingress, frozen=True, kw_only=True):
     """`run_tests`: run the project's tests in the sandbox; no input."""
 
 
-SkillNameInput = Annotated[
-    str,
-    msgspec.Meta(
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
-        description="The skill's name: its directory in the skills dir.",
-    ),
-]
+SkillNameInput = Annotated[str, name_meta(64, "The skill's name: its directory in the skills dir.")]
 
 
 class SkillReadInput(Ingress, frozen=True, kw_only=True):

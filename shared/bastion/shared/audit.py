@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Final
+from datetime import UTC, datetime
+from typing import Any, Final
 
 import nats.errors
 import nats.js.errors
@@ -26,7 +27,13 @@ from bastion.shared.errors import Unavailable
 from bastion.shared.kv import replicas
 from bastion.shared.telemetry import headers_with_context
 
-__all__ = ["PUBLISH_TIMEOUT_S", "open_audit_stream", "publish_audit", "store_record"]
+__all__ = [
+    "PUBLISH_TIMEOUT_S",
+    "audit_record",
+    "open_audit_stream",
+    "publish_audit",
+    "store_record",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +59,13 @@ async def open_audit_stream(client: Client) -> JetStreamContext:
                 )
             )
     return js
+
+
+def audit_record(action: str, session_id: str, tenant: str, **fields: Any) -> AuditRecord:
+    """A record of `action` in `tenant`'s session `session_id`, stamped now."""
+    return AuditRecord(
+        action=action, session_id=session_id, tenant=tenant, at=datetime.now(UTC), **fields
+    )
 
 
 async def store_record(js: JetStreamContext, record: AuditRecord) -> None:

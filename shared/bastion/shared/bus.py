@@ -16,6 +16,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import nats
@@ -34,7 +35,15 @@ from bastion.shared.nkeyseeds import check_seed_file
 from bastion.shared.settings import BusSettings
 from bastion.shared.telemetry import headers_with_context, messaging_attributes, tracer
 
-__all__ = ["Client", "CredentialsRefused", "TooLarge", "answer", "connect", "request"]
+__all__ = [
+    "Client",
+    "CredentialsRefused",
+    "Requester",
+    "TooLarge",
+    "answer",
+    "connect",
+    "request",
+]
 
 T = TypeVar("T")
 
@@ -247,3 +256,19 @@ async def request(
         if isinstance(answer, ErrorReply):
             raise RemoteError(answer.code, answer.message)
         return answer
+
+
+@dataclass(frozen=True)
+class Requester:
+    """`request` for a caller that asks with one client and one timeout (held, or a base
+    of the caller's own dataclass): `await bus.ask(subject, message, ReplyType)`."""
+
+    client: Client
+    timeout_s: float
+
+    async def ask(self, subject: str, message: object, reply_type: type[T]) -> T:
+        """The reply to `message`; it raises what `request` raises."""
+        reply: T = await request(
+            self.client, subject, message, reply_type, timeout_s=self.timeout_s
+        )
+        return reply

@@ -6,13 +6,19 @@
     │   └── TooLarge, InvalidPattern, InvalidHostName, InvalidSkillFile, GitEntryRefused,
     │       SealError             (in the shared modules that raise them)
     ├── NotFound                  code: not_found
+    │   └── NotStored             (`kv`: a key a store does not hold)
     ├── NotImplementedYet         code: not_implemented
     ├── QuotaExceeded             code: quota_exceeded  (at a cap: sessions, workspace size)
     ├── Unavailable               code: unavailable     (no responder, bus down)
-    │   └── Timeout               code: timeout
+    │   ├── Timeout               code: timeout
+    │   └── CredentialsRefused    (`bus`: NATS refused this process's nkey)
+    ├── AlreadyStored, ChangedSince, KeptChanging
+    │                             code: conflict        (`kv`: compare-and-set lost)
     ├── RemoteError               any code              (a service answered with an error)
     ├── SandboxFailed             code: sandbox_failed  (`sandboxing.errors`)
-    └── UnsafeTokensFile          code: internal        (`httptokens`)
+    │   └── InitGone              (`sandboxing.warm`: a warm sandbox's init ended)
+    ├── UnsafeTokensFile          code: internal        (`httptokens`)
+    └── UnsafeHooksFile           code: internal        (`hookfile`)
 
 A service's own errors derive from these in its package (`PolicyUnavailable` from
 `Unavailable`, `UncertainCall` from `BastionError` with its own code, …).

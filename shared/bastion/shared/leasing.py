@@ -24,7 +24,7 @@ from bastion.proto.vault import (
     RedactionRequest,
     RedactionValues,
 )
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client, Requester
 from bastion.shared.codec import decode
 from bastion.shared.keyfiles import read_x25519_key
 from bastion.shared.sealing import open_sealed, public_bytes
@@ -53,18 +53,16 @@ class LeaseClient:
     """Asks the vault for one call's secrets and opens the lease with the service's key."""
 
     def __init__(self, client: Client, key: X25519PrivateKey, timeout_s: float) -> None:
-        self._client = client
+        self._bus = Requester(client, timeout_s)
         self._key = key
         self._public = public_bytes(key)
-        self._timeout_s = timeout_s
 
     async def lease(
         self, tenant: str, session_id: str, call_id: str, names: tuple[str, ...]
     ) -> list[tuple[str, str]]:
         """The (name, value) pairs of `names`; the vault's refusal is raised as it came."""
         call_id = call_id or f"exec-{random.token_hex(8)}"
-        lease: Lease = await request(
-            self._client,
+        lease: Lease = await self._bus.ask(
             subjects.VAULT_LEASE,
             LeaseRequest(
                 session_id=session_id,
@@ -74,7 +72,6 @@ class LeaseClient:
                 public_key=self._public,
             ),
             Lease,
-            timeout_s=self._timeout_s,
         )
         context = lease_context(tenant, session_id, call_id)
         opened: LeasedValues = decode(open_sealed(self._key, lease.sealed, context), LeasedValues)
@@ -83,12 +80,10 @@ class LeaseClient:
     async def redaction_values(self, tenant: str, session_id: str) -> list[tuple[str, str]]:
         """Every (name, value) of `tenant`, to cut out of replies only; the vault's
         refusal is raised as it came."""
-        answer: RedactionValues = await request(
-            self._client,
+        answer: RedactionValues = await self._bus.ask(
             subjects.VAULT_REDACTION,
             RedactionRequest(session_id=session_id, tenant=tenant, public_key=self._public),
             RedactionValues,
-            timeout_s=self._timeout_s,
         )
         context = redaction_context(tenant, session_id)
         opened: LeasedValues = decode(open_sealed(self._key, answer.sealed, context), LeasedValues)

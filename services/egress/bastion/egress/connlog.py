@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 import nats.errors
 from nats.js.client import JetStreamContext
 
 from bastion.proto import subjects
-from bastion.proto.audit import MAX_SUMMARY, AuditRecord
+from bastion.proto.audit import MAX_SUMMARY
 from bastion.proto.egress import MAX_CONNECTIONS, ConnectionLog
-from bastion.shared.audit import open_audit_stream, publish_audit
+from bastion.shared.audit import audit_record, open_audit_stream, publish_audit
 from bastion.shared.bus import Client
 from bastion.shared.kv import KeptChanging, TypedBucket
 
@@ -61,11 +60,10 @@ class ConnectionRecorder:
         )
         await publish_audit(
             self._js,
-            AuditRecord(
-                action="egress",
-                session_id=session_id,
-                tenant=tenant,
-                at=datetime.now(UTC),
+            audit_record(
+                "egress",
+                session_id,
+                tenant,
                 tool=tool,
                 call_id=call_id[:64],
                 outcome="allowed" if refused is None else "refused",

@@ -19,11 +19,15 @@ from bastion.egress.hosts import Declared
 from bastion.proto import subjects
 from bastion.proto.egress import EgressGrant, GrantRecord, GrantRequest
 from bastion.shared.bus import Client
+from bastion.shared.carry import carried
 from bastion.shared.errors import InvalidInput
 from bastion.shared.hostcuts import DigestCutter
 from bastion.shared.kv import TypedBucket
 
 __all__ = ["GrantStore", "credentials", "cutter"]
+
+_KEPT = ("session_id", "tenant", "hosts", "any_public_host", "call_id", "cut_salt", "cuts")
+"""What a grant's record keeps of its request, as asked."""
 
 _HOW = (
     "send Proxy-Authorization: Basic base64(<grant id>:<secret>) with a grant from "
@@ -95,14 +99,8 @@ class GrantStore:
         record = GrantRecord(
             grant_id=grant_id,
             secret_sha256=_digest(secret),
-            session_id=request.session_id,
-            tenant=request.tenant,
-            hosts=request.hosts,
-            any_public_host=request.any_public_host,
             expires_at=expires_at,
-            call_id=request.call_id,
-            cut_salt=request.cut_salt,
-            cuts=request.cuts,
+            **carried(request, _KEPT),
         )
         await self._bucket.put(grant_id, record)
         return EgressGrant(

@@ -44,10 +44,14 @@ from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import SkillRunInput
 from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
+from bastion.shared.carry import carried
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
 from bastion.shared.telemetry import context_from_headers, headers_with_context, tracer
 
 __all__ = ["Approvals", "how_to_answer"]
+
+_SHOWN = ("call_id", "tool", "session_id", "request_id", "input", "decision")
+"""What the agent is shown of its parked call, with the sentence saying how a person answers."""
 
 logger = logging.getLogger(__name__)
 
@@ -167,12 +171,7 @@ class Approvals:
         )
         because = " (because the session is tainted)" if decision.asked_because_tainted else ""
         return CallParked(
-            call_id=call_id,
-            tool=tool.name,
-            session_id=session.session_id,
-            request_id=parked.request_id,
-            input=call.input,
-            decision=decision,
+            **carried(parked, _SHOWN),
             message=f"{tool.name} waits for a person's approval{because}: {decision.reason}. "
             f"It is parked as request {parked.request_id}; a person can "
             + how_to_answer(session.session_id),

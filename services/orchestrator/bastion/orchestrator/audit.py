@@ -10,19 +10,18 @@ a tool's whole input or output, and never a secret value (the orchestrator holds
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
 from nats.js.client import JetStreamContext
 
 from bastion.proto import errors as codes
-from bastion.proto.audit import MAX_SUMMARY, AuditRecord
+from bastion.proto.audit import MAX_SUMMARY
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo
 from bastion.proto.tools import CallParked, CallResult
-from bastion.shared.audit import open_audit_stream, publish_audit
+from bastion.shared.audit import audit_record, open_audit_stream, publish_audit
 from bastion.shared.bus import Client
 
 __all__ = [
@@ -86,13 +85,8 @@ class AuditLog:
         return cls(await open_audit_stream(client))
 
     async def record(self, session: SessionInfo, action: str, **fields: str) -> None:
-        record = AuditRecord(
-            action=action,
-            session_id=session.session_id,
-            tenant=session.tenant,
-            at=datetime.now(UTC),
-            **{k: bounded(v) for k, v in fields.items()},
-        )
+        bounded_fields = {k: bounded(v) for k, v in fields.items()}
+        record = audit_record(action, session.session_id, session.tenant, **bounded_fields)
         await publish_audit(self._js, record)
 
     async def decision(

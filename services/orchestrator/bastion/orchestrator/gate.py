@@ -24,10 +24,12 @@ from bastion.proto.sandbox import ResolvedPaths, ResolvePaths
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.toolinput import ApplyPatchInput, FetchUrlInput, ShellInput, SkillRunInput
 from bastion.shared.bus import Client, request
+from bastion.shared.carry import carried
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError, Unavailable
 from bastion.shared.hostnames import InvalidHostName, ascii_host
 
 __all__ = [
+    "WHOSE",
     "PolicyUnavailable",
     "Touched",
     "ask_policy",
@@ -36,6 +38,9 @@ __all__ = [
     "target_of",
     "touched_paths",
 ]
+
+WHOSE = ("session_id", "tenant", "agent", "autonomy")
+"""Whose a session is: what the policy is told of it with each call, and each event too."""
 
 _PATH_FIELDS = ("path",)
 
@@ -141,10 +146,7 @@ def policy_request(
 ) -> PolicyRequest:
     """The policy's view of one call of `session`; `paths` from `touched_paths`."""
     return PolicyRequest(
-        session_id=session.session_id,
-        tenant=session.tenant,
-        agent=session.agent,
-        autonomy=session.autonomy,
+        **carried(session, WHOSE),
         tool=tool.name,
         effect=tool.effect,
         tainted=is_tainted(session, now),

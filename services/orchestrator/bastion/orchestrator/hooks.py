@@ -12,6 +12,7 @@ run hook that fails is logged and changes nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -22,6 +23,7 @@ from bastion.proto import subjects
 from bastion.proto.hooks import HookAnswer, HookEvent, HookEventName, HookRegistration, RunMark
 from bastion.proto.session import SessionInfo
 from bastion.shared.bus import Client, request
+from bastion.shared.carry import carried
 from bastion.shared.errors import BastionError
 from bastion.shared.kv import TypedBucket
 from bastion.shared.patterns import pattern_matches
@@ -67,6 +69,22 @@ class Hooks:
             and (not tool or pattern_matches(hook.tools, tool))
         ]
 
+    async def _answers(
+        self, hooks: list[HookRegistration], event: HookEvent, session: SessionInfo, failed: str
+    ) -> AsyncIterator[tuple[HookRegistration, HookAnswer]]:
+        """Each hook that answered `event`, with its answer; one that failed is logged as
+        `failed` and passed over (an advisory hook never fails the call)."""
+        for hook in hooks:
+            try:
+                answer = await self._ask(hook, event, session.tenant)
+            except BastionError as error:
+                logger.warning(
+                    failed,
+                    extra={"hook": hook.name, "code": error.code, "session": session.session_id},
+                )
+                continue
+            yield hook, answer
+
     async def _ask(self, hook: HookRegistration, event: HookEvent, tenant: str) -> HookAnswer:
         answer: HookAnswer = await request(
             self._client,
@@ -78,14 +96,8 @@ class Hooks:
         return answer
 
     def _event(self, session: SessionInfo, event: HookEventName, **fields: Any) -> HookEvent:
-        return HookEvent(
-            event=event,
-            session_id=session.session_id,
-            tenant=session.tenant,
-            agent=session.agent,
-            workspace=session.workspace,
-            **fields,
-        )
+        told = carried(session, ("session_id", "tenant", "agent", "workspace"))
+        return HookEvent(event=event, **told, **fields)
 
     async def before_tool(
         self, session: SessionInfo, tool: str, tool_input: dict[str, Any], outcome: str
@@ -121,15 +133,7 @@ class Hooks:
         if not hooks:
             return text
         event = self._event(session, "after_tool", tool=tool, input=tool_input, text=text)
-        for hook in hooks:
-            try:
-                answer = await self._ask(hook, event, session.tenant)
-            except BastionError as error:
-                logger.warning(
-                    "an after-tool hook failed",
-                    extra={"hook": hook.name, "code": error.code, "session": session.session_id},
-                )
-                continue
+        async for hook, answer in self._answers(hooks, event, session, "an after-tool hook failed"):
             if answer.text:
                 text += f"\n[hook {hook.name}]\n{answer.text.rstrip()}"
         return text
@@ -138,15 +142,8 @@ class Hooks:
         """Tell each run hook a run started or ended; the notes run-start hooks added."""
         notes: list[str] = []
         event = self._event(session, mark.event, text=mark.task, ended=mark.ended)
-        for hook in self._matching(mark.event, session.tenant, ""):
-            try:
-                answer = await self._ask(hook, event, session.tenant)
-            except BastionError as error:
-                logger.warning(
-                    "a run hook failed",
-                    extra={"hook": hook.name, "code": error.code, "session": session.session_id},
-                )
-                continue
+        hooks = self._matching(mark.event, session.tenant, "")
+        async for hook, answer in self._answers(hooks, event, session, "a run hook failed"):
             if answer.text and mark.event == "run_start":
                 notes.append(f"[hook {hook.name}] {answer.text.rstrip()}")
         return tuple(notes)

@@ -18,7 +18,7 @@ from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog, error_code_of
 from bastion.orchestrator.callrecords import CallRecords
 from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_of, tool_input_of
-from bastion.orchestrator.gate import ask_policy, policy_request, touched_paths
+from bastion.orchestrator.gate import WHOSE, ask_policy, policy_request, touched_paths
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.opencaps import OpenCaps
@@ -42,6 +42,7 @@ from bastion.proto.sandbox import (
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
+from bastion.shared.carry import carried
 from bastion.shared.codec import describe_decode_error, encode
 from bastion.shared.deadlines import call_wait_s
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError
@@ -49,6 +50,28 @@ from bastion.shared.metrics import call_duration, calls
 from bastion.shared.telemetry import annotate, headers_with_context, span
 
 __all__ = ["Sessions"]
+
+_KEPT = (
+    "tenant",
+    "agent",
+    "autonomy",
+    "workspace",
+    "shell",
+    "sandbox",
+    "network",
+    "read_only_dirs",
+    "skills_dir",
+    "skill_approvals",
+    "ask",
+    "mcp",
+    "token_id",
+    "elicits",
+)
+"""What a session keeps of the ask that opened it, as asked."""
+_CHECKED = ("workspace", "network", "read_only_dirs", "skills_dir")
+"""What of a session's ask its sandbox is checked for (with its backend) before it opens."""
+_CATALOGUED = ("workspace", "shell", "network", "skills_dir", "web")
+"""What of a session's ask decides the tools it is offered."""
 
 logger = logging.getLogger(__name__)
 
@@ -170,13 +193,7 @@ class Sessions:
         await self._publish(
             "session_opened",
             session.tenant,
-            SessionOpened(
-                session_id=session.session_id,
-                tenant=session.tenant,
-                agent=session.agent,
-                autonomy=session.autonomy,
-                at=session.opened_at,
-            ),
+            SessionOpened(at=session.opened_at, **carried(session, WHOSE)),
         )
         logger.info("session opened", extra={"session": session.session_id})
         return session
@@ -188,13 +205,7 @@ class Sessions:
             await request(
                 self._client,
                 subjects.SANDBOX_CHECK,
-                SandboxCheck(
-                    workspace=ask.workspace,
-                    backend=ask.sandbox,
-                    network=ask.network,
-                    read_only_dirs=ask.read_only_dirs,
-                    skills_dir=ask.skills_dir,
-                ),
+                SandboxCheck(backend=ask.sandbox, **carried(ask, _CHECKED)),
                 SandboxReady,
                 timeout_s=self._timeout_s,
             )
@@ -209,33 +220,12 @@ class Sessions:
         )
         session = SessionInfo(
             session_id=session_id,
-            tenant=ask.tenant,
-            agent=ask.agent,
-            autonomy=ask.autonomy,
-            workspace=ask.workspace,
-            shell=ask.shell,
-            sandbox=ask.sandbox,
-            network=ask.network,
             state="open",
             opened_at=_now(),
-            tools=catalogue_for(
-                workspace=ask.workspace,
-                shell=ask.shell,
-                network=ask.network,
-                skills_dir=ask.skills_dir,
-                web=ask.web,
-                search=self._search,
-            )
-            + upstream,
-            read_only_dirs=ask.read_only_dirs,
-            skills_dir=ask.skills_dir,
+            tools=catalogue_for(search=self._search, **carried(ask, _CATALOGUED)) + upstream,
             limits=session_limits(ask.limits),
-            skill_approvals=ask.skill_approvals,
-            ask=ask.ask,
             notices=notices,
-            mcp=ask.mcp,
-            token_id=ask.token_id,
-            elicits=ask.elicits,
+            **carried(ask, _KEPT),
         )
         await self._store.create(session)
         return session

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from bastion.proto import subjects
 from bastion.proto.egress import ConnectionLog, ConnectionsRequest, EgressGrant, GrantRequest
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Requester
 from bastion.shared.hostcuts import form_digests, new_salt
 
 __all__ = ["GRANT_MARGIN_S", "EgressClient"]
@@ -20,12 +20,9 @@ GRANT_MARGIN_S = 30.0
 """A grant outlives its command's wall clock by this much; it is revoked when it ends."""
 
 
-@dataclass(eq=False)
-class EgressClient:
+@dataclass(frozen=True, eq=False)
+class EgressClient(Requester):
     """Asks the egress service for one call's grant, and ends it with its connection line."""
-
-    client: Client
-    timeout_s: float
 
     async def grant(
         self,
@@ -41,8 +38,7 @@ class EgressClient:
         which the proxy cuts the (name, value) pairs `cuts` from what it records."""
         named = tuple(host for host in hosts if host != "true")
         salt = new_salt()
-        grant: EgressGrant = await request(
-            self.client,
+        grant: EgressGrant = await self.ask(
             subjects.EGRESS_GRANT,
             GrantRequest(
                 session_id=session_id,
@@ -55,17 +51,14 @@ class EgressClient:
                 cuts=form_digests(cuts, salt),
             ),
             EgressGrant,
-            timeout_s=self.timeout_s,
         )
         return grant
 
     async def close(self, grant_id: str) -> str:
         """Revoke the grant (its call is over) and say what it connected to."""
-        log: ConnectionLog = await request(
-            self.client,
+        log: ConnectionLog = await self.ask(
             subjects.EGRESS_CONNECTIONS,
             ConnectionsRequest(grant_id=grant_id, revoke=True),
             ConnectionLog,
-            timeout_s=self.timeout_s,
         )
         return log.summary()

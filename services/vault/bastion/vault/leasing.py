@@ -15,12 +15,10 @@ import functools
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
 from nats.js.client import JetStreamContext
 
 from bastion.proto import errors as codes
-from bastion.proto.audit import AuditRecord
 from bastion.proto.vault import (
     MAX_LEASE_NAMES,
     Lease,
@@ -29,7 +27,7 @@ from bastion.proto.vault import (
     RedactionRequest,
     RedactionValues,
 )
-from bastion.shared.audit import store_record
+from bastion.shared.audit import audit_record, store_record
 from bastion.shared.codec import encode
 from bastion.shared.errors import BastionError, InvalidInput, NotFound
 from bastion.shared.leasing import lease_context, redaction_context
@@ -231,11 +229,10 @@ class Leases:
     ) -> None:
         await store_record(
             self._js,
-            AuditRecord(
-                action="secret_read",
-                session_id=session_id,
-                tenant=tenant,
-                at=datetime.now(UTC),
+            audit_record(
+                "secret_read",
+                session_id,
+                tenant,
                 tool=tool,
                 call_id=call_id,
                 outcome=outcome,

@@ -44,7 +44,7 @@ from bastion.proto.approvals import (
 from bastion.proto.errors import ErrorReply
 from bastion.proto.subjects import APPROVALS_BUCKET
 from bastion.proto.tools import CallParked, CallResult, ToolOutput
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Requester
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError, Unavailable
 from bastion.shared.kv import TypedBucket
 
@@ -114,12 +114,10 @@ def _question(parked: Asked) -> str:
 
 
 @dataclass(frozen=True)
-class Asking:
+class Asking(Requester):
     """Settles a parked call for the MCP request that made it: asking its person within
     `timeout_s`, or waiting `wait_s` at most for an answer given elsewhere."""
 
-    client: Client
-    timeout_s: float
     wait_s: float
 
     async def settle(
@@ -219,8 +217,7 @@ class Asking:
             RemoteError: the answer was refused (`conflict`: answered elsewhere already;
                 `invalid_input`: no "always" rule can cover the call).
         """
-        answered: ApprovalAnswered = await request(
-            self.client,
+        answered: ApprovalAnswered = await self.ask(
             subjects.APPROVALS_ANSWER,
             ApprovalAnswer(
                 request_id=parked.request_id,
@@ -230,7 +227,6 @@ class Asking:
                 reason="" if decision != "decline" else reason,
             ),
             ApprovalAnswered,
-            timeout_s=self.timeout_s,
         )
         return answered.result
 
@@ -266,12 +262,10 @@ class Asking:
     async def _parked(self, session_id: str, request_id: str) -> ParkedCall | None:
         """The session's parked call `request_id`, in whatever state, if it has one."""
         try:
-            found: ApprovalList = await request(
-                self.client,
+            found: ApprovalList = await self.ask(
                 subjects.APPROVALS_LIST,
                 ApprovalQuery(session_id=session_id, every_state=True),
                 ApprovalList,
-                timeout_s=self.timeout_s,
             )
         except BastionError:
             return None

@@ -24,13 +24,19 @@ from mcp_types import InitializeRequestParams
 from bastion.mcp.frontdoor.asking import declares_form_elicitation
 from bastion.mcp.frontdoor.guard import Agent
 from bastion.mcp.frontdoor.records import SessionRecords, stateless_key
+from bastion.mcp.frontdoor.tokens import GRANTED
 from bastion.proto import subjects
 from bastion.proto.frontdoor import McpSessionRecord
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client, Requester
+from bastion.shared.carry import carried
 from bastion.shared.errors import BastionError, NotFound
 
 __all__ = ["STATELESS_VERSION", "Binding"]
+
+_FROM_TOKEN = (*GRANTED, "token_id")
+"""What a session opened for an agent's token takes from the token: what it grants, and
+which token it is."""
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +55,8 @@ class Binding:
     """Finds, or opens, the Bastion session of an MCP request, and closes it at the end."""
 
     def __init__(self, client: Client, records: SessionRecords, timeout_s: float) -> None:
-        self._client = client
+        self._bus = Requester(client, timeout_s)
         self._records = records
-        self._timeout_s = timeout_s
         self._known: dict[str, str] = {}
         self._locks: dict[str, anyio.Lock] = {}
 
@@ -73,12 +78,8 @@ class Binding:
             return self._known[key]
 
     async def info(self, session_id: str) -> SessionInfo:
-        found: SessionInfo = await request(
-            self._client,
-            subjects.SESSION_GET,
-            SessionRef(session_id=session_id),
-            SessionInfo,
-            timeout_s=self._timeout_s,
+        found: SessionInfo = await self._bus.ask(
+            subjects.SESSION_GET, SessionRef(session_id=session_id), SessionInfo
         )
         return found
 
@@ -157,23 +158,10 @@ class Binding:
 
     async def _open(self, agent: Agent, *, elicits: bool) -> str:
         token = agent.info
-        opened: SessionInfo = await request(
-            self._client,
+        opened: SessionInfo = await self._bus.ask(
             subjects.SESSION_OPEN,
-            OpenSession(
-                agent=token.agent,
-                tenant=token.tenant,
-                autonomy=token.autonomy,
-                workspace=token.workspace,
-                shell=token.shell,
-                web=token.web,
-                mcp=token.mcp,
-                ask=True,
-                token_id=token.token_id,
-                elicits=elicits,
-            ),
+            OpenSession(ask=True, elicits=elicits, **carried(token, _FROM_TOKEN)),
             SessionInfo,
-            timeout_s=self._timeout_s,
         )
         logger.info(
             "Bastion session opened for an MCP client",
@@ -183,12 +171,8 @@ class Binding:
 
     async def _close(self, session_id: str) -> None:
         try:
-            await request(
-                self._client,
-                subjects.SESSION_CLOSE,
-                SessionRef(session_id=session_id),
-                SessionInfo,
-                timeout_s=self._timeout_s,
+            await self._bus.ask(
+                subjects.SESSION_CLOSE, SessionRef(session_id=session_id), SessionInfo
             )
         except BastionError as error:
             logger.warning(

@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 from bastion.mcp.frontdoor.asking import takes_form_elicitation
 from bastion.proto import subjects
 from bastion.proto.mcp import ElicitAnswer, ElicitQuestion, SampleAnswer, SampleQuestion
+from bastion.shared.background import in_background
 from bastion.shared.bus import Client, answer
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BadRequest
@@ -74,12 +75,8 @@ async def relaying(
     if samples:
         subscriptions.append(await client.subscribe(subjects.mcp_sample(session_id), cb=deliver))
     try:
-        async with anyio.create_task_group() as relay:
-            relay.start_soon(answer_each)
-            try:
-                yield
-            finally:
-                relay.cancel_scope.cancel()
+        async with in_background(answer_each):
+            yield
     finally:
         for subscription in subscriptions:
             await subscription.unsubscribe()

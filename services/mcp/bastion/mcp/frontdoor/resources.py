@@ -36,6 +36,7 @@ from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.session import SessionInfo
 from bastion.shared.bus import Client
+from bastion.shared.carry import viewed
 from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError, NotFound, Unavailable
 
@@ -74,19 +75,6 @@ class _Transcript(msgspec.Struct, frozen=True):
     session: _Session
     records: list[_Line]
     cut: bool
-
-
-def _session(info: SessionInfo) -> _Session:
-    return _Session(
-        session_id=info.session_id,
-        state=info.state,
-        opened_at=info.opened_at,
-        closed_at=info.closed_at,
-        calls=info.calls,
-        autonomy=info.autonomy,
-        workspace=info.workspace,
-        waiting_for=info.waiting_for,
-    )
 
 
 class ResourceHandlers:
@@ -142,7 +130,8 @@ class ResourceHandlers:
         try:
             if uri == SESSIONS_URI:
                 sessions = [
-                    _session(await self._binding.info(s)) for s in await self._session_ids(agent)
+                    viewed(await self._binding.info(s), _Session)
+                    for s in await self._session_ids(agent)
                 ]
                 text = msgspec.json.encode({"sessions": sessions}).decode()
             else:
@@ -174,21 +163,9 @@ class ResourceHandlers:
                 f"{SESSIONS_URI} lists this agent's sessions"
             )
         records, cut = await self._audit(info)
-        lines = [
-            _Line(
-                at=r.at,
-                action=r.action,
-                tool=r.tool,
-                call_id=r.call_id,
-                outcome=r.outcome,
-                rule=r.rule,
-                summary=r.summary,
-                by=r.by,
-            )
-            for r in records
-        ]
+        lines = [viewed(r, _Line) for r in records]
         return msgspec.json.encode(
-            _Transcript(session=_session(info), records=lines, cut=cut)
+            _Transcript(session=viewed(info, _Session), records=lines, cut=cut)
         ).decode()
 
     async def _audit(self, info: SessionInfo) -> tuple[list[AuditRecord], bool]:

@@ -12,10 +12,14 @@ import nats.errors
 from bastion.proto import subjects
 from bastion.proto.frontdoor import CreateToken, TokenCreated, TokenInfo
 from bastion.shared.bus import Client
+from bastion.shared.carry import carried
 from bastion.shared.errors import NotFound, Unavailable
 from bastion.shared.kv import TypedBucket
 
-__all__ = ["TOKEN_PREFIX", "TokenStore", "hash_of"]
+__all__ = ["GRANTED", "TOKEN_PREFIX", "TokenStore", "hash_of"]
+
+GRANTED: Final = ("agent", "tenant", "autonomy", "workspace", "shell", "web", "mcp")
+"""What a token grants its holder's sessions, as the operator asked it at `create`."""
 
 TOKEN_PREFIX: Final = "bst_"
 """Every agent token starts so, which makes a leaked one easy to recognise (and scan for)."""
@@ -49,14 +53,8 @@ class TokenStore:
         digest = hash_of(token)
         info = TokenInfo(
             token_id=_id_of(digest),
-            agent=ask.agent,
-            tenant=ask.tenant,
-            autonomy=ask.autonomy,
-            workspace=ask.workspace,
-            shell=ask.shell,
-            web=ask.web,
-            mcp=ask.mcp,
             created_at=datetime.now(UTC),
+            **carried(ask, GRANTED),
         )
         await self._bucket.create(digest, info)
         return TokenCreated(token=token, info=info)

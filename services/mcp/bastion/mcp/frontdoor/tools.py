@@ -41,6 +41,7 @@ from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import ToolSpec
 from bastion.proto.tools import CallParked, CallResult, ToolCall
+from bastion.shared.background import in_background
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import (
     BastionError,
@@ -128,12 +129,8 @@ async def _progress(ctx: ServerRequestContext[Any, Any], tool: str) -> AsyncIter
             elapsed += _PROGRESS_EVERY_S
             await ctx.session.report_progress(elapsed, None, f"{tool} runs ({elapsed:g} s)")
 
-    async with anyio.create_task_group() as ticking:
-        ticking.start_soon(tick)
-        try:
-            yield
-        finally:
-            ticking.cancel_scope.cancel()
+    async with in_background(tick):
+        yield
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from bastion.proto import subjects
 from bastion.proto.mcp import McpServerSpec
 from bastion.proto.vault import ListSecrets, SecretList
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client, Requester
 from bastion.shared.errors import InvalidInput
 from bastion.shared.leasing import LeaseClient
 
@@ -45,10 +45,9 @@ class ValueSource:
         timeout_s: float,
         environ: Mapping[str, str] = os.environ,
     ) -> None:
-        self._client = client
+        self._bus = Requester(client, timeout_s)
         self.leases = leases
         """Also what opens the tenant's redaction set (`bastion.shared.secretcuts`)."""
-        self._timeout_s = timeout_s
         self._environ = environ
 
     async def values(
@@ -62,12 +61,8 @@ class ValueSource:
         names = names_of(spec)
         if not names:
             return {}
-        kept: SecretList = await request(
-            self._client,
-            subjects.VAULT_LIST,
-            ListSecrets(tenant=tenant),
-            SecretList,
-            timeout_s=self._timeout_s,
+        kept: SecretList = await self._bus.ask(
+            subjects.VAULT_LIST, ListSecrets(tenant=tenant), SecretList
         )
         in_vault = tuple(n for n in names if n in {s.name for s in kept.secrets})
         found: dict[str, str] = {}
