@@ -142,8 +142,17 @@ def test_a_hostile_skills_dir_gets_a_clear_answer_for_each_and_nothing_outside_i
     (skills / "link-scripts" / "scripts").symlink_to(outside / "loot" / "scripts")
     _skill(skills, "inner-link", "---\ndescription: s\n---\n", {"scripts/ok.sh": "echo\n"})
     (skills / "inner-link" / "scripts" / "out.sh").symlink_to(outside / "loot" / "SKILL.md")
+    (skills / "loop").symlink_to(skills / "loop")
+    (skills / "absolute").symlink_to(skills / "pypi-version")
+    (skills / "relative").symlink_to("pypi-version")
+    _skill(skills, "md-loop", "x").joinpath("SKILL.md").unlink()
+    (skills / "md-loop" / "SKILL.md").symlink_to(skills / "md-loop" / "SKILL.md")
     listing = _find(skills)
     by_name = {e.name: e for e in listing.skills}
+    assert "a link to nothing" in by_name["loop"].problem
+    assert "absolute path" in by_name["absolute"].problem
+    assert by_name["relative"].scripts == ("scripts/latest.py",)
+    assert "SKILL.md is a link to nothing" in by_name["md-loop"].problem
     assert "link leading out of the skills dir" in by_name["away"].problem
     assert "link leading out of the skills dir" in by_name["here"].problem
     assert "SKILL.md is a link leading out" in by_name["linked-md"].problem

@@ -90,31 +90,55 @@ def _names(skills_dir: Path) -> tuple[list[str], bool]:
     whether there were more than are read."""
     names: list[str] = []
     seen = 0
-    with os.scandir(skills_dir) as entries:
-        for entry in entries:
-            seen += 1
-            if seen > MAX_ENTRIES_SEEN:
-                return sorted(names)[:MAX_SKILLS_READ], True
-            if not _SKILL_NAME.match(entry.name):
-                continue
-            if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
-                names.append(entry.name)
+    try:
+        with os.scandir(skills_dir) as entries:
+            for entry in entries:
+                seen += 1
+                if seen > MAX_ENTRIES_SEEN:
+                    return sorted(names)[:MAX_SKILLS_READ], True
+                if not _SKILL_NAME.match(entry.name):
+                    continue
+                if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
+                    names.append(entry.name)
+    except OSError as error:
+        raise InvalidInput(
+            f"the skills dir cannot be read ({error.strerror}): give the sandbox service's "
+            "user read access to it"
+        ) from None
     names.sort()
     return names[:MAX_SKILLS_READ], len(names) > MAX_SKILLS_READ
 
 
 def _leads_out(skills_dir: Path, name: str) -> str:
-    """Why skill `name` is not read, when its directory or SKILL.md is a link leading out
-    of the skills dir (or its directory to the skills dir itself); else ""."""
+    """Why skill `name` is not read, when its directory or SKILL.md is a link the read
+    would refuse (in words about a workspace): one leading out of the skills dir (or, for
+    the directory, to the skills dir itself), to nothing, or by an absolute path; else ""."""
     link = skills_dir / name
-    if link.is_symlink():
-        target = link.resolve()
-        if not target.is_relative_to(skills_dir) or target == skills_dir:
-            return "its directory is a link leading out of the skills dir: it is not read"
-    manifest = link / "SKILL.md"
-    if manifest.is_symlink() and not manifest.resolve().is_relative_to(skills_dir):
-        return "its SKILL.md is a link leading out of the skills dir: it is not read"
+    return _link_problem(skills_dir, link, "its directory") or _link_problem(
+        skills_dir, link / "SKILL.md", "its SKILL.md"
+    )
+
+
+def _link_problem(skills_dir: Path, path: Path, what: str) -> str:
+    """Why the read would refuse `path` (`what` names it) if it is a link; else ""."""
+    if not path.is_symlink():
+        return ""
+    target = _real(path)
+    if not target.is_relative_to(skills_dir) or target == skills_dir:
+        return f"{what} is a link leading out of the skills dir: it is not read"
+    if not path.exists():
+        return f"{what} is a link to nothing (a missing target, or a loop)"
+    if os.readlink(path).startswith("/"):
+        return (
+            f"{what} is a link by an absolute path, which skill_read does not follow: make "
+            "it a relative link inside the skills dir"
+        )
     return ""
+
+
+def _real(path: Path) -> Path:
+    """`path` through its links, as far as they go (a loop is left for the read to refuse)."""
+    return Path(os.path.realpath(path))
 
 
 def _open_inside(skills_dir: Path, relative: Iterable[str]) -> int:
@@ -134,7 +158,7 @@ def _open_inside(skills_dir: Path, relative: Iterable[str]) -> int:
 def _scripts(skills_dir: Path, name: str) -> tuple[tuple[str, ...], bool]:
     """The regular files under the skill's `scripts/` (never through a link), and whether
     it has more than are named."""
-    skill_dir = (skills_dir / name).resolve()
+    skill_dir = _real(skills_dir / name)
     found: list[str] = []
     try:
         top = _open_inside(skills_dir, (*skill_dir.relative_to(skills_dir).parts, _SCRIPTS))
@@ -237,7 +261,7 @@ def find_skills(skills_dir: Path, request: FindSkills) -> SkillListing:
     best first; at most `MAX_LISTED` (`MAX_FOUND` for a query).
 
     Raises:
-        InvalidInput: the query holds no words.
+        InvalidInput: the query holds no words, or the skills dir cannot be read.
     """
     query = None if request.query is None else _query_words(request.query)
     names, unread = _names(skills_dir)
