@@ -54,6 +54,8 @@ MAX_DESCRIPTION: Final = 1024
 MAX_EXCERPT: Final = 200
 MAX_QUERY_WORDS: Final = 16
 
+MAX_NAME: Final = 64
+"""A skill's name is at most this long (`SkillName`), as `skill_read` takes it."""
 _SKILL_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _WORD: Final = re.compile(r"\w+")
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -96,7 +98,7 @@ def _names(skills_dir: Path) -> tuple[list[str], bool]:
                 seen += 1
                 if seen > MAX_ENTRIES_SEEN:
                     return sorted(names)[:MAX_SKILLS_READ], True
-                if not _SKILL_NAME.match(entry.name):
+                if len(entry.name) > MAX_NAME or not _SKILL_NAME.match(entry.name):
                     continue
                 if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
                     names.append(entry.name)
@@ -137,7 +139,7 @@ def _link_problem(skills_dir: Path, path: Path, what: str) -> str:
 
 
 def _real(path: Path) -> Path:
-    """`path` through its links, as far as they go (a loop is left for the read to refuse)."""
+    """`path` through its links, as far as they go (a loop's, where it comes round)."""
     return Path(os.path.realpath(path))
 
 
