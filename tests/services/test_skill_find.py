@@ -11,7 +11,13 @@ from bastion.orchestrator.registry import REGISTRY
 from bastion.orchestrator.skillfind import render_listing
 from bastion.proto.sandbox import FindSkills, SkillListing
 from bastion.proto.tools import ToolOutput
-from bastion.sandbox.skillfind import MAX_FOUND, MAX_LISTED, MAX_SCRIPTS, find_skills
+from bastion.sandbox.skillfind import (
+    MAX_FOUND,
+    MAX_LISTED,
+    MAX_SCRIPTS,
+    MAX_SKILLS_READ,
+    find_skills,
+)
 from bastion.sandbox.skills import MAX_SKILL_BYTES
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
@@ -99,7 +105,7 @@ def test_a_search_ranks_by_words_held_then_where_case_insensitively(skills: Path
     assert prefix.skills[0].name == "pypi-version"  # in its name, above a description
     none = _find(skills, "kubernetes")
     assert none.skills == () and none.total == 0
-    assert "No skill holds the words 'kubernetes'" in render_listing(none, "kubernetes")
+    assert "No skill matches 'kubernetes'" in render_listing(none, "kubernetes")
 
 
 def test_a_query_without_words_is_refused_with_what_to_give(skills: Path) -> None:
@@ -121,6 +127,16 @@ def test_answers_are_bounded_and_say_how_many_there_were(tmp_path: Path) -> None
     found = _find(skills, "shared")
     assert len(found.skills) == MAX_FOUND and found.total == MAX_LISTED + 5
     assert "give more words to narrow it" in render_listing(found, "shared")
+
+
+def test_a_skills_dir_with_more_skills_than_are_read_says_so(tmp_path: Path) -> None:
+    skills = tmp_path / "skills"
+    for n in range(MAX_SKILLS_READ + 1):
+        _skill(skills, f"s{n:03}", "---\ndescription: d\n---\n")
+    listing = _find(skills)
+    assert listing.unread and listing.total == MAX_SKILLS_READ
+    assert listing.skills[0].name == "s000"  # the first by name
+    assert "only the first by name were" in render_listing(listing, None)
 
 
 def test_a_hostile_skills_dir_gets_a_clear_answer_for_each_and_nothing_outside_is_read(
@@ -191,7 +207,7 @@ async def test_skill_find_through_the_plane_lists_and_searches_the_sessions_skil
     assert isinstance(listed, ToolOutput) and listed.effect == "read", listed
     assert listed.text.startswith("2 skills in the skills dir:")
     assert "secrets: PYPI_TOKEN" in listed.text
-    assert isinstance(found, ToolOutput) and "1 skill hold the words 'PyPI'" in found.text
+    assert isinstance(found, ToolOutput) and "1 skill matches 'PyPI', best first:" in found.text
     assert "- pypi-version:" in found.text and "release-notes" not in found.text
     assert isinstance(again, ToolOutput) and not again.text.startswith("[answered from")
     assert not isinstance(empty, ToolOutput) and empty.code == "invalid_input"

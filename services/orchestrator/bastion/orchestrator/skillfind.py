@@ -51,14 +51,15 @@ def render_listing(listing: SkillListing, query: str | None) -> str:
         if query is None:
             text = "The skills dir holds no skills."
         else:
-            text = f"No skill holds the words {query!r}: try other words, or no query to list all."
+            text = f"No skill matches {query!r}: try other words, or no query to list them all."
     else:
         count = len(listing.skills)
         noun = "skill" if listing.total == 1 else "skills"
         if query is None:
             text = f"{listing.total} {noun} in the skills dir"
         else:
-            text = f"{listing.total} {noun} hold the words {query!r}, best first"
+            verb = "matches" if listing.total == 1 else "match"
+            text = f"{listing.total} {noun} {verb} {query!r}, best first"
         if count < listing.total:
             text += f" (the first {count} shown"
             text += ": give more words to narrow it)" if query is not None else ")"
