@@ -121,6 +121,18 @@ PARKED = approvals.ParkedCall(
     result=ErrorReply(code="declined", message="a person (cli:alice) declined this call"),
     runner="0a0b0c0d",
 )
+SKILL_ENTRY = sandbox.SkillEntry(
+    name="pypi-version",
+    description="The latest version of a package.",
+    allowed_tools=("Read",),
+    network=("pypi.org",),
+    secrets=("PYPI_TOKEN",),
+    timeout_s=30.0,
+    scripts=("scripts/latest.py",),
+    more_scripts=True,
+    excerpt="Run scripts/latest.py with the package's name.",
+    problem="its SKILL.md is a link leading out of the skills dir: it is not read",
+)
 
 SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     session.OpenSession: session.OpenSession(
@@ -274,6 +286,11 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         description="Notes",
         allowed_tools=("Write(notes/*)",),
     ),
+    sandbox.FindSkills: sandbox.FindSkills(
+        session_id=SID, skills_dir="/srv/skills", query="release notes"
+    ),
+    sandbox.SkillEntry: SKILL_ENTRY,
+    sandbox.SkillListing: sandbox.SkillListing(skills=(SKILL_ENTRY,), total=3, unread=True),
     sandbox.Limits: sandbox.Limits(wall_s=1.5, cpu_s=2, output_bytes=2048),
     session.SessionLimits: session.SessionLimits(wall_s=5.0, processes=64),
     sandbox.ExecRequest: sandbox.ExecRequest(
@@ -601,6 +618,9 @@ TAGS: dict[type[msgspec.Struct], str] = {
     sandbox.ReadSkill: "sandbox.skill_read",
     sandbox.SkillDocument: "sandbox.skill_document",
     sandbox.RunSkill: "sandbox.skill_run",
+    sandbox.FindSkills: "sandbox.skill_find",
+    sandbox.SkillEntry: "sandbox.skill_entry",
+    sandbox.SkillListing: "sandbox.skill_listing",
     sandbox.WriteSkill: "sandbox.skill_write",
     sandbox.Limits: "Limits",
     session.SessionLimits: "SessionLimits",
@@ -748,6 +768,7 @@ def test_every_struct_of_the_wire_is_in_the_schema_catalogue_or_nested_in_one() 
         session.ToolSpec,
         session.SessionLimits,
         sandbox.Limits,
+        sandbox.SkillEntry,
         policy.PreApproval,
         approvals.ParkedCall,
         vault.SecretInfo,

@@ -28,6 +28,7 @@ __all__ = [
     "FileRequest",
     "FileResult",
     "FindFiles",
+    "FindSkills",
     "Limits",
     "ListFiles",
     "ReadFile",
@@ -42,6 +43,8 @@ __all__ = [
     "SandboxReleased",
     "SearchFiles",
     "SkillDocument",
+    "SkillEntry",
+    "SkillListing",
     "SkillName",
     "WriteFile",
     "WriteSkill",
@@ -293,6 +296,46 @@ class SkillDocument(Message, frozen=True, kw_only=True, tag="sandbox.skill_docum
     network: tuple[str, ...] = ()
     secrets: tuple[str, ...] = ()
     timeout_s: float | None = None
+
+
+class FindSkills(Message, frozen=True, kw_only=True, tag="sandbox.skill_find"):
+    """List the skills of `<skills_dir>`, or (with `query`) search them by word, confined to
+    the skills dir whatever its links say."""
+
+    session_id: SessionId
+    skills_dir: PathText
+    query: Annotated[str, msgspec.Meta(max_length=400)] | None = None
+
+
+class SkillEntry(Message, frozen=True, kw_only=True, tag="sandbox.skill_entry"):
+    """One skill as `skill_find` shows it: what its front matter declares, never a secret's
+    value (only names are declared), and its scripts (regular files under `scripts/`).
+
+    `problem` is set, and nothing else but `name`, when its SKILL.md cannot be read as a
+    skill (a link out, too large, misshapen front matter): the sentence says why. `excerpt`
+    is a body line holding one of the query's words.
+    """
+
+    name: str
+    description: str = ""
+    allowed_tools: tuple[str, ...] = ()
+    network: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    scripts: tuple[str, ...] = ()
+    more_scripts: bool = False
+    excerpt: str = ""
+    problem: str = ""
+
+
+class SkillListing(Message, frozen=True, kw_only=True, tag="sandbox.skill_listing"):
+    """The skills `FindSkills` found, best first for a query, at most a bounded number:
+    `total` says how many there were (listed, or matching the query) before the cut, and
+    `unread` whether the skills dir held more entries than are looked at."""
+
+    skills: tuple[SkillEntry, ...] = ()
+    total: int = 0
+    unread: bool = False
 
 
 ScriptArg = Annotated[str, msgspec.Meta(max_length=64 * KiB)]

@@ -60,6 +60,8 @@ MESSAGES: dict[str, Any] = {
     "RunSkill": sandbox.RunSkill,
     "WriteSkill": sandbox.WriteSkill,
     "SkillDocument": sandbox.SkillDocument,
+    "FindSkills": sandbox.FindSkills,
+    "SkillListing": sandbox.SkillListing,
     "FetchRequest": stubs.FetchRequest,
     "FetchedPage": egress.FetchedPage,
     "GrantRequest": egress.GrantRequest,

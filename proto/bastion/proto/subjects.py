@@ -46,6 +46,7 @@ __all__ = [
     "SANDBOX_FILES",
     "SANDBOX_RELEASE",
     "SANDBOX_RESOLVE",
+    "SANDBOX_SKILL_FIND",
     "SANDBOX_SKILL_READ",
     "SANDBOX_SKILL_RUN",
     "SANDBOX_SKILL_WRITE",
@@ -103,6 +104,8 @@ SANDBOX_CHECK_CODE: Final = f"{PREFIX}.sandbox.check_code"
 SANDBOX_RELEASE: Final = f"{PREFIX}.sandbox.release"
 SANDBOX_SKILL_READ: Final = f"{PREFIX}.sandbox.skill_read"
 """A skill's SKILL.md, read confined to the session's skills dir, with its front matter."""
+SANDBOX_SKILL_FIND: Final = f"{PREFIX}.sandbox.skill_find"
+"""The skills of the session's skills dir and what each declares, or those matching words."""
 SANDBOX_SKILL_RUN: Final = f"{PREFIX}.sandbox.skill_run"
 """One of a skill's scripts, run in the session's sandbox with the skill at `/skill`."""
 SANDBOX_SKILL_WRITE: Final = f"{PREFIX}.sandbox.skill_write"

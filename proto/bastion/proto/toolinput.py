@@ -33,6 +33,7 @@ __all__ = [
     "RunTestsInput",
     "SearchFilesInput",
     "ShellInput",
+    "SkillFindInput",
     "SkillReadInput",
     "SkillRunInput",
     "SkillWriteInput",
@@ -135,6 +136,23 @@ class SkillReadInput(Ingress, frozen=True, kw_only=True):
     name: SkillNameInput
 
 
+class SkillFindInput(Ingress, frozen=True, kw_only=True):
+    """`skill_find`: the skills dir's skills and what each declares; with `query`, those
+    whose name, description or instructions hold its words, best first."""
+
+    query: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                min_length=1,
+                max_length=400,
+                description="Words to look for in the skills' names, descriptions and bodies.",
+            ),
+        ]
+        | None
+    ) = None
+
+
 class SkillRunInput(Ingress, frozen=True, kw_only=True):
     """`skill_run`: one of a skill's scripts, with arguments (never read by a shell)."""
 
@@ -200,6 +218,7 @@ BUILTIN_TOOLS: Final[Mapping[str, BuiltinTool]] = MappingProxyType(
         "fetch_url": BuiltinTool(FetchUrlInput, "external"),
         "web_search": BuiltinTool(WebSearchInput, "external"),
         "skill_read": BuiltinTool(SkillReadInput, "read"),
+        "skill_find": BuiltinTool(SkillFindInput, "read"),
         "skill_run": BuiltinTool(SkillRunInput, "write"),
         "skill_write": BuiltinTool(SkillWriteInput, "write"),
     }

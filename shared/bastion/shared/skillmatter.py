@@ -27,6 +27,7 @@ __all__ = [
     "TIMEOUT_KEY",
     "FrontMatter",
     "InvalidSkillFile",
+    "body_of",
     "front_matter",
     "split_rules",
 ]
@@ -237,6 +238,20 @@ def _timeout(fields: _Fields) -> str:
     return fields.text(TIMEOUT_KEY).strip()
 
 
+def _end(lines: list[str]) -> int | None:
+    """The index of the line closing the front matter, None when there is none."""
+    if not lines or lines[0].rstrip() != "---":
+        return None
+    return next((i for i, line in enumerate(lines[1:], 1) if line.rstrip() == "---"), None)
+
+
+def body_of(text: str) -> str:
+    """What follows the front matter of `text` (all of it when it has none)."""
+    lines = text.splitlines()
+    end = _end(lines)
+    return text if end is None else "\n".join(lines[end + 1 :])
+
+
 def front_matter(text: str, skill: str = "SKILL.md") -> FrontMatter:
     """The front matter of `text` (the SKILL.md of `skill`), empty when it has none.
 
@@ -245,11 +260,8 @@ def front_matter(text: str, skill: str = "SKILL.md") -> FrontMatter:
             twice, or a field has the wrong type; the sentence names the skill and line.
     """
     lines = text.splitlines()
-    if not lines or lines[0].rstrip() != "---":
-        return FrontMatter()
-    try:
-        end = next(i for i, line in enumerate(lines[1:], 1) if line.rstrip() == "---")
-    except StopIteration:
+    end = _end(lines)
+    if end is None:
         return FrontMatter()
     fields = _document(skill, "\n".join(lines[1:end]))
     return FrontMatter(

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from bastion.orchestrator.execute import run_check, run_file_tool, run_shell
+from bastion.orchestrator.skillfind import find_skills
 from bastion.orchestrator.skillrun import run_skill, write_skill
 from bastion.orchestrator.skills import read_skill
 from bastion.orchestrator.toolcall import Call
@@ -156,6 +157,14 @@ REGISTRY: Final[Mapping[str, ToolDefinition]] = MappingProxyType(
                 "Read a skill's SKILL.md by its name; once read, the calls its allowed-tools "
                 "names may run without asking.",
                 Route("sandbox", read_skill),
+                needs_skills=True,
+            ),
+            ToolDefinition(
+                "skill_find",
+                "List the skills by name and description, with what each declares "
+                "(allowed-tools, network, secret names, timeout, scripts); with query, "
+                "those whose name, description or instructions hold its words, best first.",
+                Route("sandbox", find_skills),
                 needs_skills=True,
             ),
             ToolDefinition(

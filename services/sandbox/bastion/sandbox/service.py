@@ -1,5 +1,5 @@
 """The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code`,
-`.release`, `.skill_read`, `.skill_run` and `.skill_write`.
+`.release`, `.skill_read`, `.skill_find`, `.skill_run` and `.skill_write`.
 
 Everything a command or a file tool answers, its errors too, leaves with every value of
 the tenant's secrets cut out (`bastion.shared.secretcuts`); a call that reaches declared
@@ -31,6 +31,7 @@ from bastion.proto.sandbox import (
     ExecResult,
     FileRequest,
     FileResult,
+    FindSkills,
     Limits,
     ReadSkill,
     ResolvedPaths,
@@ -41,6 +42,7 @@ from bastion.proto.sandbox import (
     SandboxRelease,
     SandboxReleased,
     SkillDocument,
+    SkillListing,
     WriteSkill,
 )
 from bastion.sandbox.codecheck import check_code
@@ -53,6 +55,7 @@ from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.resolving import resolve_paths
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.sharedslots import SharedSlots
+from bastion.sandbox.skillfind import find_skills
 from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
@@ -440,6 +443,11 @@ class Sandboxes:
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
         return await anyio.to_thread.run_sync(read_skill, skills_dir, request)
 
+    async def skill_find(self, request: FindSkills, _context: RequestContext) -> SkillListing:
+        """The skills dir's skills and what each declares, or those matching a query."""
+        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
+        return await anyio.to_thread.run_sync(find_skills, skills_dir, request)
+
     async def _hidden(
         self, workspace: Path, request: FileRequest, tool: _FileTool
     ) -> frozenset[str] | None:
@@ -589,6 +597,9 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
     service.add_endpoint("check_code", subjects.SANDBOX_CHECK_CODE, CodeCheck, sandboxes.check_code)
     service.add_endpoint("release", subjects.SANDBOX_RELEASE, SandboxRelease, sandboxes.release)
     service.add_endpoint("skill_read", subjects.SANDBOX_SKILL_READ, ReadSkill, sandboxes.skill_read)
+    service.add_endpoint(
+        "skill_find", subjects.SANDBOX_SKILL_FIND, FindSkills, sandboxes.skill_find
+    )
     service.add_endpoint("skill_run", subjects.SANDBOX_SKILL_RUN, RunSkill, sandboxes.skill_run)
     service.add_endpoint(
         "skill_write", subjects.SANDBOX_SKILL_WRITE, WriteSkill, sandboxes.skill_write
