@@ -19,7 +19,14 @@ from nats.aio.msg import Msg
 from bastion.hooks.service import HookRunner
 from bastion.proto import subjects
 from bastion.proto.events import SessionOpened
-from bastion.proto.frontdoor import CreateToken, TokenCreated
+from bastion.proto.frontdoor import (
+    CreateToken,
+    ListTokens,
+    RevokeToken,
+    TokenCreated,
+    TokenList,
+    TokenRevoked,
+)
 from bastion.proto.session import OpenSession, SessionInfo
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
@@ -189,33 +196,62 @@ async def test_token_create_takes_agent_runs_options_and_token_list_json_shows_t
     }
 
 
-async def test_a_command_hook_sees_a_front_door_sessions_run_start_calls_and_run_end(
-    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, tmp_path: Path
-) -> None:
-    state = tmp_path / "hooks-state"
-    state.mkdir()
-    seen = owned(tmp_path / "seen")
-    logger = tmp_path / "log.sh"
+def _logging_hooks(state: Path, seen: Path, logger: Path) -> None:
+    """Command hooks of every event that append the event they are given to `seen`."""
     logger.write_text(f"#!/bin/sh\ncat >> {seen}/events.jsonl\necho >> {seen}/events.jsonl\n")
     logger.chmod(0o755)
     events = ("run-start", "before-tool", "after-tool", "run-end")
     save_hooks(hooks_path(state), [CommandHook(event=e, command=[str(logger)]) for e in events])
+
+
+def _told(seen: Path) -> list[dict[str, Any]]:
+    text = (seen / "events.jsonl").read_text()
+    return [json.loads(line) for line in text.split("\n") if line]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_command_hook_sees_a_front_door_sessions_run_start_calls_and_run_end(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, tmp_path: Path, mode: str
+) -> None:
+    """Session-based: the run ends when the client deletes its MCP session. Stateless: the
+    token's one session ends when the token is revoked."""
+    state = tmp_path / "hooks-state"
+    state.mkdir()
+    seen = owned(tmp_path / "seen")
+    _logging_hooks(state, seen, tmp_path / "log.sh")
     runner = await HookRunner.open(client, state)
     await runner.register()  # registered before the orchestrator starts: it reads it at start
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(runner.serve)
         async with plane_of(), door_of() as url:
             token = await new_token(client, workspace, autonomy="L3", shell=True)
-            async with mcp_client(url, token, "legacy") as mcp:
+            async with mcp_client(url, token, mode) as mcp:
                 ran = await mcp.call_tool("shell", {"command": "echo hooked"})
+            before_revoke = [e["event"] for e in _told(seen)]
+            [info] = (
+                await request(client, subjects.FRONTDOOR_TOKEN_LIST, ListTokens(), TokenList,
+                              timeout_s=10)
+            ).tokens  # fmt: skip
+            await request(
+                client,
+                subjects.FRONTDOOR_TOKEN_REVOKE,
+                RevokeToken(token_id=info.token_id),
+                TokenRevoked,
+                timeout_s=10,
+            )
         tasks.cancel_scope.cancel()
     assert not ran.is_error and "hooked" in text_of(ran)
-    told = [json.loads(line) for line in (seen / "events.jsonl").read_text().split("\n") if line]
+    told = _told(seen)
     assert [(e["event"], e.get("tool", "")) for e in told] == [
         ("run-start", ""),
         ("before-tool", "shell"),
         ("after-tool", "shell"),
         ("run-end", ""),
     ]
+    assert before_revoke == (
+        ["run-start", "before-tool", "after-tool", "run-end"]
+        if mode == "legacy"
+        else ["run-start", "before-tool", "after-tool"]
+    )
     assert {e["session"] for e in told} == {told[0]["session"]}
     assert told[0]["agent"] == "claude" and told[-1]["ended"] == "done"
