@@ -149,6 +149,7 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         mcp=("notes",),
     ),
     session.SessionRef: session.SessionRef(session_id=SID),
+    session.OpeningChecked: session.OpeningChecked(),
     session.ToolSpec: session.ToolSpec(
         name="notes_add_note",
         effect="write",
@@ -472,7 +473,17 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     ),
     mcp.SampleAnswer: mcp.SampleAnswer(result_json='{"role":"assistant"}', refused="no"),
     frontdoor.CreateToken: frontdoor.CreateToken(
-        agent="claude", tenant="acme", autonomy="L3", workspace="/w", shell=True, mcp=("notes",)
+        agent="claude",
+        tenant="acme",
+        autonomy="L3",
+        workspace="/w",
+        shell=True,
+        network="declared",
+        read_only_dirs=("/data",),
+        skills_dir="/skills",
+        limits=session.SessionLimits(wall_s=5.0),
+        ask=False,
+        mcp=("notes",),
     ),
     frontdoor.TokenInfo: TOKEN_INFO,
     frontdoor.TokenCreated: frontdoor.TokenCreated(token="bst_abc", info=TOKEN_INFO),
@@ -595,6 +606,7 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
 TAGS: dict[type[msgspec.Struct], str] = {
     session.OpenSession: "session.open",
     session.SessionRef: "session.ref",
+    session.OpeningChecked: "session.opening_checked",
     session.ToolSpec: "tool.spec",
     session.SessionInfo: "session.info",
     tools.ToolCall: "tool.call",

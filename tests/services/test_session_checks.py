@@ -79,6 +79,8 @@ async def open_shell_session(client: Client, **fields: object) -> SessionInfo:
         ({"workspace": "{state}/sessions"}, "lies inside Bastion's state directory"),
         ({"skills_dir": "{skills}"}, "give a skills directory apart from the workspace"),
         ({"skills_dir": "{work}"}, "give a skills directory apart from the workspace"),
+        ({"skills_dir": "{apart}/missing"}, "is not a directory: give one that exists"),
+        ({"skills_dir": "{state}"}, "overlaps Bastion's state directory"),
         ({"read_only_dirs": ["{state}/.."]}, "would show Bastion's state directory"),
         ({"read_only_dirs": ["{state}"]}, "neither is, contains, nor lies inside it"),
         ({"read_only_dirs": ["{state}/sessions"]}, "would show Bastion's state directory"),

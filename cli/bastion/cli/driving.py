@@ -17,14 +17,15 @@ from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalList, ApprovalQuery, ParkedCall
 from bastion.proto.errors import ErrorReply
-from bastion.proto.hooks import RunMark, RunMarked
+from bastion.proto.hooks import RunMark
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import CallParked, CallResult, ToolCall
 from bastion.shared.bus import Client, Requester, request
 from bastion.shared.deadlines import call_wait_s
 from bastion.shared.errors import BastionError
+from bastion.shared.runmarks import mark_run
 
-__all__ = ["CALL_MARGIN_S", "drive", "is_error", "mark_run", "parked_calls", "parked_of"]
+__all__ = ["CALL_MARGIN_S", "drive", "is_error", "parked_calls", "parked_of"]
 
 CALL_MARGIN_S = 30.0
 """How long a quick request (open, close, list) waits for its answer."""
@@ -64,20 +65,6 @@ async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
             break
         await anyio.sleep(RETRY_PAUSE_S)
     return result
-
-
-async def mark_run(client: Client, mark: RunMark) -> tuple[str, ...]:
-    """Tell the session a run starts or ends (its run hooks are asked); what they added.
-
-    A run hook that fails does not stop the run: only before-tool hooks block.
-    """
-    try:
-        marked: RunMarked = await request(
-            client, subjects.SESSION_RUN, mark, RunMarked, timeout_s=CALL_MARGIN_S
-        )
-    except BastionError:
-        return ()
-    return marked.notes
 
 
 async def parked_calls(
@@ -149,7 +136,11 @@ async def drive(
         show_waiting(parked)
         record.waiting = parked
         return exits.ERROR if errors else exits.WAITING
-    await mark_run(client, RunMark(session_id=session.session_id, event="run_end", ended="done"))
+    await mark_run(
+        client,
+        RunMark(session_id=session.session_id, event="run_end", ended="done"),
+        CALL_MARGIN_S,
+    )
     await request(
         client,
         subjects.SESSION_CLOSE,

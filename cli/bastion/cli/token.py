@@ -1,14 +1,15 @@
 """`bastion token create|list|revoke`: agents' bearer tokens for the MCP front door.
 
 A token is printed once, when it is created; the mcp service keeps only its hash, with the
-profile (agent, tenant, autonomy, workspace, tools) every MCP session opened with it gets.
+profile every MCP session opened with it gets: the options `bastion agent run` opens a
+session with (`bastion.cli.sessionopts`), checked as a session's opening checks them
+before the token is minted.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import msgspec
 
@@ -17,9 +18,11 @@ from bastion.cli.common import (
     add_location_options,
     add_output_option,
     add_verbs,
+    fail,
     write_items,
     write_json,
 )
+from bastion.cli.sessionopts import add_session_options, session_fields
 from bastion.proto import subjects
 from bastion.proto.frontdoor import (
     CreateToken,
@@ -29,7 +32,6 @@ from bastion.proto.frontdoor import (
     TokenList,
     TokenRevoked,
 )
-from bastion.proto.policy import AUTONOMY_LEVELS
 from bastion.shared.codec import describe_decode_error
 from bastion.shared.errors import InvalidInput
 
@@ -42,20 +44,12 @@ _ask = Asker("bastion-token", TIMEOUT_S)
 
 
 def create(args: argparse.Namespace) -> int:
-    workspace: Path | None = args.workspace
     try:
-        asked = msgspec.convert(
-            {
-                "agent": args.agent,
-                "tenant": args.tenant,
-                "autonomy": args.autonomy,
-                "workspace": str(workspace.expanduser().resolve()) if workspace else None,
-                "shell": args.shell,
-                "web": args.web,
-                "mcp": tuple(args.mcp),
-            },
-            CreateToken,
-        )
+        fields = session_fields(args)
+    except ValueError as error:
+        return fail(str(error), 2)
+    try:
+        asked = msgspec.convert({"agent": args.agent, **msgspec.to_builtins(fields)}, CreateToken)
     except msgspec.ValidationError as error:
         raise InvalidInput(describe_decode_error(error, CreateToken)) from None
     created = _ask(args, subjects.FRONTDOOR_TOKEN_CREATE, asked, TokenCreated)
@@ -110,16 +104,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     creating = verbs.add_parser("create", help="mint a token for an agent (printed once)")
     creating.add_argument("--agent", required=True, help="the agent's name, e.g. claude-code")
-    creating.add_argument("--tenant", default="default", help="its tenant (default: default)")
-    creating.add_argument(
-        "--autonomy", choices=AUTONOMY_LEVELS, default="L2", help="how much it may do unasked"
-    )
-    creating.add_argument("--workspace", type=Path, metavar="DIR", help="its sessions' workspace")
-    creating.add_argument("--shell", action="store_true", help="give its sessions a shell")
-    creating.add_argument("--web", action="store_true", help="give its sessions fetch_url")
-    creating.add_argument(
-        "--mcp", nargs="+", default=[], metavar="SERVER", help="upstream MCP servers' tools"
-    )
+    add_session_options(creating)
     creating.set_defaults(handler=create)
 
     listing = verbs.add_parser("list", help="the live tokens (ids and agents, never the token)")

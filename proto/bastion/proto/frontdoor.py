@@ -16,6 +16,7 @@ import msgspec
 
 from bastion.proto._base import Identifier, Ingress, Message, PathText
 from bastion.proto.policy import Autonomy
+from bastion.proto.session import NetworkMode, SandboxBackend, SessionLimits
 
 __all__ = [
     "CreateToken",
@@ -36,13 +37,22 @@ ServerName = Annotated[str, msgspec.Meta(min_length=1, max_length=32, pattern=r"
 
 
 class CreateToken(Ingress, frozen=True, kw_only=True, tag="frontdoor.token_create"):
-    """Mint a token for `agent`; every MCP session opened with it gets this profile."""
+    """Mint a token for `agent`; every MCP session opened with it gets this profile: the
+    fields of `session.OpenSession` an operator gives `bastion agent run`, checked as a
+    session's opening checks them before the token is minted."""
 
     agent: Identifier
     tenant: Identifier = "default"
     autonomy: Autonomy = "L2"
     workspace: PathText | None = None
     shell: bool = False
+    sandbox: SandboxBackend = "bwrap"
+    network: NetworkMode = "none"
+    read_only_dirs: Annotated[tuple[PathText, ...], msgspec.Meta(max_length=32)] = ()
+    skills_dir: PathText | None = None
+    limits: SessionLimits = SessionLimits()
+    skill_approvals: bool = True
+    ask: bool = True
     web: bool = False
     mcp: Annotated[tuple[ServerName, ...], msgspec.Meta(max_length=32)] = ()
 
@@ -56,6 +66,13 @@ class TokenInfo(Message, frozen=True, kw_only=True, tag="frontdoor.token_info"):
     autonomy: Autonomy
     workspace: str | None = None
     shell: bool = False
+    sandbox: str = "bwrap"
+    network: str = "none"
+    read_only_dirs: tuple[str, ...] = ()
+    skills_dir: str | None = None
+    limits: SessionLimits = SessionLimits()
+    skill_approvals: bool = True
+    ask: bool = True
     web: bool = False
     mcp: tuple[str, ...] = ()
     created_at: datetime

@@ -28,6 +28,7 @@ __all__ = ["MESSAGES", "json_schema"]
 
 MESSAGES: dict[str, Any] = {
     "OpenSession": session.OpenSession,
+    "OpeningChecked": session.OpeningChecked,
     "SessionRef": session.SessionRef,
     "SessionInfo": session.SessionInfo,
     "ToolCall": tools.ToolCall,

@@ -14,6 +14,7 @@ from bastion.proto.sandbox import Limits
 __all__ = [
     "NetworkMode",
     "OpenSession",
+    "OpeningChecked",
     "SandboxBackend",
     "SessionInfo",
     "SessionLimits",
@@ -83,6 +84,13 @@ class OpenSession(Ingress, frozen=True, kw_only=True, tag="session.open"):
     elicits: bool = False
     """A client answers upstream servers' questions for it: a front-door client that
     declared form elicitation. False for a session opened on the bus (`agent run`)."""
+
+
+class OpeningChecked(Message, frozen=True, kw_only=True, tag="session.opening_checked"):
+    """A session could be opened as an `OpenSession` asks (`session.check`): nothing was
+    opened; a profile that could not is refused with the opening's error instead."""
+
+    checked: bool = True
 
 
 class SessionRef(Ingress, frozen=True, kw_only=True, tag="session.ref"):

@@ -53,6 +53,7 @@ __all__ = [
     "SANDBOX_SLOTS_BUCKET",
     "SESSIONS_BUCKET",
     "SESSION_CALL_ANY",
+    "SESSION_CHECK",
     "SESSION_CLOSE",
     "SESSION_GET",
     "SESSION_OPEN",
@@ -81,6 +82,8 @@ PREFIX: Final = "bastion.v1"
 SESSION_OPEN: Final = f"{PREFIX}.session.open"
 SESSION_GET: Final = f"{PREFIX}.session.get"
 SESSION_CLOSE: Final = f"{PREFIX}.session.close"
+SESSION_CHECK: Final = f"{PREFIX}.session.check"
+"""A session's opening checked, nothing opened: how a front-door token's profile is checked."""
 SESSION_CALL_ANY: Final = f"{PREFIX}.session.*.call"
 """The orchestrator listens here; the `*` is the session id."""
 

@@ -87,7 +87,13 @@ async def mcp_service(client: Client, settings: McpSettings) -> AsyncIterator[Se
             "mcp", VERSION, "Upstream MCP servers, reviewed and pinned, and the MCP front door."
         )
         _endpoints(service, gateway)
-        add_token_endpoints(service, endpoint.tokens, endpoint.binding.token_revoked)
+        add_token_endpoints(
+            service,
+            client,
+            endpoint.tokens,
+            gateway.check_offerable,
+            endpoint.binding.token_revoked,
+        )
         try:
             async with serving_http(app, door.host, door.port, settings.drain_timeout_s) as port:
                 logger.info(

@@ -1,4 +1,4 @@
-"""The orchestrator's endpoints: `session.open|get|close|run`, `session.<id>.call` and
+"""The orchestrator's endpoints: `session.open|check|get|close|run`, `session.<id>.call` and
 `approvals.list|answer`."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from bastion.orchestrator.turns import Turns
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.proto.hooks import RunMark, RunMarked
-from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.proto.session import OpeningChecked, OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, ToolCall
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
@@ -80,6 +80,10 @@ async def orchestrator_service(
     async def open_session(ask: OpenSession, _: RequestContext) -> SessionInfo:
         return await sessions.open(ask)
 
+    async def check_opening(ask: OpenSession, _: RequestContext) -> OpeningChecked:
+        await sessions.check(ask)
+        return OpeningChecked()
+
     async def get_session(ref: SessionRef, _: RequestContext) -> SessionInfo:
         return await sessions.get(ref.session_id)
 
@@ -102,6 +106,7 @@ async def orchestrator_service(
 
     service = Service("orchestrator", VERSION, "Sessions, and the route of every tool call.")
     service.add_endpoint("open", subjects.SESSION_OPEN, OpenSession, open_session)
+    service.add_endpoint("check", subjects.SESSION_CHECK, OpenSession, check_opening)
     service.add_endpoint("get", subjects.SESSION_GET, SessionRef, get_session)
     service.add_endpoint("close", subjects.SESSION_CLOSE, SessionRef, close_session)
     service.add_endpoint("call", subjects.SESSION_CALL_ANY, ToolCall, call)

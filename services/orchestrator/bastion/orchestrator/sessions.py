@@ -97,6 +97,16 @@ def _how_to_get(session: SessionInfo, tool: str) -> str:
     return ""
 
 
+def _refuse_unformed(ask: OpenSession) -> None:
+    """Refuse a workspace that is not an absolute path, and a shell with no workspace."""
+    if ask.workspace is not None and not ask.workspace.startswith("/"):
+        raise InvalidInput(
+            f"the workspace {ask.workspace} is not an absolute path: give its full path"
+        )
+    if ask.workspace is None and ask.shell:
+        raise InvalidInput("a shell needs a workspace: give one with --workspace DIR")
+
+
 class Sessions:
     """The actors of every session this orchestrator is asked about, backed by the store."""
 
@@ -181,12 +191,7 @@ class Sessions:
     async def open(self, ask: OpenSession) -> SessionInfo:
         """Open a session as `ask` says, within its tenant's and token's caps on open
         sessions (counted before its sandbox is checked: a refusal costs no sandbox)."""
-        if ask.workspace is not None and not ask.workspace.startswith("/"):
-            raise InvalidInput(
-                f"the workspace {ask.workspace} is not an absolute path: give its full path"
-            )
-        if ask.workspace is None and ask.shell:
-            raise InvalidInput("a shell needs a workspace: give one with --workspace DIR")
+        _refuse_unformed(ask)
         session_id = secrets.token_hex(8)
         async with self._caps.opening(session_id, ask.tenant, ask.token_id):
             session = await self._opened(session_id, ask)
@@ -198,9 +203,17 @@ class Sessions:
         logger.info("session opened", extra={"session": session.session_id})
         return session
 
-    async def _opened(self, session_id: str, ask: OpenSession) -> SessionInfo:
-        """The session `ask` is for, its sandbox checked and its upstream tools offered,
-        stored."""
+    async def check(self, ask: OpenSession) -> None:
+        """Refuse `ask` as `open` would (its form, its sandbox), opening nothing: how a
+        front-door token's profile is checked when it is created.
+
+        Raises:
+            BastionError: the refusal `open` would answer with.
+        """
+        _refuse_unformed(ask)
+        await self._check_sandbox(ask)
+
+    async def _check_sandbox(self, ask: OpenSession) -> None:
         if ask.workspace is not None:
             await request(
                 self._client,
@@ -209,6 +222,11 @@ class Sessions:
                 SandboxReady,
                 timeout_s=self._timeout_s,
             )
+
+    async def _opened(self, session_id: str, ask: OpenSession) -> SessionInfo:
+        """The session `ask` is for, its sandbox checked and its upstream tools offered,
+        stored."""
+        await self._check_sandbox(ask)
         upstream, notices = await offer_upstream(
             self._client,
             ask.tenant,

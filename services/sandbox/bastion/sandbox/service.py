@@ -515,7 +515,11 @@ class Sandboxes:
         return CodeReport(program=program, text=redactor.redact(text) if redactor else text)
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:
-        """Run `true` in the sandbox a session would get; `sandbox_failed` if it does not."""
+        """Run `true` in the sandbox a session would get; `sandbox_failed` if it does not.
+        A skills dir that every skill call would refuse (missing, in the state dir) is
+        refused here, at the session's opening."""
+        if request.skills_dir is not None:
+            checked_skills_dir(request.skills_dir, self._state_dir)
         backend, spec = self._spec(
             request.workspace,
             request.backend,

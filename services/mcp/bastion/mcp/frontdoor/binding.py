@@ -8,6 +8,11 @@ compare-and-set: the loser closes its own and takes the winner's. A session-base
 whose client declared form elicitation at `initialize` is opened as one a client answers
 for (`OpenSession.elicits`): only its upstream servers are offered elicitation. A stateless
 request has no channel back for an upstream's question, so its session has none.
+
+As `bastion agent run` does, the front door marks each session's run: run-start once the
+session is its MCP session's (or token's), run-end before it closes the session (the MCP
+session deleted or idle past its time, the token revoked); the orchestrator asks the run
+hooks (docs/hooks-and-audit.md).
 """
 
 from __future__ import annotations
@@ -24,19 +29,16 @@ from mcp_types import InitializeRequestParams
 from bastion.mcp.frontdoor.asking import declares_form_elicitation
 from bastion.mcp.frontdoor.guard import Agent
 from bastion.mcp.frontdoor.records import SessionRecords, stateless_key
-from bastion.mcp.frontdoor.tokens import GRANTED
+from bastion.mcp.frontdoor.tokens import opening_of
 from bastion.proto import subjects
 from bastion.proto.frontdoor import McpSessionRecord
-from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.proto.hooks import RunMark
+from bastion.proto.session import SessionInfo, SessionRef
 from bastion.shared.bus import Client, Requester
-from bastion.shared.carry import carried
 from bastion.shared.errors import BastionError, NotFound
+from bastion.shared.runmarks import mark_run
 
 __all__ = ["STATELESS_VERSION", "Binding"]
-
-_FROM_TOKEN = (*GRANTED, "token_id")
-"""What a session opened for an agent's token takes from the token: what it grants, and
-which token it is."""
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +112,11 @@ class Binding:
         record = await self._records.get(key)
         await self._records.forget(key)
         if record is not None and record.bastion_session_id:
+            await mark_run(
+                self._bus.client,
+                RunMark(session_id=record.bastion_session_id, event="run_end", ended="done"),
+                self._bus.timeout_s,
+            )
             await self._close(record.bastion_session_id)
             logger.info(
                 "MCP session ended: its Bastion session is closed",
@@ -137,7 +144,7 @@ class Binding:
                 bastion_session_id=opened,
             )
             if await self._records.create(kept):
-                return opened
+                return await self._started(opened)
         else:
             updated = await self._records.update(
                 key,
@@ -148,7 +155,7 @@ class Binding:
                 ),
             )
             if updated is not None and updated.bastion_session_id == opened:
-                return opened
+                return await self._started(opened)
         # Another replica opened one first: that one is the session.
         await self._close(opened)
         winner = await self._records.get(key)
@@ -160,7 +167,7 @@ class Binding:
         token = agent.info
         opened: SessionInfo = await self._bus.ask(
             subjects.SESSION_OPEN,
-            OpenSession(ask=True, elicits=elicits, **carried(token, _FROM_TOKEN)),
+            opening_of(token, token_id=token.token_id, elicits=elicits),
             SessionInfo,
         )
         logger.info(
@@ -168,6 +175,18 @@ class Binding:
             extra={"session": opened.session_id, "agent": token.agent, "token_id": token.token_id},
         )
         return opened.session_id
+
+    async def _started(self, session_id: str) -> str:
+        """`session_id`, once its run-start hooks were told (what they add is logged: an
+        MCP client has no place to be shown it)."""
+        notes = await mark_run(
+            self._bus.client, RunMark(session_id=session_id, event="run_start"), self._bus.timeout_s
+        )
+        for note in notes:
+            logger.info(
+                "a run-start hook added a note", extra={"session": session_id, "note": note}
+            )
+        return session_id
 
     async def _close(self, session_id: str) -> None:
         try:

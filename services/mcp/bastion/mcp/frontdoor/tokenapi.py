@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from bastion.mcp.frontdoor.tokens import TokenStore
+from bastion.mcp.frontdoor.tokens import TokenStore, opening_of
 from bastion.proto import subjects
 from bastion.proto.frontdoor import (
     CreateToken,
@@ -15,20 +15,44 @@ from bastion.proto.frontdoor import (
     TokenList,
     TokenRevoked,
 )
+from bastion.proto.session import OpeningChecked
+from bastion.shared.bus import Client, request
 from bastion.shared.service import RequestContext, Service
 
-__all__ = ["add_token_endpoints"]
+__all__ = ["ServersCheck", "add_token_endpoints"]
 
 logger = logging.getLogger(__name__)
 
 
+ServersCheck = Callable[[str, tuple[str, ...], str], Awaitable[None]]
+"""`check(tenant, servers, skills_dir)`: refuses upstream servers a session could not be
+offered (`Gateway.check_offerable`)."""
+
+CHECK_TIMEOUT_S = 30.0
+"""How long the orchestrator may take to check a profile (its sandbox check included)."""
+
+
 def add_token_endpoints(
-    service: Service, store: TokenStore, revoked: Callable[[str], Awaitable[None]]
+    service: Service,
+    client: Client,
+    store: TokenStore,
+    servers: ServersCheck,
+    revoked: Callable[[str], Awaitable[None]],
 ) -> None:
-    """Serve the token operations on `service`; `revoked(token_hash)` is awaited after a
-    token is revoked (it closes the token's stateless session)."""
+    """Serve the token operations on `service`. A token is minted only once its profile
+    passed the checks a session's opening makes: the orchestrator's (`session.check`, the
+    sandbox's included) and `servers`'. `revoked(token_hash)` is awaited after a token is
+    revoked (it closes the token's stateless session)."""
 
     async def create(ask: CreateToken, _context: RequestContext) -> TokenCreated:
+        await request(
+            client,
+            subjects.SESSION_CHECK,
+            opening_of(ask),
+            OpeningChecked,
+            timeout_s=CHECK_TIMEOUT_S,
+        )
+        await servers(ask.tenant, ask.mcp, ask.skills_dir or "")
         created = await store.create(ask)
         logger.info(
             "agent token created",

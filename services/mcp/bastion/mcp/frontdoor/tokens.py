@@ -5,21 +5,19 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
+import msgspec
 import nats.errors
 
 from bastion.proto import subjects
 from bastion.proto.frontdoor import CreateToken, TokenCreated, TokenInfo
+from bastion.proto.session import OpenSession
 from bastion.shared.bus import Client
-from bastion.shared.carry import carried
 from bastion.shared.errors import NotFound, Unavailable
 from bastion.shared.kv import TypedBucket
 
-__all__ = ["GRANTED", "TOKEN_PREFIX", "TokenStore", "hash_of"]
-
-GRANTED: Final = ("agent", "tenant", "autonomy", "workspace", "shell", "web", "mcp")
-"""What a token grants its holder's sessions, as the operator asked it at `create`."""
+__all__ = ["TOKEN_PREFIX", "TokenStore", "hash_of", "opening_of"]
 
 TOKEN_PREFIX: Final = "bst_"
 """Every agent token starts so, which makes a leaked one easy to recognise (and scan for)."""
@@ -29,6 +27,17 @@ def hash_of(token: str) -> str:
     """The token's SHA-256, hex: its key in the bucket. A token is 32 random bytes, so a
     plain hash is enough (there is nothing to guess that a slow hash would protect)."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+_OPENING: Final = frozenset(f.name for f in msgspec.structs.fields(OpenSession))
+_PROFILE: Final = frozenset(f.name for f in msgspec.structs.fields(CreateToken))
+
+
+def opening_of(profile: CreateToken | TokenInfo, **more: Any) -> OpenSession:
+    """The `OpenSession` of a session with `profile` (what the token was created with),
+    with `more` (`token_id`, `elicits`) beside it."""
+    given = {name: getattr(profile, name) for name in _OPENING & _PROFILE}
+    return OpenSession(**given, **more)
 
 
 def _id_of(digest: str) -> str:
@@ -54,7 +63,7 @@ class TokenStore:
         info = TokenInfo(
             token_id=_id_of(digest),
             created_at=datetime.now(UTC),
-            **carried(ask, GRANTED),
+            **{name: getattr(ask, name) for name in _PROFILE},
         )
         await self._bucket.create(digest, info)
         return TokenCreated(token=token, info=info)

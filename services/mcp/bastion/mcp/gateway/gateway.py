@@ -375,6 +375,22 @@ class Gateway:
         self._pool.close_server(ask.tenant, ask.name)
         return ServerRemoved(name=ask.name)
 
+    async def check_offerable(self, tenant: str, servers: tuple[str, ...], skills_dir: str) -> None:
+        """Refuse a server `offer` would withhold before starting it: one the tenant has
+        not added, or whose directories `skills_dir` overlaps. Nothing is started.
+
+        Raises:
+            BastionError: the first refusal, said as a session's notice says it.
+        """
+        for name in dict.fromkeys(servers):
+            try:
+                record, _ = await self._registry.get(tenant, name)
+                _check_skills(name, record.spec, skills_dir)
+            except BastionError as error:
+                error.message = f"MCP server {name} is not offered: {error.message}"
+                error.args = (error.message,)
+                raise
+
     async def offer(self, ask: OfferTools, _context: RequestContext) -> ToolOffer:
         tools: list[OfferedTool] = []
         notices: list[str] = []

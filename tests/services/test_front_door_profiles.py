@@ -1,0 +1,257 @@
+"""A front-door token carries a whole session's profile, checked when it is created as a
+session's opening checks it; and the run hooks fire for front-door sessions as for
+`bastion agent run`. Real services on a real NATS, the MCP SDK's client at /mcp."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from nats.aio.msg import Msg
+
+from bastion.hooks.service import HookRunner
+from bastion.proto import subjects
+from bastion.proto.events import SessionOpened
+from bastion.proto.frontdoor import (
+    CreateToken,
+    ListTokens,
+    RevokeToken,
+    TokenCreated,
+    TokenList,
+    TokenRevoked,
+)
+from bastion.proto.session import OpenSession, SessionInfo
+from bastion.shared.bus import Client as Bus
+from bastion.shared.bus import request
+from bastion.shared.codec import decode
+from bastion.shared.errors import BastionError
+from bastion.shared.hookfile import CommandHook, hooks_path, save_hooks
+from tests.helpers.bus import Plane
+from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
+from tests.helpers.owners import owned
+from tests.helpers.session import session_of
+
+
+def _skills(root: Path) -> Path:
+    """A skills directory with one skill, `hello`."""
+    (root / "hello").mkdir(parents=True)
+    (root / "hello" / "SKILL.md").write_text("---\nname: hello\n---\nSay hello.\n")
+    return root
+
+
+async def _opened_ids(bus: Bus) -> list[str]:
+    """The ids of the sessions opened from now on (their `session_opened` events)."""
+    opened: list[str] = []
+
+    async def seen(msg: Msg) -> None:
+        opened.append(decode(msg.data, SessionOpened).session_id)
+
+    await bus.subscribe(subjects.event("session_opened", "*"), cb=seen)
+    await bus.flush()
+    return opened
+
+
+async def _refusal(bus: Bus, subject: str, ask: object, answer: type[Any]) -> BastionError:
+    with pytest.raises(BastionError) as refused:
+        await request(bus, subject, ask, answer, timeout_s=30)
+    return refused.value
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_tokens_skills_dir_and_declared_network_are_its_sessions(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, tmp_path: Path, mode: str
+) -> None:
+    skills = _skills(tmp_path / "skills")
+    opened = await _opened_ids(client)
+    async with plane_of(), door_of() as url:
+        token = await new_token(
+            client, workspace, shell=True, network="declared", skills_dir=str(skills), ask=False
+        )
+        async with mcp_client(url, token, mode) as mcp:
+            listed = await mcp.list_tools()
+            read = await mcp.call_tool("skill_read", {"name": "hello"})
+        [session_id] = opened
+        session = await session_of(client, session_id)
+    assert {"skill_read", "skill_run", "shell"} <= {t.name for t in listed.tools}
+    assert not read.is_error and "Say hello." in text_of(read)
+    assert session.network == "declared"
+    assert session.skills_dir == str(skills)
+    assert session.ask is False
+
+
+async def test_a_profile_a_session_could_not_open_with_is_refused_at_creation_with_its_sentence(
+    client: Bus, plane_of: Plane, door_of: DoorOf, sandbox_state_dir: Path, tmp_path: Path
+) -> None:
+    inside_state = owned(sandbox_state_dir / "agents-work")
+    workspace = owned(tmp_path / "work")
+    profiles: list[dict[str, Any]] = [
+        {"workspace": str(inside_state)},
+        {"workspace": str(workspace), "skills_dir": str(tmp_path / "no-such-skills")},
+        {"workspace": str(workspace), "skills_dir": str(workspace / "skills")},
+        {"shell": True},
+        {"workspace": "relative/dir"},
+    ]
+    async with plane_of(), door_of():
+        for profile in profiles:
+            (workspace / "skills").mkdir(exist_ok=True)
+            opening = await _refusal(
+                client,
+                subjects.SESSION_OPEN,
+                msgspec.convert({"agent": "claude", **profile}, OpenSession),
+                SessionInfo,
+            )
+            creating = await _refusal(
+                client,
+                subjects.FRONTDOOR_TOKEN_CREATE,
+                msgspec.convert({"agent": "claude", **profile}, CreateToken),
+                TokenCreated,
+            )
+            assert (creating.code, creating.message) == (opening.code, opening.message), profile
+        unknown = await _refusal(
+            client,
+            subjects.FRONTDOOR_TOKEN_CREATE,
+            CreateToken(agent="claude", workspace=str(workspace), mcp=("notes",)),
+            TokenCreated,
+        )
+        session: SessionInfo = await request(
+            client,
+            subjects.SESSION_OPEN,
+            OpenSession(agent="claude", workspace=str(workspace), mcp=("notes",)),
+            SessionInfo,
+            timeout_s=30,
+        )
+    assert (unknown.code, [unknown.message]) == ("not_found", list(session.notices))
+    assert unknown.message.startswith("MCP server notes is not offered: there is no MCP server")
+
+
+def _cli(nats_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bastion.cli", "token", *args, "--nats", nats_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_token_create_takes_agent_runs_options_and_token_list_json_shows_them(
+    client: Bus,
+    plane_of: Plane,
+    door_of: DoorOf,
+    workspace: Path,
+    tmp_path: Path,
+    nats_url: str,
+) -> None:
+    skills = _skills(tmp_path / "skills")
+    shown = owned(tmp_path / "shown")
+    run = partial(anyio.to_thread.run_sync)
+    async with plane_of(), door_of():
+        created = await run(
+            partial(
+                _cli, nats_url, "create", "--agent", "claude", "--tenant", "acme",
+                "--workspace", str(workspace), "--shell", "--network", "declared",
+                "--skills-dir", str(skills), "--sandbox-read", str(shown),
+                "--sandbox-timeout", "30", "--sandbox-limit", "memory_bytes=256m",
+                "--no-ask", "--no-skill-approvals", "--web",
+            )
+        )  # fmt: skip
+        refused = await run(
+            partial(_cli, nats_url, "create", "--agent", "claude", "--workspace", str(workspace),
+                    "--skills-dir", str(owned(workspace / "skills")))
+        )  # fmt: skip
+        listed = await run(partial(_cli, nats_url, "list", "--tenant", "acme", "-o", "json"))
+    assert created.returncode == 0, created.stderr
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: invalid_input: the skills directory ")
+    assert "a command could change a skill unchecked" in refused.stderr
+    [info] = json.loads(listed.stdout)["items"]
+    limits = info.pop("limits")
+    assert {k: v for k, v in limits.items() if v is not None} == {
+        "kind": "SessionLimits",
+        "wall_s": 30.0,
+        "memory_bytes": 256 * 1024**2,
+    }
+    assert {k: v for k, v in info.items() if k not in ("token_id", "created_at")} == {
+        "kind": "frontdoor.token_info",
+        "agent": "claude",
+        "tenant": "acme",
+        "autonomy": "L2",
+        "workspace": str(workspace),
+        "shell": True,
+        "sandbox": "bwrap",
+        "network": "declared",
+        "read_only_dirs": [str(shown)],
+        "skills_dir": str(skills),
+        "skill_approvals": False,
+        "ask": False,
+        "web": True,
+        "mcp": [],
+    }
+
+
+def _logging_hooks(state: Path, seen: Path, logger: Path) -> None:
+    """Command hooks of every event that append the event they are given to `seen`."""
+    logger.write_text(f"#!/bin/sh\ncat >> {seen}/events.jsonl\necho >> {seen}/events.jsonl\n")
+    logger.chmod(0o755)
+    events = ("run-start", "before-tool", "after-tool", "run-end")
+    save_hooks(hooks_path(state), [CommandHook(event=e, command=[str(logger)]) for e in events])
+
+
+def _told(seen: Path) -> list[dict[str, Any]]:
+    text = (seen / "events.jsonl").read_text()
+    return [json.loads(line) for line in text.split("\n") if line]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_command_hook_sees_a_front_door_sessions_run_start_calls_and_run_end(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, tmp_path: Path, mode: str
+) -> None:
+    """Session-based: the run ends when the client deletes its MCP session. Stateless: the
+    token's one session ends when the token is revoked."""
+    state = tmp_path / "hooks-state"
+    state.mkdir()
+    seen = owned(tmp_path / "seen")
+    _logging_hooks(state, seen, tmp_path / "log.sh")
+    runner = await HookRunner.open(client, state)
+    await runner.register()  # registered before the orchestrator starts: it reads it at start
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(runner.serve)
+        async with plane_of(), door_of() as url:
+            token = await new_token(client, workspace, autonomy="L3", shell=True)
+            async with mcp_client(url, token, mode) as mcp:
+                ran = await mcp.call_tool("shell", {"command": "echo hooked"})
+            before_revoke = [e["event"] for e in _told(seen)]
+            [info] = (
+                await request(client, subjects.FRONTDOOR_TOKEN_LIST, ListTokens(), TokenList,
+                              timeout_s=10)
+            ).tokens  # fmt: skip
+            await request(
+                client,
+                subjects.FRONTDOOR_TOKEN_REVOKE,
+                RevokeToken(token_id=info.token_id),
+                TokenRevoked,
+                timeout_s=10,
+            )
+        tasks.cancel_scope.cancel()
+    assert not ran.is_error and "hooked" in text_of(ran)
+    told = _told(seen)
+    assert [(e["event"], e.get("tool", "")) for e in told] == [
+        ("run-start", ""),
+        ("before-tool", "shell"),
+        ("after-tool", "shell"),
+        ("run-end", ""),
+    ]
+    assert before_revoke == (
+        ["run-start", "before-tool", "after-tool", "run-end"]
+        if mode == "legacy"
+        else ["run-start", "before-tool", "after-tool"]
+    )
+    assert {e["session"] for e in told} == {told[0]["session"]}
+    assert told[0]["agent"] == "claude" and told[-1]["ended"] == "done"
