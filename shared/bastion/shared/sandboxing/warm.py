@@ -7,7 +7,8 @@ A sandbox is made at a session's first command and kept while the session lives:
 namespaces, mounts and private `/tmp` last, and each command is started in it by the init
 with a fresh environment, its own pid and mount namespace, its limits and its cgroup.
 Every sandbox carries a marker in its argv (`bastion-warm-<digest of the state dir>`) and
-a pidfile under `<state dir>/sandboxes/`, so a restarted service finds and ends every one
+a pidfile under `<state dir>/sandboxes/` (where the state dir can be written: in a read-only
+container the marker alone is enough), so a restarted service finds and ends every one
 an earlier run left, an outer `bwrap` stuck in its setup too.
 """
 
@@ -218,7 +219,8 @@ class WarmSandbox:
             SandboxFailed: the sandbox did not start; `why` says what to check.
         """
         try:
-            pidfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # a read-only state dir: the marker is enough
+                pidfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             process = await anyio.open_process(
                 list(argv),
                 stdin=subprocess.DEVNULL,
@@ -230,7 +232,8 @@ class WarmSandbox:
             )
         finally:
             os.close(inner)  # the init's end: the sandbox holds it now
-        pidfile.with_name(f"{process.pid}.pid").write_text(f"{process.pid}\n")
+        with contextlib.suppress(OSError):
+            pidfile.with_name(f"{process.pid}.pid").write_text(f"{process.pid}\n")
         made = cls(process, channel, git, signature, pidfile.with_name(f"{process.pid}.pid"))
         channel.setblocking(False)
         reply: dict[str, Any] | None = None
