@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from bastion.cli.common import add_repeatable
 from bastion.cli.limits import add_limit_options, session_limits
 from bastion.proto.policy import AUTONOMY_LEVELS
 
@@ -51,30 +52,35 @@ def session_fields(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+_SWITCHES: tuple[tuple[str, str], ...] = (
+    ("--shell", "give the agent a shell tool"),
+    ("--web", "offer fetch_url (public pages through the egress service; taints the session)"),
+    ("--no-ask", "nobody answers approvals: a call that would ask is refused at once"),
+    ("--no-skill-approvals", "skills' allowed-tools pre-approve nothing: the level alone decides"),
+)
+"""The options that are on or off, and what each turns on."""
+
+_VALUES: tuple[tuple[str, str | None, str | None, str], ...] = (
+    ("--workspace", None, "DIR", "the directory the tools work in"),
+    ("--tenant", "default", None, "the tenant the session is for"),
+    ("--sandbox", "bwrap", "BACKEND", "bwrap (default) or docker:<image>@sha256:<digest>"),
+    ("--network", "none", None, "none (default), declared, host, or a Docker network"),
+    ("--skills-dir", None, "DIR", "the skills directory (apart from the workspace)"),
+)
+"""The options that take one value: flag, default, metavar, help."""
+
+
 def add_session_options(parser: argparse.ArgumentParser) -> None:
     """Every option of a session's opening but `--agent` (whose default differs)."""
-    parser.add_argument("--workspace", metavar="DIR", help="the directory the tools work in")
-    parser.add_argument("--shell", action="store_true", help="give the agent a shell tool")
+    for flag, default, metavar, text in _VALUES:
+        parser.add_argument(flag, default=default, metavar=metavar, help=text)
+    for flag, text in _SWITCHES:
+        parser.add_argument(flag, action="store_true", help=text)
     parser.add_argument(
         "--autonomy",
         choices=AUTONOMY_LEVELS,
         default="L2",
         help="what runs without asking (default L2: reads run, writes ask)",
-    )
-    parser.add_argument("--tenant", default="default", help="the tenant the session is for")
-    parser.add_argument(
-        "--sandbox",
-        default="bwrap",
-        metavar="BACKEND",
-        help="bwrap (default) or docker:<image>@sha256:<digest>",
-    )
-    parser.add_argument(
-        "--network", default="none", help="none (default), declared, host, or a Docker network"
-    )
-    parser.add_argument(
-        "--web",
-        action="store_true",
-        help="offer fetch_url (public pages through the egress service; taints the session)",
     )
     parser.add_argument(
         "--mcp",
@@ -84,24 +90,10 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
         metavar="SERVER",
         help="give the session the reviewed tools of this MCP server, as SERVER_TOOL (repeatable)",
     )
-    parser.add_argument(
+    add_repeatable(
+        parser,
         "--sandbox-read",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="show DIR read-only in the sandbox at its own path (repeatable)",
-    )
-    parser.add_argument(
-        "--skills-dir", metavar="DIR", help="the skills directory (apart from the workspace)"
-    )
-    parser.add_argument(
-        "--no-ask",
-        action="store_true",
-        help="nobody answers approvals: a call that would ask is refused at once",
-    )
-    parser.add_argument(
-        "--no-skill-approvals",
-        action="store_true",
-        help="skills' allowed-tools pre-approve nothing: the level alone decides",
+        "DIR",
+        "show DIR read-only in the sandbox at its own path (repeatable)",
     )
     add_limit_options(parser)
