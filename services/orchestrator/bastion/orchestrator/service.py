@@ -50,7 +50,11 @@ async def orchestrator_service(
     hooks = await Hooks.open(client, settings.hooks_bucket)
     approvals = await ApprovalStore.open(client, settings.approvals_bucket)
     turns = await Turns.open(
-        client, settings.turns_bucket, settings.turn_ttl_s, settings.turn_wait_s
+        client,
+        settings.turns_bucket,
+        settings.turn_ttl_s,
+        settings.turn_wait_s,
+        settings.session_parallel_reads,
     )
     records = await CallRecords.open(
         client, settings.calls_bucket, settings.calls_ttl_s, turns.holder
@@ -74,6 +78,7 @@ async def orchestrator_service(
         caps=OpenCaps(store, settings.max_sessions_per_tenant, settings.max_sessions_per_token),
         records=records,
         search=bool(settings.search.strip()),
+        parallel_reads=settings.session_parallel_reads,
     )
     await sessions.recover()
 

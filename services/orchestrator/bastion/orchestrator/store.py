@@ -10,6 +10,10 @@ from bastion.shared.kv import NotStored, TypedBucket
 
 __all__ = ["SessionStore"]
 
+_ATTEMPTS = 20
+"""How often an update of a session is tried: a session's reads side by side (up to eight by
+default) each count themselves in it, and may taint it, at once."""
+
 
 def _missing(session_id: str) -> NotStored:
     return NotStored(
@@ -50,7 +54,10 @@ class SessionStore:
         return found.value, found.revision
 
     async def update(
-        self, session_id: str, change: Callable[[SessionInfo], SessionInfo], attempts: int = 5
+        self,
+        session_id: str,
+        change: Callable[[SessionInfo], SessionInfo],
+        attempts: int = _ATTEMPTS,
     ) -> SessionInfo:
         """Apply `change` to the stored session with compare-and-set, retrying on a race.
 

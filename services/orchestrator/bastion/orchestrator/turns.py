@@ -1,18 +1,21 @@
-"""Session turns across orchestrator replicas: one holder of a session's calls at a time.
+"""Session turns across orchestrator replicas: one writer or a few readers at a time.
 
-A session's turn is a record in the KV bucket `bastion_turns` (key: the session id) naming
-the orchestrator instance that runs its calls now and until when. It is taken by
-compare-and-set (create when absent, update at the revision read when expired), kept
-alive while held (renewed every third of its lifetime), and deleted at that revision when
-the call ends. An orchestrator that dies (kill -9) leaves its record behind: once it
-expires, the next instance asked about the session takes it over, and is told so, so it
-can settle what the dead holder left (an approved call found `running`). Within one
-instance an `anyio.Lock` per session queues its calls first, so the store sees one
-contender per instance.
+A session's turn is a record in the KV bucket `bastion_turns` (key: the session id). Held
+exclusive, it names the orchestrator instance that runs the session's call now and until
+when; held shared, it lists the reads in it (each by a token of its instance) and until
+when each is kept. It is taken by compare-and-set (created when absent, changed at the
+revision read), kept alive while held (renewed every third of its lifetime), and given back
+at that revision when the call ends (the record deleted with its last holder). An exclusive
+taker that finds reads in the turn marks the record as waited for, so no other instance
+lets further reads in before it (docs/architecture.md §9). An orchestrator that dies (kill
+-9) leaves its record behind: once it expires, the next instance asked about the session
+takes it over, and is told so, so it can settle what the dead holder left (an approved call
+found `running`). Within one instance the session's `CallOrder` queues its calls first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import secrets
@@ -43,10 +46,27 @@ _BUCKET_TTL_S = 3600.0
 
 
 class TurnRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """Who holds a session's turn, and until when (seconds since the epoch)."""
+    """Who holds a session's turn, and until when (seconds since the epoch): one holder
+    alone, or the reads sharing it (token: until when), and which instance waits to hold
+    it alone (until when it is waited for)."""
 
-    holder: str
-    expires_at: float
+    holder: str = ""
+    expires_at: float = 0.0
+    readers: dict[str, float] = msgspec.field(default_factory=dict)
+    waiting: str = ""
+    waiting_until: float = 0.0
+
+    def held_alone(self, now: float) -> bool:
+        """Whether one holder has the turn and has not let it expire."""
+        return bool(self.holder) and self.expires_at > now
+
+    def live_readers(self, now: float) -> dict[str, float]:
+        """The reads sharing the turn that have not let it expire."""
+        return {token: until for token, until in self.readers.items() if until > now}
+
+    def waited_for_by_other(self, holder: str, now: float) -> bool:
+        """Whether an instance other than `holder` waits to hold the turn alone."""
+        return bool(self.waiting) and self.waiting != holder and self.waiting_until > now
 
 
 class _Held:
@@ -66,27 +86,34 @@ class TurnTimeout(BastionError):
 class Turns:
     """Take, keep and give back session turns in the `bastion_turns` bucket."""
 
-    def __init__(self, bucket: TypedBucket[TurnRecord], ttl_s: float, wait_s: float) -> None:
+    def __init__(
+        self, bucket: TypedBucket[TurnRecord], ttl_s: float, wait_s: float, max_shared: int = 8
+    ) -> None:
         self._bucket = bucket
         self._ttl_s = ttl_s
         self._wait_s = wait_s
+        self._max_shared = max_shared
         self.holder = f"{socket.gethostname()}:{secrets.token_hex(4)}"
+        self._reads = itertools.count()
 
     @classmethod
-    async def open(cls, client: Client, bucket: str, ttl_s: float, wait_s: float) -> Turns:
+    async def open(
+        cls, client: Client, bucket: str, ttl_s: float, wait_s: float, max_shared: int = 8
+    ) -> Turns:
         """Turns in `bucket` (created if missing) that expire `ttl_s` after their last
-        renewal; a call waits at most `wait_s` for a turn."""
+        renewal, shared by at most `max_shared` reads; a call waits at most `wait_s` for a
+        turn."""
         turns = await TypedBucket.open(
             client, bucket, TurnRecord, ttl_s=max(_BUCKET_TTL_S, 3 * ttl_s)
         )
-        return cls(turns, ttl_s, wait_s)
+        return cls(turns, ttl_s, wait_s, max_shared)
 
     def _record(self) -> TurnRecord:
         return TurnRecord(holder=self.holder, expires_at=time.time() + self._ttl_s)
 
     async def _try_take(self, session_id: str) -> tuple[int, bool] | None:
-        """The revision of the turn if this instance took it now (and whether it took it over
-        from a holder that let it expire), or None while someone else holds it."""
+        """The revision of the turn if this instance took it alone now (and whether it took
+        it over from holders that let it expire), or None while others hold it."""
         try:
             return await self._bucket.create(session_id, self._record()), False
         except AlreadyStored:
@@ -94,36 +121,95 @@ class Turns:
         entry = await self._bucket.find(session_id)
         if entry is None:
             return None  # given back between the two looks: try again
-        held = entry.value
-        if held.expires_at > time.time():
+        held, now = entry.value, time.time()
+        if held.held_alone(now):
+            return None
+        if held.live_readers(now):
+            await self._wait_for(session_id, held, entry.revision, now)
             return None
         try:
             revision = await self._bucket.replace(session_id, self._record(), entry.revision)
         except ChangedSince:
             return None  # another instance took it over first
+        if not held.holder and not held.readers:
+            return revision, False  # only marked as waited for: nobody let it expire
         logger.warning(
             "took over a session's turn its holder let expire",
-            extra={"session": session_id, "holder": held.holder},
+            extra={"session": session_id, "holder": held.holder or ",".join(held.readers)},
         )
         return revision, True
 
-    async def _take(self, session_id: str, wait_s: float) -> tuple[int, bool]:
+    async def _wait_for(self, session_id: str, held: TurnRecord, revision: int, now: float) -> None:
+        """Mark the shared turn as waited for by this instance (unless another instance
+        waits first), so no instance lets further reads in before this one holds it."""
+        if held.waited_for_by_other(self.holder, now):
+            return
+        if held.waiting == self.holder and held.waiting_until - now > self._ttl_s / 2:
+            return
+        marked = msgspec.structs.replace(held, waiting=self.holder, waiting_until=now + self._ttl_s)
+        with contextlib.suppress(ChangedSince):  # the readers changed: marked at the next look
+            await self._bucket.replace(session_id, marked, revision)
+
+    async def _try_share(self, session_id: str, token: str) -> tuple[int, bool] | None:
+        """The revision of the turn once the read `token` shares it (and whether it took it
+        over from a holder that let it expire), or None while it is held alone or waited
+        for by another instance, or shared by as many reads as it may be.
+
+        Raises:
+            ChangedSince: another read changed the record between the look and the change.
+        """
+        now = time.time()
+        mine = {token: now + self._ttl_s}
+        try:
+            return await self._bucket.create(session_id, TurnRecord(readers=mine)), False
+        except AlreadyStored:
+            pass
+        entry = await self._bucket.find(session_id)
+        if entry is None:
+            raise ChangedSince(f"session {session_id}'s turn was given back meanwhile")
+        held = entry.value
+        if held.held_alone(now) or held.waited_for_by_other(self.holder, now):
+            return None
+        readers = {} if held.holder else held.live_readers(now)
+        if len(readers) >= self._max_shared:
+            return None
+        shared = msgspec.structs.replace(held, holder="", expires_at=0.0, readers=readers | mine)
+        revision = await self._bucket.replace(session_id, shared, entry.revision)
+        if held.holder:
+            logger.warning(
+                "took over a session's turn its holder let expire",
+                extra={"session": session_id, "holder": held.holder},
+            )
+        return revision, bool(held.holder)
+
+    async def _take(self, session_id: str, wait_s: float, token: str | None) -> tuple[int, bool]:
         deadline = time.monotonic() + wait_s
-        for attempt in itertools.count():
-            taken = await self._try_take(session_id)
+        attempt = 0
+        while True:
+            raced = False
+            try:
+                taken = await (
+                    self._try_take(session_id)
+                    if token is None
+                    else self._try_share(session_id, token)
+                )
+            except ChangedSince:  # another read of the session came in first: look again now
+                taken, raced = None, True
             if taken is not None:
                 return taken
             if time.monotonic() > deadline:
                 break
-            await anyio.sleep(_POLL_S[min(attempt, len(_POLL_S) - 1)])
+            if not raced:
+                await anyio.sleep(_POLL_S[min(attempt, len(_POLL_S) - 1)])
+                attempt += 1
         raise TurnTimeout(
             f"another orchestrator kept session {session_id}'s turn for over {wait_s:g} s: "
             "retry the call with the same call_id"
         )
 
     async def _renew(self, session_id: str, held: _Held) -> None:
-        """Keep the turn alive while held; a lost renewal is logged (a stalled process that
-        let it expire may now share the session with its new holder)."""
+        """Keep the turn alive while held alone; a lost renewal is logged (a stalled process
+        that let it expire may now share the session with its new holder)."""
         while True:
             await anyio.sleep(self._ttl_s / 3)
             try:
@@ -142,29 +228,89 @@ class Turns:
                     extra={"session": session_id, "error_type": type(error).__name__},
                 )
 
+    async def _renew_share(self, session_id: str, token: str, held: _Held) -> None:
+        """Keep the read `token`'s share of the turn alive while it runs; a lost share is
+        logged, as a lost turn is."""
+        while True:
+            await anyio.sleep(self._ttl_s / 3)
+            try:
+                kept = await self._change_share(session_id, token, keep=True)
+            except nats.errors.Error as error:
+                logger.warning(
+                    "a session's shared turn was not renewed",
+                    extra={"session": session_id, "error_type": type(error).__name__},
+                )
+                continue
+            if not kept:
+                held.lost = True
+                logger.error(
+                    "lost a session's shared turn while holding it", extra={"session": session_id}
+                )
+                return
+
+    async def _change_share(self, session_id: str, token: str, *, keep: bool) -> bool:
+        """Renew the read `token`'s share of the turn (`keep`) or give it back (deleting
+        the record with the last read, unless an instance waits to hold it alone); False
+        if the share was no longer there."""
+        while True:
+            entry = await self._bucket.find(session_id)
+            if entry is None or entry.value.holder or token not in entry.value.readers:
+                return False
+            readers = dict(entry.value.readers)
+            if keep:
+                readers[token] = time.time() + self._ttl_s
+            else:
+                del readers[token]
+            try:
+                if readers or entry.value.waiting_until > time.time():
+                    # kept while an instance waits to hold it alone, so no read comes first
+                    changed = msgspec.structs.replace(entry.value, readers=readers)
+                    await self._bucket.replace(session_id, changed, entry.revision)
+                else:
+                    await self._bucket.delete(session_id, revision=entry.revision)
+            except ChangedSince:
+                continue  # another read changed the record first: look again
+            return True
+
     @asynccontextmanager
-    async def hold(self, session_id: str, *, wait_s: float | None = None) -> AsyncIterator[bool]:
-        """Hold the session's turn for the block; yields True when it was taken over from a
-        holder that died (its leftovers are the new holder's to settle).
+    async def hold(
+        self, session_id: str, *, wait_s: float | None = None, shared: bool = False
+    ) -> AsyncIterator[bool]:
+        """Hold the session's turn for the block, alone or (`shared`, a read) beside other
+        reads; yields True when it was taken over from a holder that died (its leftovers
+        are the new holder's to settle).
 
         Raises:
-            TurnTimeout: another instance held it for longer than `wait_s` (by default, as
-                long as a call may wait; 0: it was held at the first look).
+            TurnTimeout: others held it for longer than `wait_s` (by default, as long as a
+                call may wait; 0: it was held at the first look).
         """
+        token = f"{self.holder}:{next(self._reads)}" if shared else None
         revision, taken_over = await self._take(
-            session_id, self._wait_s if wait_s is None else wait_s
+            session_id, self._wait_s if wait_s is None else wait_s, token
         )
         held = _Held(revision)
+        renew = (
+            partial(self._renew, session_id, held)
+            if token is None
+            else partial(self._renew_share, session_id, token, held)
+        )
         try:
-            async with renewing(partial(self._renew, session_id, held)):
+            async with renewing(renew):
                 yield taken_over
         finally:
             if not held.lost:
                 with anyio.CancelScope(shield=True):
-                    await self._give_back(session_id, held.revision)
+                    await self._give_back(session_id, held.revision, token)
 
-    async def _give_back(self, session_id: str, revision: int) -> None:
+    async def _give_back(self, session_id: str, revision: int, token: str | None) -> None:
         try:
+            if token is not None:
+                if not await self._change_share(session_id, token, keep=False):
+                    logger.warning(
+                        "a session's shared turn was gone before it was given back",
+                        extra={"session": session_id},
+                    )
+                return
             await self._bucket.delete(session_id, revision=revision)
         except ChangedSince:
             # taken over while this instance was stalled: no longer ours to give back
