@@ -50,11 +50,7 @@ async def orchestrator_service(
     hooks = await Hooks.open(client, settings.hooks_bucket)
     approvals = await ApprovalStore.open(client, settings.approvals_bucket)
     turns = await Turns.open(
-        client,
-        settings.turns_bucket,
-        settings.turn_ttl_s,
-        settings.turn_wait_s,
-        settings.session_parallel_reads,
+        client, settings.turns_bucket, settings.turn_ttl_s, settings.turn_wait_s
     )
     records = await CallRecords.open(
         client, settings.calls_bucket, settings.calls_ttl_s, turns.holder

@@ -1,16 +1,19 @@
-"""Session turns across orchestrator replicas: one writer or a few readers at a time.
+"""Session turns across orchestrator replicas: one holder alone, or a session's reads side
+by side.
 
 A session's turn is a record in the KV bucket `bastion_turns` (key: the session id). Held
-exclusive, it names the orchestrator instance that runs the session's call now and until
-when; held shared, it lists the reads in it (each by a token of its instance) and until
-when each is kept. It is taken by compare-and-set (created when absent, changed at the
-revision read), kept alive while held (renewed every third of its lifetime), and given back
-at that revision when the call ends (the record deleted with its last holder). An exclusive
-taker that finds reads in the turn marks the record as waited for, so no other instance
-lets further reads in before it (docs/architecture.md §9). An orchestrator that dies (kill
--9) leaves its record behind: once it expires, the next instance asked about the session
-takes it over, and is told so, so it can settle what the dead holder left (an approved call
-found `running`). Within one instance the session's `CallOrder` queues its calls first.
+alone, it names the orchestrator instance that runs the session's call now and until when;
+shared, it lists the instances whose reads are in it (one share each, taken by the first of
+its reads in and given back by the last out) and until when each share is kept. It is taken
+by compare-and-set (created when absent, changed at the revision read), kept alive while
+held (renewed every third of its lifetime), and given back at its revision when the call
+ends (the record deleted with its last holder). An instance that wants it alone and finds
+reads in it marks the record as waited for: no other instance lets a read in until it had
+its turn, and its own share takes no further read once it sees the mark (at its next
+renewal). An orchestrator that dies (kill -9) leaves its record behind: once it expires,
+the next instance asked about the session takes it over, and is told so, so it can settle
+what the dead holder left (an approved call found `running`). Within one instance the
+session's `CallOrder` queues its calls first (docs/architecture.md §9).
 """
 
 from __future__ import annotations
@@ -69,6 +72,22 @@ class TurnRecord(msgspec.Struct, frozen=True, kw_only=True):
         return bool(self.waiting) and self.waiting != holder and self.waiting_until > now
 
 
+class _Share:
+    """This instance's share of a session's turn, one entry in the record for all its reads
+    of the session in at once: how many are, the entry's token, whether it was lost, and
+    whether an instance waits to hold the turn alone (then no further read joins it)."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.count = 0
+        self.taking = anyio.Lock()
+        self.held = False
+        self.lost = False
+        self.closing = False
+        self.renewed_at = 0.0
+        self.gone = anyio.Event()
+
+
 class _Held:
     """A turn this instance holds: its revision now, and whether a renewal found it lost."""
 
@@ -86,27 +105,22 @@ class TurnTimeout(BastionError):
 class Turns:
     """Take, keep and give back session turns in the `bastion_turns` bucket."""
 
-    def __init__(
-        self, bucket: TypedBucket[TurnRecord], ttl_s: float, wait_s: float, max_shared: int = 8
-    ) -> None:
+    def __init__(self, bucket: TypedBucket[TurnRecord], ttl_s: float, wait_s: float) -> None:
         self._bucket = bucket
         self._ttl_s = ttl_s
         self._wait_s = wait_s
-        self._max_shared = max_shared
+        self._shares: dict[str, _Share] = {}
         self.holder = f"{socket.gethostname()}:{secrets.token_hex(4)}"
         self._reads = itertools.count()
 
     @classmethod
-    async def open(
-        cls, client: Client, bucket: str, ttl_s: float, wait_s: float, max_shared: int = 8
-    ) -> Turns:
+    async def open(cls, client: Client, bucket: str, ttl_s: float, wait_s: float) -> Turns:
         """Turns in `bucket` (created if missing) that expire `ttl_s` after their last
-        renewal, shared by at most `max_shared` reads; a call waits at most `wait_s` for a
-        turn."""
+        renewal; a call waits at most `wait_s` for a turn."""
         turns = await TypedBucket.open(
             client, bucket, TurnRecord, ttl_s=max(_BUCKET_TTL_S, 3 * ttl_s)
         )
-        return cls(turns, ttl_s, wait_s, max_shared)
+        return cls(turns, ttl_s, wait_s)
 
     def _record(self) -> TurnRecord:
         return TurnRecord(holder=self.holder, expires_at=time.time() + self._ttl_s)
@@ -153,7 +167,7 @@ class Turns:
     async def _try_share(self, session_id: str, token: str) -> tuple[int, bool] | None:
         """The revision of the turn once the read `token` shares it (and whether it took it
         over from a holder that let it expire), or None while it is held alone or waited
-        for by another instance, or shared by as many reads as it may be.
+        for by another instance.
 
         Raises:
             ChangedSince: another read changed the record between the look and the change.
@@ -171,8 +185,6 @@ class Turns:
         if held.held_alone(now) or held.waited_for_by_other(self.holder, now):
             return None
         readers = {} if held.holder else held.live_readers(now)
-        if len(readers) >= self._max_shared:
-            return None
         shared = msgspec.structs.replace(held, holder="", expires_at=0.0, readers=readers | mine)
         revision = await self._bucket.replace(session_id, shared, entry.revision)
         if held.holder:
@@ -228,34 +240,40 @@ class Turns:
                     extra={"session": session_id, "error_type": type(error).__name__},
                 )
 
-    async def _renew_share(self, session_id: str, token: str, held: _Held) -> None:
-        """Keep the read `token`'s share of the turn alive while it runs; a lost share is
-        logged, as a lost turn is."""
+    async def _renew_share(self, session_id: str, share: _Share) -> None:
+        """Keep this instance's share of the turn alive while a read of it runs (each read
+        runs this; the first to find the share due renews it); a lost share is logged, as a
+        lost turn is, and a share found waited for takes no further read."""
         while True:
             await anyio.sleep(self._ttl_s / 3)
+            if time.monotonic() - share.renewed_at < self._ttl_s / 4:
+                continue  # another read of the share renewed it lately
+            share.renewed_at = time.monotonic()
             try:
-                kept = await self._change_share(session_id, token, keep=True)
+                found = await self._change_share(session_id, share.token, keep=True)
             except nats.errors.Error as error:
                 logger.warning(
                     "a session's shared turn was not renewed",
                     extra={"session": session_id, "error_type": type(error).__name__},
                 )
                 continue
-            if not kept:
-                held.lost = True
+            if found is None:
+                share.lost = True
                 logger.error(
                     "lost a session's shared turn while holding it", extra={"session": session_id}
                 )
                 return
+            if found.waited_for_by_other(self.holder, time.time()):
+                share.closing = True
 
-    async def _change_share(self, session_id: str, token: str, *, keep: bool) -> bool:
-        """Renew the read `token`'s share of the turn (`keep`) or give it back (deleting
-        the record with the last read, unless an instance waits to hold it alone); False
-        if the share was no longer there."""
+    async def _change_share(self, session_id: str, token: str, *, keep: bool) -> TurnRecord | None:
+        """Renew the share `token` of the turn (`keep`) or give it back (deleting the
+        record with the last share, unless an instance waits to hold it alone); the record
+        as it was found, or None if the share was no longer in it."""
         while True:
             entry = await self._bucket.find(session_id)
             if entry is None or entry.value.holder or token not in entry.value.readers:
-                return False
+                return None
             readers = dict(entry.value.readers)
             if keep:
                 readers[token] = time.time() + self._ttl_s
@@ -269,8 +287,8 @@ class Turns:
                 else:
                     await self._bucket.delete(session_id, revision=entry.revision)
             except ChangedSince:
-                continue  # another read changed the record first: look again
-            return True
+                continue  # another instance's read changed the record first: look again
+            return entry.value
 
     @asynccontextmanager
     async def hold(
@@ -284,33 +302,66 @@ class Turns:
             TurnTimeout: others held it for longer than `wait_s` (by default, as long as a
                 call may wait; 0: it was held at the first look).
         """
-        token = f"{self.holder}:{next(self._reads)}" if shared else None
-        revision, taken_over = await self._take(
-            session_id, self._wait_s if wait_s is None else wait_s, token
-        )
+        wait_s = self._wait_s if wait_s is None else wait_s
+        if shared:
+            async with self._shared(session_id, wait_s) as taken_over:
+                yield taken_over
+            return
+        revision, taken_over = await self._take(session_id, wait_s, None)
         held = _Held(revision)
-        renew = (
-            partial(self._renew, session_id, held)
-            if token is None
-            else partial(self._renew_share, session_id, token, held)
-        )
         try:
-            async with renewing(renew):
+            async with renewing(partial(self._renew, session_id, held)):
                 yield taken_over
         finally:
             if not held.lost:
                 with anyio.CancelScope(shield=True):
-                    await self._give_back(session_id, held.revision, token)
+                    await self._give_back(session_id, held.revision)
 
-    async def _give_back(self, session_id: str, revision: int, token: str | None) -> None:
+    @asynccontextmanager
+    async def _shared(self, session_id: str, wait_s: float) -> AsyncIterator[bool]:
+        """A read's part of this instance's share of the turn: the first read in takes the
+        share (one entry in the record), the last out gives it back; a read finding the
+        share waited for waits for it to be given back and takes a new one."""
+        share = self._shares.get(session_id)
+        while share is not None and (share.closing or share.lost):
+            await share.gone.wait()
+            share = self._shares.get(session_id)
+        if share is None:
+            share = self._shares[session_id] = _Share(f"{self.holder}:{next(self._reads)}")
+        share.count += 1
+        taken_over = False
         try:
-            if token is not None:
-                if not await self._change_share(session_id, token, keep=False):
-                    logger.warning(
-                        "a session's shared turn was gone before it was given back",
-                        extra={"session": session_id},
-                    )
-                return
+            async with share.taking:
+                if not share.held:
+                    _, taken_over = await self._take(session_id, wait_s, share.token)
+                    share.held, share.renewed_at = True, time.monotonic()
+            async with renewing(partial(self._renew_share, session_id, share)):
+                yield taken_over
+        finally:
+            share.count -= 1
+            if not share.count:
+                if self._shares.get(session_id) is share:
+                    del self._shares[session_id]
+                share.gone.set()
+                if share.held and not share.lost:
+                    with anyio.CancelScope(shield=True):
+                        await self._give_back_share(session_id, share.token)
+
+    async def _give_back_share(self, session_id: str, token: str) -> None:
+        try:
+            if await self._change_share(session_id, token, keep=False) is None:
+                logger.warning(
+                    "a session's shared turn was gone before it was given back",
+                    extra={"session": session_id},
+                )
+        except nats.errors.Error as error:  # it expires on its own
+            logger.warning(
+                "a session's shared turn was not given back",
+                extra={"session": session_id, "error_type": type(error).__name__},
+            )
+
+    async def _give_back(self, session_id: str, revision: int) -> None:
+        try:
             await self._bucket.delete(session_id, revision=revision)
         except ChangedSince:
             # taken over while this instance was stalled: no longer ours to give back
