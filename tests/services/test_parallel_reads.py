@@ -7,12 +7,14 @@ holds at once (`tests.helpers.hookgate`), never by timing."""
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import anyio
 import msgspec
 import pytest
 
+from bastion.orchestrator.callorder import CallOrder
 from bastion.orchestrator.service import orchestrator_service
 from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.orchestrator.turns import TurnRecord, Turns, TurnTimeout
@@ -267,3 +269,25 @@ async def writer_marked(client: Client) -> bool:
     kv = await client.jetstream().key_value("test_turns_waited")
     entry = await kv.get("s1")
     return bool(entry.value and msgspec.msgpack.decode(entry.value, type=TurnRecord).waiting)
+
+
+async def test_a_read_that_needs_the_session_alone_stays_ahead_of_the_calls_after_it() -> None:
+    order = CallOrder(8)
+    read, write, later = order.enter(), order.enter(), order.enter()
+    await order.wait(read, shared=True)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as waiting:
+            waiting.start_soon(partial(order.wait, write, shared=False))
+            waiting.start_soon(partial(order.wait, later, shared=True))
+            await anyio.wait_all_tasks_blocked()
+            assert not write.let_in.is_set() and not later.let_in.is_set()
+            order.again_exclusive(read)  # the policy asks: it is made again, alone, first
+            await order.wait(read, shared=False)
+            assert not write.let_in.is_set()
+            order.leave(read)
+            await write.let_in.wait()
+            assert not later.let_in.is_set()
+            order.leave(write)
+    assert later.let_in.is_set()
+    order.leave(later)
+    assert order.idle

@@ -67,6 +67,20 @@ class CallOrder:
     def leave(self, place: Place) -> None:
         """`place` is done (or gave up waiting): the next in line may go in. Leaving twice
         is leaving once."""
+        self._out(place)
+        self._let_in()
+
+    def again_exclusive(self, place: Place) -> None:
+        """`place`, let in shared, turns out to need the session alone: it leaves and is
+        first in line again, exclusive, ahead of every call that arrived after it."""
+        self._out(place)
+        place.shared = False
+        place.let_in = anyio.Event()
+        place.gone = False
+        self._queue.appendleft(place)
+        self._let_in()
+
+    def _out(self, place: Place) -> None:
         if place.gone:
             return
         place.gone = True
@@ -76,17 +90,6 @@ class CallOrder:
             self._shared_in -= 1
         else:
             self._exclusive_in = False
-        self._let_in()
-
-    def again_exclusive(self, place: Place) -> None:
-        """`place`, let in shared, turns out to need the session alone: it leaves and is
-        first in line again, exclusive, ahead of every call that arrived after it."""
-        self.leave(place)
-        place.shared = False
-        place.let_in = anyio.Event()
-        place.gone = False
-        self._queue.appendleft(place)
-        self._let_in()
 
     def _let_in(self) -> None:
         while self._queue:

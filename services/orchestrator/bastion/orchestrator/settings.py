@@ -36,7 +36,7 @@ class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     """`BASTION_TURN_WAIT_S`: how long a call waits for a turn another replica holds."""
     session_parallel_reads: Annotated[int, msgspec.Meta(ge=1)] = 8
     """`BASTION_SESSION_PARALLEL_READS`: how many of one session's reads (calls whose effect
-    is `read` and that the policy lets run) run at once, across every replica; writes,
+    is `read` and that the policy lets run) each orchestrator replica runs at once; writes,
     commands and calls that ask run alone, in order. 1: one call at a time."""
     tenant_calls_per_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     """`BASTION_TENANT_CALLS_PER_S`: each tenant's calls per second across every replica (a
