@@ -291,3 +291,41 @@ async def test_a_read_that_needs_the_session_alone_stays_ahead_of_the_calls_afte
     assert later.let_in.is_set()
     order.leave(later)
     assert order.idle
+
+
+async def test_a_share_that_sees_a_writer_waiting_lets_no_further_read_of_its_own_in(
+    client: Client,
+) -> None:
+    ttl_s = 0.6
+    reader = await Turns.open(client, "test_turns_waited", ttl_s=ttl_s, wait_s=10)
+    writer = await Turns.open(client, "test_turns_waited", ttl_s=ttl_s, wait_s=10)
+    order: list[str] = []
+    reading = anyio.Event()
+    release = anyio.Event()
+
+    async def first_read() -> None:
+        async with reader.hold("s1", shared=True):
+            reading.set()
+            await release.wait()
+            order.append("first read")
+
+    async def write() -> None:
+        async with writer.hold("s1"):
+            order.append("write")
+
+    async def second_read() -> None:
+        async with reader.hold("s1", shared=True):
+            order.append("second read")
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(first_read)
+            await reading.wait()
+            tasks.start_soon(write)
+            while not await writer_marked(client):  # noqa: ASYNC110 (a KV record, no event)
+                await anyio.sleep(0.01)
+            await anyio.sleep(ttl_s)  # the share is renewed, and sees the mark, meanwhile
+            tasks.start_soon(second_read)
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+    assert order == ["first read", "write", "second read"]
