@@ -19,7 +19,13 @@ from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog, error_code_of
 from bastion.orchestrator.callorder import CallOrder, NeedsTurnAlone, Place
 from bastion.orchestrator.callrecords import CallRecords
-from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_of, tool_input_of
+from bastion.orchestrator.catalogue import (
+    catalogue_for,
+    find_tool,
+    input_type_of,
+    is_journaled,
+    tool_input_of,
+)
 from bastion.orchestrator.gate import ask_policy, policy_request, touched_paths
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
@@ -374,7 +380,8 @@ class Sessions:
         at = self._enter(session_id) if at is None else at
         try:
             tool = find_tool(await self.get(session_id), call.tool)
-            shared = tool is not None and tool.effect == "read"
+            # a journaled call's entry is its own to settle: it is made alone
+            shared = tool is not None and tool.effect == "read" and not is_journaled(tool)
         except BaseException:
             self._leave(session_id, *at)
             raise
