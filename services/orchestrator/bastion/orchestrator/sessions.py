@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -115,6 +116,9 @@ class Sessions:
         self._records = records
         self._parallel_reads = parallel_reads
         self._orders: dict[str, CallOrder] = {}
+        self._calls_in: Counter[tuple[str, str]] = Counter()
+        """(session, call id) of the calls here now: one sent again while its first
+        sending is still here is made alone, after it."""
         self._runner = Runner(
             client,
             store,
@@ -320,6 +324,7 @@ class Sessions:
         call_id = call.call_id or secrets.token_hex(8)
         started = time.perf_counter()
         at = self._enter(session_id)
+        self._calls_in[session_id, call_id] += 1
         try:
             if self._rates.enabled:
                 try:
@@ -338,6 +343,9 @@ class Sessions:
                 session, result = await self._in_turn(session_id, call, call_id, started, wait_s)
         finally:
             self._leave(session_id, *at)
+            self._calls_in[session_id, call_id] -= 1
+            if not self._calls_in[session_id, call_id]:
+                del self._calls_in[session_id, call_id]
         duration_s = time.perf_counter() - started
         error_code = error_code_of(result)
         # A tool name the session does not offer is the agent's to choose: as a label it
@@ -380,8 +388,14 @@ class Sessions:
         at = self._enter(session_id) if at is None else at
         try:
             tool = find_tool(await self.get(session_id), call.tool)
-            # a journaled call's entry is its own to settle: it is made alone
-            shared = tool is not None and tool.effect == "read" and not is_journaled(tool)
+            # a journaled call's entry, and a call id's first sending, are their own to
+            # settle: such a call is made alone
+            shared = (
+                tool is not None
+                and tool.effect == "read"
+                and not is_journaled(tool)
+                and self._calls_in[session_id, call_id] <= 1
+            )
         except BaseException:
             self._leave(session_id, *at)
             raise
