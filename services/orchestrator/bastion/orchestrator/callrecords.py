@@ -9,8 +9,9 @@ sent again with the same call id
 - while the first still runs, waits for the session's turn, which the first holds, and then
   finds its outcome;
 - after the first ended, is answered with the recorded outcome;
-- found `running` by whoever holds the turn now was left by an orchestrator that stopped
-  mid-call (the turn is held by one at a time): nobody knows whether it took effect, so it
+- found `running` by whoever holds the turn alone now was left by an orchestrator that
+  stopped mid-call (a read in a shared turn that finds it so waits to hold the turn alone
+  first, since it may be a read beside it): nobody knows whether it took effect, so it
   is `uncertain`, recorded so, and said so to every later sending of it. It is not made again.
 
 A call answered with an error other than `uncertain` (refused by a hook, a file that is not
@@ -29,6 +30,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from bastion.orchestrator.callorder import NeedsTurnAlone
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
 from bastion.proto.journal import CallRecord
@@ -88,17 +90,25 @@ class CallRecords:
         found = await self._bucket.find(record_key(session_id, call_id))
         return found is not None and found.value.state == "running"
 
-    async def recall(self, session_id: str, call_id: str) -> ToolOutput | ErrorReply | None:
+    async def recall(
+        self, session_id: str, call_id: str, *, alone: bool = True
+    ) -> ToolOutput | ErrorReply | None:
         """The outcome of the call made earlier with this call id, or None if none was.
 
-        Called in the session's turn: a record still `running` is an orchestrator's that
-        stopped mid-call, so it is made `uncertain` here, once and for good.
+        Called in the session's turn: held `alone`, a record still `running` is an
+        orchestrator's that stopped mid-call, so it is made `uncertain` here, once and for
+        good; in a shared turn it may be a read beside this one.
+
+        Raises:
+            NeedsTurnAlone: the record is `running` and the turn is shared.
         """
         key = record_key(session_id, call_id)
         found = await self._bucket.find(key)
         if found is None:
             return None
         record = found.value
+        if record.state == "running" and not alone:
+            raise NeedsTurnAlone(f"call {call_id} is being made: wait for it alone")
         if record.state == "running":
             error = ErrorReply(
                 code=codes.UNCERTAIN,

@@ -110,8 +110,8 @@ class Journal:
         entry, revision = found.value, found.revision
         if entry.state != "done":
             if entry.state == "started":
-                # Nobody is waiting on it any more (a session's calls run one at a time, in its
-                # turn across replicas: see turns):
+                # Nobody is waiting on it any more (a session's journaled calls run alone, in
+                # its turn across replicas: see turns):
                 # whoever sent it died before the answer came.
                 entry = msgspec.structs.replace(
                     entry, state="uncertain", why="whoever sent it stopped before an answer came"

@@ -56,6 +56,7 @@ class Runner:
         call_input: dict[str, Any],
         call_id: str,
         decision: PolicyDecision,
+        alone: bool = True,
     ) -> str:
         """The call's text, in the order of docs/architecture.md §2: before-tool hooks (which
         may block), the audit record, the call itself through the journal, then after-tool
@@ -64,10 +65,12 @@ class Runner:
 
         Raises:
             UncertainCall: the call got no answer (journaled or not, it is not made again).
+            NeedsTurnAlone: in a shared turn (not `alone`), its call id's first sending
+                still runs.
         """
         started = await self.records.start(session, tool, call_id, decision)
         if started is None:  # sent again with its call id: it ran, or runs, once
-            recorded = await self.records.recall(session.session_id, call_id)
+            recorded = await self.records.recall(session.session_id, call_id, alone=alone)
             if isinstance(recorded, ErrorReply):
                 raise RemoteError(recorded.code, recorded.message)
             assert recorded is not None

@@ -1,23 +1,32 @@
-"""Session actors: open, get, close, and call — a session's calls are handled one at a time,
-across every orchestrator replica (the turn in `turns`)."""
+"""Session actors: open, get, close, and call — a session's reads run side by side (up to
+`BASTION_SESSION_PARALLEL_READS`), its other calls one at a time, in the order they came,
+across every orchestrator replica (`callorder` in this process, the turn in `turns`)."""
 
 from __future__ import annotations
 
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from functools import partial
 
-import anyio
 import msgspec
 
 from bastion.orchestrator.approvals import Approvals
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog, error_code_of
+from bastion.orchestrator.callorder import CallOrder, NeedsTurnAlone, Place
 from bastion.orchestrator.callrecords import CallRecords
-from bastion.orchestrator.catalogue import catalogue_for, find_tool, input_type_of, tool_input_of
+from bastion.orchestrator.catalogue import (
+    catalogue_for,
+    find_tool,
+    input_type_of,
+    is_journaled,
+    tool_input_of,
+)
 from bastion.orchestrator.gate import WHOSE, ask_policy, policy_request, touched_paths
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
@@ -126,6 +135,7 @@ class Sessions:
         caps: OpenCaps,
         records: CallRecords,
         search: bool = False,
+        parallel_reads: int = 8,
     ) -> None:
         self._client = client
         self._search = search
@@ -137,8 +147,11 @@ class Sessions:
         self._rates = rates
         self._caps = caps
         self._records = records
-        self._locks: dict[str, anyio.Lock] = {}
-        self._waiting: dict[str, int] = {}
+        self._parallel_reads = parallel_reads
+        self._orders: dict[str, CallOrder] = {}
+        self._calls_in: Counter[tuple[str, str]] = Counter()
+        """(session, call id) of the calls here now: one sent again while its first
+        sending is still here is made alone, after it."""
         self._runner = Runner(
             client,
             store,
@@ -159,23 +172,45 @@ class Sessions:
             audit=audit,
         )
 
+    def _enter(self, session_id: str) -> tuple[CallOrder, Place]:
+        """A place in the session's line here, taken before anything is awaited."""
+        order = self._orders.setdefault(session_id, CallOrder(self._parallel_reads))
+        return order, order.enter()
+
+    def _leave(self, session_id: str, order: CallOrder, place: Place) -> None:
+        order.leave(place)
+        if order.idle and self._orders.get(session_id) is order:
+            del self._orders[session_id]
+
     @asynccontextmanager
-    async def _turn(self, session_id: str, wait_s: float | None = None) -> AsyncIterator[None]:
-        """Hold the session's turn: its calls run in the order they arrived here, one at a
-        time across replicas; a turn taken over from a dead holder is settled first.
-        Another replica's turn is waited for up to `wait_s` (by default, the turns' own)."""
-        lock = self._locks.setdefault(session_id, anyio.Lock())
-        self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
+    async def _turn(
+        self,
+        session_id: str,
+        wait_s: float | None = None,
+        *,
+        at: tuple[CallOrder, Place] | None = None,
+        shared: bool = False,
+    ) -> AsyncIterator[None]:
+        """Hold the session's turn from its place in line `at` (by default, a new one at
+        the back): alone, or `shared` beside other reads; in the order the calls arrived
+        here, across replicas; a turn taken over from a dead holder is settled first.
+        Others' turn is waited for up to `wait_s` (by default, the turns' own). A read
+        that raises `NeedsTurnAlone` is first in line again, to hold the turn alone."""
+        order, place = self._enter(session_id) if at is None else at
+        again = False
         try:
-            async with lock, self._turns.hold(session_id, wait_s=wait_s) as taken_over:
+            await order.wait(place, shared=shared)
+            async with self._turns.hold(session_id, wait_s=wait_s, shared=shared) as taken_over:
                 if taken_over:
                     await self.approvals.settle(session_id)
                 yield
+        except NeedsTurnAlone:
+            again = True
+            order.again_exclusive(place)
+            raise
         finally:
-            self._waiting[session_id] -= 1
-            if not self._waiting[session_id]:
-                del self._waiting[session_id]
-                del self._locks[session_id]
+            if not again:
+                self._leave(session_id, order, place)
 
     async def recover(self) -> None:
         """At start: settle each session with a call found `running` whose turn is free (its
@@ -296,21 +331,29 @@ class Sessions:
         """Run one call of the session, in its turn; a refusal is answered, not raised."""
         call_id = call.call_id or secrets.token_hex(8)
         started = time.perf_counter()
-        if self._rates.enabled:
-            try:
-                await self._rates.take((await self.get(session_id)).tenant)
-            except (RateLimited, QuotaUnavailable) as error:
-                return error.to_reply()
+        at = self._enter(session_id)
+        self._calls_in[session_id, call_id] += 1
         try:
-            session, result = await self._in_turn(session_id, call, call_id, started)
-        except TurnTimeout:
-            if call.call_id is None or not await self._records.running(session_id, call_id):
-                raise
-            # Sent again while its first sending still runs on the replica holding the turn:
-            # that run's outcome is the answer, so wait as long as the run may take.
-            waiting = await self.get(session_id)
-            wait_s = call_wait_s(waiting, call.tool, call.input)
-            session, result = await self._in_turn(session_id, call, call_id, started, wait_s)
+            if self._rates.enabled:
+                try:
+                    await self._rates.take((await self.get(session_id)).tenant)
+                except (RateLimited, QuotaUnavailable) as error:
+                    return error.to_reply()
+            try:
+                session, result = await self._in_turn(session_id, call, call_id, started, at=at)
+            except TurnTimeout:
+                if call.call_id is None or not await self._records.running(session_id, call_id):
+                    raise
+                # Sent again while its first sending still runs on a replica holding the
+                # turn: that run's outcome is the answer, so wait as long as the run may take.
+                waiting = await self.get(session_id)
+                wait_s = call_wait_s(waiting, call.tool, call.input)
+                session, result = await self._in_turn(session_id, call, call_id, started, wait_s)
+        finally:
+            self._leave(session_id, *at)
+            self._calls_in[session_id, call_id] -= 1
+            if not self._calls_in[session_id, call_id]:
+                del self._calls_in[session_id, call_id]
         duration_s = time.perf_counter() - started
         error_code = error_code_of(result)
         # A tool name the session does not offer is the agent's to choose: as a label it
@@ -344,13 +387,50 @@ class Sessions:
         call_id: str,
         started: float,
         wait_s: float | None = None,
+        *,
+        at: tuple[CallOrder, Place] | None = None,
     ) -> tuple[SessionInfo, CallResult]:
-        """The call made in the session's turn, counted and audited; the session it found."""
-        async with self._turn(session_id, wait_s):
+        """The call made in the session's turn — shared when it reads, alone otherwise or
+        when it turns out to need the session alone — counted and audited; the session it
+        found."""
+        at = self._enter(session_id) if at is None else at
+        try:
+            tool = find_tool(await self.get(session_id), call.tool)
+            # a journaled call's entry, and a call id's first sending, are their own to
+            # settle: such a call is made alone
+            shared = (
+                tool is not None
+                and tool.effect == "read"
+                and not is_journaled(tool)
+                and self._calls_in[session_id, call_id] <= 1
+            )
+        except BaseException:
+            self._leave(session_id, *at)
+            raise
+        made = partial(self._made, session_id, call, call_id, started=started, wait_s=wait_s, at=at)
+        try:
+            return await made(shared=shared)
+        except NeedsTurnAlone:  # first in line again, to hold the turn alone
+            return await made(shared=False)
+
+    async def _made(
+        self,
+        session_id: str,
+        call: ToolCall,
+        call_id: str,
+        *,
+        started: float,
+        wait_s: float | None,
+        at: tuple[CallOrder, Place],
+        shared: bool,
+    ) -> tuple[SessionInfo, CallResult]:
+        async with self._turn(session_id, wait_s, at=at, shared=shared):
             session = await self.get(session_id)
             annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
             try:
-                result: CallResult = await self._call(session, call, call_id, started)
+                result: CallResult = await self._call(
+                    session, call, call_id, started, alone=not shared
+                )
             except BastionError as error:
                 result = error.to_reply()
             await self._audit.result(session, call_id, call.tool, result)
@@ -360,12 +440,15 @@ class Sessions:
         return session, result
 
     async def _call(
-        self, session: SessionInfo, call: ToolCall, call_id: str, started: float
+        self, session: SessionInfo, call: ToolCall, call_id: str, started: float, *, alone: bool
     ) -> ToolOutput | CallParked:
+        """The call's outcome; in a shared turn (not `alone`), `NeedsTurnAlone` is raised
+        before anything is recorded when the policy asks or the call id's first sending
+        still runs."""
         if call.call_id is not None:
             # Sent again with its call id (its first sending got no answer): the outcome of
             # the one run it had, found in the turn the first held while it ran.
-            recorded = await self._records.recall(session.session_id, call_id)
+            recorded = await self._records.recall(session.session_id, call_id, alone=alone)
             if isinstance(recorded, ErrorReply):
                 raise RemoteError(recorded.code, recorded.message)
             if recorded is not None:
@@ -408,6 +491,8 @@ class Sessions:
             )
             annotate(decision=decision.outcome)
         annotate(decision=decision.outcome)
+        if decision.outcome == "ask" and not alone:
+            raise NeedsTurnAlone(f"the policy asks about {tool.name}: it is asked alone")
         await self._publish(
             "call_decided",
             session.tenant,
@@ -430,7 +515,13 @@ class Sessions:
             with span("orchestrator.approval.park"):
                 return await self.approvals.ask(session, call, call_id, tool, decision)
         text = await self._runner.run(
-            session, tool, tool_input, call_input=call.input, call_id=call_id, decision=decision
+            session,
+            tool,
+            tool_input,
+            call_input=call.input,
+            call_id=call_id,
+            decision=decision,
+            alone=alone,
         )
         return ToolOutput(
             call_id=call_id,

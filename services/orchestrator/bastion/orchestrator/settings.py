@@ -34,6 +34,10 @@ class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     holding it, before another replica takes the session over."""
     turn_wait_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
     """`BASTION_TURN_WAIT_S`: how long a call waits for a turn another replica holds."""
+    session_parallel_reads: Annotated[int, msgspec.Meta(ge=1)] = 8
+    """`BASTION_SESSION_PARALLEL_READS`: how many of one session's reads (calls whose effect
+    is `read` and that the policy lets run) each orchestrator replica runs at once; writes,
+    commands and calls that ask run alone, in order. 1: one call at a time."""
     tenant_calls_per_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     """`BASTION_TENANT_CALLS_PER_S`: each tenant's calls per second across every replica (a
     token bucket one second deep, in KV); 0: no quota."""

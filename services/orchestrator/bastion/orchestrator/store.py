@@ -6,9 +6,13 @@ from collections.abc import Callable
 
 from bastion.proto.session import SessionInfo
 from bastion.shared.bus import Client
-from bastion.shared.kv import NotStored, TypedBucket
+from bastion.shared.kv import ChangedSince, KeptChanging, NotStored, TypedBucket
 
 __all__ = ["SessionStore"]
+
+_ATTEMPTS = 20
+"""How often an update of a session is tried: a session's reads side by side (up to
+`BASTION_SESSION_PARALLEL_READS`) each count themselves in it, and may taint it, at once."""
 
 
 def _missing(session_id: str) -> NotStored:
@@ -50,23 +54,25 @@ class SessionStore:
         return found.value, found.revision
 
     async def update(
-        self, session_id: str, change: Callable[[SessionInfo], SessionInfo], attempts: int = 5
+        self,
+        session_id: str,
+        change: Callable[[SessionInfo], SessionInfo],
+        attempts: int = _ATTEMPTS,
     ) -> SessionInfo:
-        """Apply `change` to the stored session with compare-and-set, retrying on a race.
+        """Apply `change` to the stored session with compare-and-set, retrying at once on a
+        race (its racers are the session's few calls in at once: each round one of them
+        wins, so none waits a pause out).
 
         Raises:
             NotFound: no session has that id.
             KeptChanging: other writers kept changing it.
         """
-
-        def changed(session: SessionInfo | None) -> SessionInfo:
-            if session is None:
-                raise _missing(session_id)
-            return change(session)
-
-        return await self._bucket.update(
-            session_id,
-            changed,
-            attempts=attempts,
-            conflict=f"session {session_id} kept changing under this update; retry",
-        )
+        for _ in range(attempts):
+            session, revision = await self.get(session_id)
+            changed = change(session)
+            try:
+                await self._bucket.replace(session_id, changed, revision)
+            except ChangedSince:
+                continue
+            return changed
+        raise KeptChanging(f"session {session_id} kept changing under this update; retry")
