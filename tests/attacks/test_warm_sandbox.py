@@ -11,6 +11,7 @@ timeout each end in a clear message and a working next call.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -469,3 +470,108 @@ async def test_a_call_the_init_could_not_serve_is_a_typed_error_through_the_bus(
     (host.workspace / "running").unlink()
     after = await shell(client, host.workspace, "echo again")
     assert after.stdout == "again\n"
+
+
+# --- a command that frees its pid 1 from its leader (ptrace) ------------------------------
+
+_UNTIE = """\
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+names = "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags"
+names += " rsp ss fs_base gs_base ds es fs gs"
+class Regs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_ulonglong) for n in names.split()]
+def check(result):
+    if result == -1:
+        raise OSError(ctypes.get_errno(), "ptrace")
+check(libc.ptrace(16, 1, None, None))  # PTRACE_ATTACH pid 1 (same uid, dumpable)
+os.waitpid(1, 0x40000000)
+saved = Regs()
+check(libc.ptrace(12, 1, None, ctypes.byref(saved)))
+assert libc.ptrace(1, 1, ctypes.c_void_p(saved.rip - 2), None) & 0xFFFF == 0x050F  # syscall
+regs = Regs()
+ctypes.memmove(ctypes.byref(regs), ctypes.byref(saved), ctypes.sizeof(Regs))
+regs.rax, regs.orig_rax, regs.rip, regs.rdi, regs.rsi = 157, 2**64 - 1, saved.rip - 2, 1, 0
+check(libc.ptrace(13, 1, None, ctypes.byref(regs)))  # prctl(PR_SET_PDEATHSIG, 0)
+check(libc.ptrace(9, 1, None, None))
+os.waitpid(1, 0x40000000)
+check(libc.ptrace(12, 1, None, ctypes.byref(regs)))
+assert regs.rax == 0, regs.rax
+check(libc.ptrace(13, 1, None, ctypes.byref(saved)))
+check(libc.ptrace(17, 1, None, None))
+print("untied")
+"""
+"""The attacker's `inj.py`: pid 1 of the command's namespace, traced, clears its own
+`PR_SET_PDEATHSIG`, so it no longer dies with the process that started it."""
+
+
+def _untie(workspace: Path) -> None:
+    script = workspace / "untie.py"
+    script.write_text(_UNTIE)
+    os.chown(script, 1000, 1000)
+
+
+def _repo(workspace: Path) -> None:
+    """A git repository the owner made, with one commit."""
+    for args in (("init", "-q"), ("commit", "-q", "--allow-empty", "-m", "first")):
+        subprocess.run(
+            ["git", "-c", "safe.directory=*", "-c", "user.name=o", "-c", "user.email=o@o", *args],
+            cwd=workspace,
+            env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"},
+            check=True,
+        )
+    owned(workspace)
+
+
+@pytest.fixture(params=[True, False], ids=["cgroups", "no-cgroups"])
+async def either(host: Host, request: pytest.FixtureRequest) -> AsyncIterator[BwrapBackend]:
+    """A backend with per-command cgroups, and one without (`BASTION_CGROUPS=false`)."""
+    made = BwrapBackend(state_dir=host.state_dir, cgroups=request.param)
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+@pytest.mark.parametrize("session", [SESSION, ""], ids=["warm", "cold"])
+async def test_an_untied_pid_1_and_its_daemon_are_dead_when_the_timed_out_call_returns(
+    either: BwrapBackend, host: Host, session: str
+) -> None:
+    duration = unique_duration()
+    _untie(host.workspace)
+    slow = dataclasses.replace(spec(host, limits=Limits(wall_s=3.0)), session_id=session)
+    result = await either.run(
+        slow,
+        f"python3 untie.py && (exec >/dev/null 2>&1; sleep {duration}) & sleep 100",
+    )
+    assert result.ended == "timeout"
+    assert "untied" in result.stdout, result.stderr  # the attack itself worked...
+    assert sleeping(duration) == []  # ...and nothing of the command outlived the call
+    after = await either.run(spec(host), "echo next")
+    assert after.stdout == "next\n"
+
+
+@pytest.mark.parametrize("session", [SESSION, ""], ids=["warm", "cold"])
+async def test_a_commondir_an_untied_loop_puts_back_is_swept_after_it_is_dead(
+    either: BwrapBackend, host: Host, session: str
+) -> None:
+    _repo(host.workspace)
+    _untie(host.workspace)
+    mark = f"bastion-loop-{unique_duration()}"
+    loop = (
+        'python3 -c \'import os\nwhile True:\n    try: os.link(".git/cd.tmp", ".git/commondir")'
+        f"\n    except OSError: pass' {mark}"
+    )
+    slow = dataclasses.replace(spec(host, limits=Limits(wall_s=3.0)), session_id=session)
+    result = await either.run(
+        slow,
+        "python3 untie.py && echo ../evil > .git/cd.tmp && "
+        f"for i in 1 2 3; do (exec >/dev/null 2>&1; {loop}) & done; sleep 100",
+    )
+    assert result.ended == "timeout"
+    assert "untied" in result.stdout, result.stderr
+    assert marked_pids(mark) == []  # every loop was dead before the sweep...
+    assert "the command made .git/commondir" in result.stderr
+    assert not (host.workspace / ".git/commondir").exists()  # ...so none put it back

@@ -249,7 +249,8 @@ class CommandCgroup:
             return "process_limit"
         return ""
 
-    def _kill_all(self) -> None:
+    def kill(self) -> None:
+        """SIGKILL every process in the group(s) (`cgroup.kill` where the kernel has it)."""
         kill = self._pids / "cgroup.kill"
         if kill.exists():
             with contextlib.suppress(OSError):
@@ -281,7 +282,7 @@ class CommandCgroup:
     async def aclose(self) -> None:
         """Kill what is left in the group and remove it, once its processes are reaped."""
         for _ in range(_REMOVE_TRIES):
-            self._kill_all()
+            self.kill()
             if not self.remove_now():
                 return
             await anyio.sleep(0.02)
