@@ -28,7 +28,7 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec
-from bastion.shared.sandboxing.bwrap import WARM_TMP_BYTES
+from bastion.shared.sandboxing.bwrap import WARM_SHM_BYTES, WARM_TMP_BYTES
 from bastion.shared.sandboxing.warm import INIT_PATH, marked_pids, marker, sweep_marked
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.owners import owned
@@ -575,3 +575,74 @@ async def test_a_commondir_an_untied_loop_puts_back_is_swept_after_it_is_dead(
     assert marked_pids(mark) == []  # every loop was dead before the sweep...
     assert "the command made .git/commondir" in result.stderr
     assert not (host.workspace / ".git/commondir").exists()  # ...so none put it back
+
+
+# --- /dev/shm, System V IPC and keyrings are each command's own ----------------------------
+
+
+async def test_dev_shm_is_empty_for_each_command_and_bounded(
+    backend: BwrapBackend, host: Host
+) -> None:
+    first = await backend.run(
+        spec(host),
+        "echo left > /dev/shm/left; head -c 100M /dev/zero > /dev/shm/fill; "
+        "stat -c %s /dev/shm/fill",
+    )
+    assert "No space left on device" in first.stderr
+    assert int(first.stdout) <= WARM_SHM_BYTES  # a bounded tmpfs, not half the RAM
+    second = await backend.run(spec(host), "ls -A /dev/shm; echo listed")
+    assert second.stdout == "listed\n"  # a fresh one: nothing of the first is there
+
+
+async def test_dev_itself_is_read_only_in_a_warm_sandbox(backend: BwrapBackend, host: Host) -> None:
+    result = await backend.run(
+        spec(host), "touch /dev/kept 2>/dev/null || echo refused; ls /dev/kept 2>/dev/null"
+    )
+    assert result.stdout == "refused\n"
+
+
+_SHMGET = (
+    "python3 -c '\n"
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.shmat.restype = ctypes.c_void_p\n"
+    "segment = libc.shmget(0, 4000000, 0o1600)\n"
+    "assert segment >= 0\n"
+    "ctypes.memset(libc.shmat(segment, None, 0), 7, 4000000)\n"
+    'print("made")\n'
+    "'"
+)
+
+
+async def test_a_system_v_segment_of_one_command_is_gone_for_the_next(
+    backend: BwrapBackend, host: Host
+) -> None:
+    first = await backend.run(spec(host), f"{_SHMGET}; tail -n +2 /proc/sysvipc/shm | wc -l")
+    assert first.stdout == "made\n1\n"  # the segment outlives its process...
+    second = await backend.run(spec(host), "tail -n +2 /proc/sysvipc/shm | wc -l")
+    assert second.stdout == "0\n"  # ...but not its command: an IPC namespace per command
+
+
+_KEYS = (
+    "python3 -c '\n"
+    "import ctypes, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    'if sys.argv[1] == "add":\n'
+    "    for keyring in (-3, -4, -5):\n"  # session, user, user-session
+    '        assert libc.syscall(248, b"user", b"kept", b"value", 5, keyring) > 0\n'
+    "found = 0\n"
+    "for keyring in (-3, -4, -5):\n"  # KEYCTL_SEARCH of each for the key
+    "    found += libc.syscall(250, 10, keyring, b\"user\", b\"kept\", 0) > 0\n"
+    "print(found)\n"
+    "' "
+)
+
+
+async def test_a_key_one_command_adds_is_not_in_the_next_commands_keyrings(
+    backend: BwrapBackend, host: Host
+) -> None:
+    first = await backend.run(spec(host), _KEYS + "add")
+    assert first.stdout != "0\n", first.stderr  # the key is there for its own command
+    second = await backend.run(spec(host), _KEYS + "look")
+    assert second.stdout == "0\n", second.stderr
