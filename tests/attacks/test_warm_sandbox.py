@@ -11,6 +11,7 @@ timeout each end in a clear message and a working next call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -29,6 +30,7 @@ from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec
 from bastion.shared.sandboxing.bwrap import WARM_SHM_BYTES, WARM_TMP_BYTES
+from bastion.shared.sandboxing.cgroup import cgroup_prefix, find_cgroup_root
 from bastion.shared.sandboxing.warm import INIT_PATH, marked_pids, marker, sweep_marked
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.owners import owned
@@ -633,7 +635,7 @@ _KEYS = (
     '        assert libc.syscall(248, b"user", b"kept", b"value", 5, keyring) > 0\n'
     "found = 0\n"
     "for keyring in (-3, -4, -5):\n"  # KEYCTL_SEARCH of each for the key
-    "    found += libc.syscall(250, 10, keyring, b\"user\", b\"kept\", 0) > 0\n"
+    '    found += libc.syscall(250, 10, keyring, b"user", b"kept", 0) > 0\n'
     "print(found)\n"
     "' "
 )
@@ -646,3 +648,32 @@ async def test_a_key_one_command_adds_is_not_in_the_next_commands_keyrings(
     assert first.stdout != "0\n", first.stderr  # the key is there for its own command
     second = await backend.run(spec(host), _KEYS + "look")
     assert second.stdout == "0\n", second.stderr
+
+
+# --- what a service killed with -9 leaves in the cgroup tree ------------------------------
+
+
+async def test_a_restarted_service_removes_the_empty_cgroups_a_killed_one_left(
+    client: Client, run_service: ServiceRunner, settings: SandboxSettings, host: Host
+) -> None:
+    root = find_cgroup_root()
+    if root is None:
+        pytest.skip("no cgroup this service may write: no per-command groups to leave")
+    gone = subprocess.Popen(["true"])  # noqa: ASYNC220 (reaped at once, below)
+    gone.wait()
+    dead = gone.pid  # a pid no process has: the killed service's
+    left = [root.pids / f"{cgroup_prefix(dead)}0123456789ab"]
+    if root.cpu is not None:
+        left.append(root.cpu / f"{cgroup_prefix(dead)}tenant-default")
+        left.append(left[-1] / f"{cgroup_prefix(dead)}ba9876543210")
+    for group in left:
+        group.mkdir()
+    try:
+        async with run_service(sandbox_service, settings):
+            assert [group for group in left if group.exists()] == []
+            result = await shell(client, host.workspace, "echo works")
+            assert result.stdout == "works\n"
+    finally:
+        for group in reversed(left):
+            with contextlib.suppress(OSError):
+                group.rmdir()

@@ -60,6 +60,7 @@ from bastion.shared.sandboxing.cgroup import (
     CgroupRoot,
     CommandCgroup,
     find_cgroup_root,
+    remove_stale,
 )
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import DataFile, generated_etc
@@ -237,6 +238,10 @@ class BwrapBackend:
         if self._cgroup_root is None:
             return "RLIMIT_NPROC (no cgroup this service may write; not enforced for root)"
         return self._cgroup_root.describe()
+
+    def remove_stale_cgroups(self) -> int:
+        """Remove the empty cgroups a service process that is gone left (`remove_stale`)."""
+        return remove_stale(self._cgroup_root) if self._cgroup_root is not None else 0
 
     def _cgroup(self, spec: SandboxSpec) -> CommandCgroup | None:
         if self._cgroup_root is None:
