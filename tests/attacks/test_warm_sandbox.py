@@ -674,14 +674,19 @@ async def test_a_restarted_service_removes_the_empty_cgroups_a_killed_one_left(
     if root.cpu is not None:
         left.append(root.cpu / f"{cgroup_prefix(dead)}tenant-default")
         left.append(left[-1] / f"{cgroup_prefix(dead)}ba9876543210")
-    for group in left:
+    live = subprocess.Popen(["sleep", unique_duration()])  # noqa: ASYNC220 (killed below)
+    kept = root.pids / f"{cgroup_prefix(live.pid)}0123456789ab"  # a live service's: left
+    for group in [*left, kept]:
         group.mkdir()
     try:
         async with run_service(sandbox_service, settings):
             assert [group for group in left if group.exists()] == []
+            assert kept.is_dir()
             result = await shell(client, host.workspace, "echo works")
             assert result.stdout == "works\n"
     finally:
-        for group in reversed(left):
+        live.kill()
+        live.wait()
+        for group in [*reversed(left), kept]:
             with contextlib.suppress(OSError):
                 group.rmdir()
