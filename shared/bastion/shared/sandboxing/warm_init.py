@@ -279,8 +279,8 @@ def _run(channel: socket.socket, fds: list[int]) -> None:
         os.close(stop_write)
         _leader(payload, (stdout, stderr), cgroups, why_write, stop_read)
     payload[:] = bytes(len(payload))
-    for fd in (stdout, stderr, *cgroups, why_write, stop_read):
-        os.close(fd)
+    for fd in (stdout, stderr, *cgroups, why_write):
+        os.close(fd)  # stop_read is kept: a `kill` after the leader ended raises no SIGPIPE
     ended = os.pidfd_open(leader)
     _send(channel, op="started")
     while True:
@@ -298,8 +298,8 @@ def _run(channel: socket.socket, fds: list[int]) -> None:
             sys.exit(0)
     _, status = os.waitpid(leader, 0)
     _end_orphans()
-    os.close(ended)
-    os.close(stop_write)
+    for fd in (ended, stop_read, stop_write):
+        os.close(fd)
     os.set_blocking(why_read, False)
     try:
         why = os.read(why_read, 4096)
