@@ -11,7 +11,10 @@ timeout each end in a clear message and a working next call.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -27,7 +30,8 @@ from bastion.sandbox.service import SandboxSettings, sandbox_service
 from bastion.shared.bus import Client
 from bastion.shared.errors import RemoteError
 from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec
-from bastion.shared.sandboxing.bwrap import WARM_TMP_BYTES
+from bastion.shared.sandboxing.bwrap import WARM_SHM_BYTES, WARM_TMP_BYTES
+from bastion.shared.sandboxing.cgroup import cgroup_prefix, find_cgroup_root
 from bastion.shared.sandboxing.warm import INIT_PATH, marked_pids, marker, sweep_marked
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.owners import owned
@@ -469,3 +473,220 @@ async def test_a_call_the_init_could_not_serve_is_a_typed_error_through_the_bus(
     (host.workspace / "running").unlink()
     after = await shell(client, host.workspace, "echo again")
     assert after.stdout == "again\n"
+
+
+# --- a command that frees its pid 1 from its leader (ptrace) ------------------------------
+
+_UNTIE = """\
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+names = "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags"
+names += " rsp ss fs_base gs_base ds es fs gs"
+class Regs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_ulonglong) for n in names.split()]
+def check(result):
+    if result == -1:
+        raise OSError(ctypes.get_errno(), "ptrace")
+check(libc.ptrace(16, 1, None, None))  # PTRACE_ATTACH pid 1 (same uid, dumpable)
+os.waitpid(1, 0x40000000)
+saved = Regs()
+check(libc.ptrace(12, 1, None, ctypes.byref(saved)))
+assert libc.ptrace(1, 1, ctypes.c_void_p(saved.rip - 2), None) & 0xFFFF == 0x050F  # syscall
+regs = Regs()
+ctypes.memmove(ctypes.byref(regs), ctypes.byref(saved), ctypes.sizeof(Regs))
+regs.rax, regs.orig_rax, regs.rip, regs.rdi, regs.rsi = 157, 2**64 - 1, saved.rip - 2, 1, 0
+check(libc.ptrace(13, 1, None, ctypes.byref(regs)))  # prctl(PR_SET_PDEATHSIG, 0)
+check(libc.ptrace(9, 1, None, None))
+os.waitpid(1, 0x40000000)
+check(libc.ptrace(12, 1, None, ctypes.byref(regs)))
+assert regs.rax == 0, regs.rax
+check(libc.ptrace(13, 1, None, ctypes.byref(saved)))
+check(libc.ptrace(17, 1, None, None))
+print("untied")
+"""
+"""The attacker's `inj.py`: pid 1 of the command's namespace, traced, clears its own
+`PR_SET_PDEATHSIG`, so it no longer dies with the process that started it."""
+
+
+_X86_64 = pytest.mark.skipif(
+    platform.machine() != "x86_64", reason="the tracing attack is written for x86-64 registers"
+)
+
+
+def _untie(workspace: Path) -> None:
+    script = workspace / "untie.py"
+    script.write_text(_UNTIE)
+    os.chown(script, 1000, 1000)
+
+
+def _repo(workspace: Path) -> None:
+    """A git repository the owner made, with one commit."""
+    for args in (("init", "-q"), ("commit", "-q", "--allow-empty", "-m", "first")):
+        subprocess.run(
+            ["git", "-c", "safe.directory=*", "-c", "user.name=o", "-c", "user.email=o@o", *args],
+            cwd=workspace,
+            env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"},
+            check=True,
+        )
+    owned(workspace)
+
+
+@pytest.fixture(params=[True, False], ids=["cgroups", "no-cgroups"])
+async def either(host: Host, request: pytest.FixtureRequest) -> AsyncIterator[BwrapBackend]:
+    """A backend with per-command cgroups, and one without (`BASTION_CGROUPS=false`)."""
+    made = BwrapBackend(state_dir=host.state_dir, cgroups=request.param)
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+@_X86_64
+@pytest.mark.parametrize("session", [SESSION, ""], ids=["warm", "cold"])
+async def test_an_untied_pid_1_and_its_daemon_are_dead_when_the_timed_out_call_returns(
+    either: BwrapBackend, host: Host, session: str
+) -> None:
+    duration = unique_duration()
+    _untie(host.workspace)
+    slow = dataclasses.replace(spec(host, limits=Limits(wall_s=3.0)), session_id=session)
+    result = await either.run(
+        slow,
+        f"python3 untie.py && (exec >/dev/null 2>&1; sleep {duration}) & sleep 100",
+    )
+    assert result.ended == "timeout"
+    assert "untied" in result.stdout, result.stderr  # the attack itself worked...
+    assert sleeping(duration) == []  # ...and nothing of the command outlived the call
+    after = await either.run(spec(host), "echo next")
+    assert after.stdout == "next\n"
+
+
+@_X86_64
+@pytest.mark.parametrize("session", [SESSION, ""], ids=["warm", "cold"])
+async def test_a_commondir_an_untied_loop_puts_back_is_swept_after_it_is_dead(
+    either: BwrapBackend, host: Host, session: str
+) -> None:
+    _repo(host.workspace)
+    _untie(host.workspace)
+    mark = f"bastion-loop-{unique_duration()}"
+    loop = (
+        'python3 -c \'import os\nwhile True:\n    try: os.link(".git/cd.tmp", ".git/commondir")'
+        f"\n    except OSError: pass' {mark}"
+    )
+    slow = dataclasses.replace(spec(host, limits=Limits(wall_s=3.0)), session_id=session)
+    result = await either.run(
+        slow,
+        "python3 untie.py && echo ../evil > .git/cd.tmp && "
+        f"for i in 1 2 3; do (exec >/dev/null 2>&1; {loop}) & done; sleep 100",
+    )
+    assert result.ended == "timeout"
+    assert "untied" in result.stdout, result.stderr
+    assert marked_pids(mark) == []  # every loop was dead before the sweep...
+    assert "the command made .git/commondir" in result.stderr
+    assert not (host.workspace / ".git/commondir").exists()  # ...so none put it back
+
+
+# --- /dev/shm, System V IPC and keyrings are each command's own ----------------------------
+
+
+async def test_dev_shm_is_empty_for_each_command_and_bounded(
+    backend: BwrapBackend, host: Host
+) -> None:
+    first = await backend.run(
+        spec(host),
+        "echo left > /dev/shm/left; head -c 100M /dev/zero > /dev/shm/fill; "
+        "stat -c %s /dev/shm/fill",
+    )
+    assert "No space left on device" in first.stderr
+    assert int(first.stdout) <= WARM_SHM_BYTES  # a bounded tmpfs, not half the RAM
+    second = await backend.run(spec(host), "ls -A /dev/shm; echo listed")
+    assert second.stdout == "listed\n"  # a fresh one: nothing of the first is there
+
+
+async def test_dev_itself_is_read_only_in_a_warm_sandbox(backend: BwrapBackend, host: Host) -> None:
+    result = await backend.run(
+        spec(host), "touch /dev/kept 2>/dev/null || echo refused; ls /dev/kept 2>/dev/null"
+    )
+    assert result.stdout == "refused\n"
+
+
+_SHMGET = (
+    "python3 -c '\n"
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.shmat.restype = ctypes.c_void_p\n"
+    "segment = libc.shmget(0, 4000000, 0o1600)\n"
+    "assert segment >= 0\n"
+    "ctypes.memset(libc.shmat(segment, None, 0), 7, 4000000)\n"
+    'print("made")\n'
+    "'"
+)
+
+
+async def test_a_system_v_segment_of_one_command_is_gone_for_the_next(
+    backend: BwrapBackend, host: Host
+) -> None:
+    first = await backend.run(spec(host), f"{_SHMGET}; tail -n +2 /proc/sysvipc/shm | wc -l")
+    assert first.stdout == "made\n1\n"  # the segment outlives its process...
+    second = await backend.run(spec(host), "tail -n +2 /proc/sysvipc/shm | wc -l")
+    assert second.stdout == "0\n"  # ...but not its command: an IPC namespace per command
+
+
+_KEYS = (
+    "python3 -c '\n"
+    "import ctypes, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    'if sys.argv[1] == "add":\n'
+    "    for keyring in (-3, -4, -5):\n"  # session, user, user-session
+    '        assert libc.syscall(248, b"user", b"kept", b"value", 5, keyring) > 0\n'
+    "found = 0\n"
+    "for keyring in (-3, -4, -5):\n"  # KEYCTL_SEARCH of each for the key
+    '    found += libc.syscall(250, 10, keyring, b"user", b"kept", 0) > 0\n'
+    "print(found)\n"
+    "' "
+)
+
+
+async def test_a_key_one_command_adds_is_not_in_the_next_commands_keyrings(
+    backend: BwrapBackend, host: Host
+) -> None:
+    first = await backend.run(spec(host), _KEYS + "add")
+    assert first.stdout != "0\n", first.stderr  # the key is there for its own command
+    second = await backend.run(spec(host), _KEYS + "look")
+    assert second.stdout == "0\n", second.stderr
+
+
+# --- what a service killed with -9 leaves in the cgroup tree ------------------------------
+
+
+async def test_a_restarted_service_removes_the_empty_cgroups_a_killed_one_left(
+    client: Client, run_service: ServiceRunner, settings: SandboxSettings, host: Host
+) -> None:
+    root = find_cgroup_root()
+    if root is None:
+        pytest.skip("no cgroup this service may write: no per-command groups to leave")
+    gone = subprocess.Popen(["true"])  # noqa: ASYNC220 (reaped at once, below)
+    gone.wait()
+    dead = gone.pid  # a pid no process has: the killed service's
+    left = [root.pids / f"{cgroup_prefix(dead)}0123456789ab"]
+    if root.cpu is not None:
+        left.append(root.cpu / f"{cgroup_prefix(dead)}tenant-default")
+        left.append(left[-1] / f"{cgroup_prefix(dead)}ba9876543210")
+    live = subprocess.Popen(["sleep", unique_duration()])  # noqa: ASYNC220 (killed below)
+    kept = root.pids / f"{cgroup_prefix(live.pid)}0123456789ab"  # a live service's: left
+    for group in [*left, kept]:
+        group.mkdir()
+    try:
+        async with run_service(sandbox_service, settings):
+            assert [group for group in left if group.exists()] == []
+            assert kept.is_dir()
+            result = await shell(client, host.workspace, "echo works")
+            assert result.stdout == "works\n"
+    finally:
+        live.kill()
+        live.wait()
+        for group in [*reversed(left), kept]:
+            with contextlib.suppress(OSError):
+                group.rmdir()

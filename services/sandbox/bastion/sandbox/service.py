@@ -562,6 +562,10 @@ class Sandboxes:
             killed = sweep_marked(self._state_dir)
             if killed:
                 logger.info("ended %d process(es) of an earlier run's warm sandboxes", killed)
+        if isinstance(self._backend, BwrapBackend):
+            removed = self._backend.remove_stale_cgroups()
+            if removed:
+                logger.info("removed %d empty cgroup(s) a killed service left", removed)
         try:
             await self.docker.version()
         except SandboxFailed:

@@ -60,11 +60,13 @@ from bastion.shared.sandboxing.cgroup import (
     CgroupRoot,
     CommandCgroup,
     find_cgroup_root,
+    remove_stale,
 )
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.etc import DataFile, generated_etc
 from bastion.shared.sandboxing.gitguard import GitGuard, guard
 from bastion.shared.sandboxing.hostids import HostIds, drop_argv, sandbox_ids, unreachable_parent
+from bastion.shared.sandboxing.pidone import PidOne
 from bastion.shared.sandboxing.process import Finished, run_limited
 from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
 from bastion.shared.sandboxing.warm import (
@@ -90,6 +92,9 @@ _NOT_WRITABLE: Final = 3
 WARM_TMP_BYTES: Final = 256 * 1024 * 1024
 """The most a warm sandbox's `/tmp` holds, for the whole session (a tmpfs of that size;
 a skill's script gets a fresh one of the same size for each run)."""
+WARM_SHM_BYTES: Final = 64 * 1024 * 1024
+"""The most a command's `/dev/shm` in a warm sandbox holds: a fresh tmpfs of that size for
+each command, charged to its cgroup and freed when it ends."""
 _PYTHON: Final = "/usr/bin/python3"
 """The machine's python3, which a warm sandbox's init runs with (standard library only)."""
 _SIGNAL_STATUSES: Final = range(129, 129 + 64)
@@ -165,6 +170,17 @@ def _result(finished: Finished, limit_hit: str = "", notes: list[str] | None = N
     )
 
 
+async def _ended(cgroup: CommandCgroup | None) -> str:
+    """Which limit the command hit, read before its cgroup is killed and removed: no process
+    of it is left to change the workspace once the git sweep runs (docs/sandbox.md)."""
+    if cgroup is None:
+        return ""
+    hit = cgroup.limit_hit()
+    with anyio.CancelScope(shield=True):
+        await cgroup.aclose()
+    return hit
+
+
 def _ids(spec: SandboxSpec) -> HostIds | None:
     """The host user to run as: the spec's, else (a root service) the workspace's owner."""
     if spec.host_ids is not None:
@@ -223,6 +239,10 @@ class BwrapBackend:
             return "RLIMIT_NPROC (no cgroup this service may write; not enforced for root)"
         return self._cgroup_root.describe()
 
+    def remove_stale_cgroups(self) -> int:
+        """Remove the empty cgroups a service process that is gone left (`remove_stale`)."""
+        return remove_stale(self._cgroup_root) if self._cgroup_root is not None else 0
+
     def _cgroup(self, spec: SandboxSpec) -> CommandCgroup | None:
         if self._cgroup_root is None:
             return None
@@ -263,9 +283,10 @@ class BwrapBackend:
             with guard(spec.workspace, spec.git_writable) as git:
                 try:
                     finished = await self._launch_in(spec, command, programs, cgroup, git=git)
-                finally:  # a cancelled or failed run is swept too
+                finally:  # a cancelled or failed run is ended and swept too
+                    hit = await _ended(cgroup)
                     notes = git.sweep() if git is not None else []
-            return _result(finished, cgroup.limit_hit() if cgroup else "", notes)
+            return _result(finished, hit, notes)
         finally:
             if cgroup is not None:
                 with anyio.CancelScope(shield=True):
@@ -315,17 +336,22 @@ class BwrapBackend:
                     marker=self.warm.marker if self.warm is not None else None,
                 )
             )
-            finished = await run_limited(
-                argv,
-                wall_s=spec.limits.wall_s,
-                output_bytes=min(spec.limits.output_bytes, MAX_TEXT - 64),
-                env=_LAUNCHER_ENV,
-                pass_fds=[read for read, _ in data_pipes]
-                + ([args_fd] if args_fd is not None else [])
-                + [status_write]
-                + (git.fds if git is not None else []),
-            )
-            status = _read_available(status_read)
+            pid_one = PidOne(status_read)
+            try:
+                finished = await run_limited(
+                    argv,
+                    wall_s=spec.limits.wall_s,
+                    output_bytes=min(spec.limits.output_bytes, MAX_TEXT - 64),
+                    env=_LAUNCHER_ENV,
+                    pass_fds=[read for read, _ in data_pipes]
+                    + ([args_fd] if args_fd is not None else [])
+                    + [status_write]
+                    + (git.fds if git is not None else []),
+                    pid_one=pid_one,
+                )
+                status = pid_one.said + _read_available(status_read)
+            finally:
+                pid_one.close()
         if b'"child-pid"' not in status:
             raise SandboxFailed(
                 f"the bubblewrap sandbox did not start ({_reason(finished)}): {_USERNS_HINT}"
@@ -350,14 +376,13 @@ class BwrapBackend:
                 if sandbox is not None:
                     notes = warm.note(spec.session_id)
                     try:
-                        try:
-                            finished = await self._run_in(sandbox, spec, command, cgroup)
-                        finally:  # a cancelled or failed run is swept too
-                            notes += git.sweep() if git is not None else []
-                    finally:
-                        await warm.done(shape, sandbox)
+                        finished = await self._run_in(sandbox, spec, command, cgroup)
+                    finally:  # a cancelled or failed run is ended and swept too
+                        hit = await _ended(cgroup)
+                        await warm.done(shape, sandbox)  # a sandbox gone is closed first
+                        notes += git.sweep() if git is not None else []
             if sandbox is not None:
-                return _result(finished, cgroup.limit_hit() if cgroup else "", notes)
+                return _result(finished, hit, notes)
         finally:
             if cgroup is not None:
                 with anyio.CancelScope(shield=True):
@@ -408,6 +433,7 @@ class BwrapBackend:
             "limits": rlimits(spec.limits, nproc=cgroup is None),
             # a skill's script gets a /tmp (its HOME) of its own, as in a cold sandbox
             "fresh_tmp": f"mode=1777,size={WARM_TMP_BYTES}" if spec.skill_dir else "",
+            "shm": f"mode=1777,size={WARM_SHM_BYTES}",
         }
         block = b"".join(f"{name}={value}".encode() + b"\0" for name, value in environment)
         cgroup_fds = cgroup.procs_fds() if cgroup is not None else []
@@ -417,6 +443,7 @@ class BwrapBackend:
                 cgroup_fds,
                 wall_s=spec.limits.wall_s,
                 output_bytes=min(spec.limits.output_bytes, MAX_TEXT - 64),
+                on_timeout=cgroup.kill if cgroup is not None else None,
             )
         finally:
             for fd in cgroup_fds:

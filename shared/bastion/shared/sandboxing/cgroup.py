@@ -48,6 +48,7 @@ __all__ = [
     "CommandCgroup",
     "cgroup_prefix",
     "find_cgroup_root",
+    "remove_stale",
     "tenant_group_name",
 ]
 
@@ -144,6 +145,42 @@ def _count(path: Path, key: str) -> int:
 def cgroup_prefix(pid: int | None = None) -> str:
     """How the names of the cgroups a service process (this one by default) makes begin."""
     return f"bastion-{os.getpid() if pid is None else pid}-"
+
+
+def _gone(pid: int) -> bool:
+    """Whether no process has the pid `pid` (a service killed with -9, say)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def remove_stale(root: CgroupRoot) -> int:
+    """Remove every empty group named after a service process that is gone (`cgroup_prefix`
+    of a pid no process has: a service killed with -9 leaves its groups), a tenant's
+    commands' groups first; how many were removed. A group still holding a process, or
+    one of a live service, is left."""
+    removed = 0
+    for parent in {root.pids, root.memory, *([root.cpu] if root.cpu is not None else [])}:
+        try:
+            entries = list(parent.iterdir())
+        except OSError:
+            continue
+        for group in entries:
+            owner = group.name.split("-")
+            if len(owner) < 3 or owner[0] != "bastion" or not owner[1].isdigit():
+                continue
+            if not group.is_dir() or not _gone(int(owner[1])):
+                continue
+            for inner in [*group.iterdir(), group]:
+                if inner.is_dir():
+                    with contextlib.suppress(OSError):
+                        inner.rmdir()
+                        removed += 1
+    return removed
 
 
 def tenant_group_name(tenant: str) -> str:
@@ -249,7 +286,8 @@ class CommandCgroup:
             return "process_limit"
         return ""
 
-    def _kill_all(self) -> None:
+    def kill(self) -> None:
+        """SIGKILL every process in the group(s) (`cgroup.kill` where the kernel has it)."""
         kill = self._pids / "cgroup.kill"
         if kill.exists():
             with contextlib.suppress(OSError):
@@ -281,7 +319,7 @@ class CommandCgroup:
     async def aclose(self) -> None:
         """Kill what is left in the group and remove it, once its processes are reaped."""
         for _ in range(_REMOVE_TRIES):
-            self._kill_all()
+            self.kill()
             if not self.remove_now():
                 return
             await anyio.sleep(0.02)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import anyio
 
 from bastion.shared.sandboxing.output import CappedOutput
+from bastion.shared.sandboxing.pidone import PidOne
 
 __all__ = ["DRAIN_GRACE_S", "Finished", "run_limited"]
 
@@ -44,6 +45,11 @@ async def _until_closed(stream: AsyncIterable[bytes] | None) -> None:
             pass
 
 
+async def _watch(scope: anyio.CancelScope, pid_one: PidOne, launcher: int) -> None:
+    with scope:
+        await pid_one.watch(launcher)
+
+
 async def run_limited(
     argv: Sequence[str],
     *,
@@ -51,13 +57,17 @@ async def run_limited(
     output_bytes: int,
     env: Mapping[str, str],
     pass_fds: Sequence[int] = (),
+    pid_one: PidOne | None = None,
 ) -> Finished:
     """Run `argv` with stdin closed until it ends or `wall_s` runs out.
 
     The process leads a new session, so running out of time (or the caller being
-    cancelled) kills its whole process group with SIGKILL, children included. It returns
-    once both output pipes are closed, that is once every process holding them has gone
-    (or after `DRAIN_GRACE_S`, should one outlive the process it came from).
+    cancelled) kills its whole process group with SIGKILL, children included. With
+    `pid_one` (a sandbox's pid 1, which is in a session of its own) that process is
+    killed directly too, first, and once the process has ended, and the run returns only
+    after it is gone, and with it every process of its namespace. It returns once both
+    output pipes are closed, that is once every process holding them has gone (or after
+    `DRAIN_GRACE_S`, should one outlive the process it came from).
     """
     started = time.monotonic()
     process = await anyio.open_process(
@@ -76,21 +86,31 @@ async def run_limited(
         async with anyio.create_task_group() as readers:
             readers.start_soon(stdout.drain, process.stdout)
             readers.start_soon(stderr.drain, process.stderr)
+            watching = anyio.CancelScope()
+            if pid_one is not None:
+                readers.start_soon(_watch, watching, pid_one, process.pid)
             with anyio.move_on_after(wall_s):
                 await process.wait()
+            watching.cancel()
             if process.returncode is None:
                 timed_out = True
+                if pid_one is not None:
+                    pid_one.kill()
                 _kill_group(process.pid)
                 await process.wait()
             readers.cancel_scope.deadline = anyio.current_time() + DRAIN_GRACE_S
     finally:
         with anyio.CancelScope(shield=True):
             if process.returncode is None:  # cancelled, or failed, while it ran
+                if pid_one is not None:
+                    pid_one.kill()
                 _kill_group(process.pid)
                 with anyio.move_on_after(DRAIN_GRACE_S):
                     await process.wait()
                     await _until_closed(process.stdout)
                     await _until_closed(process.stderr)
+            if pid_one is not None:
+                await pid_one.gone()
             await process.aclose()
     returncode = process.returncode
     assert returncode is not None

@@ -23,7 +23,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -290,9 +290,18 @@ class WarmSandbox:
         return bool(peeked)
 
     async def run(
-        self, payload: bytes, cgroup_fds: Sequence[int], *, wall_s: float, output_bytes: int
+        self,
+        payload: bytes,
+        cgroup_fds: Sequence[int],
+        *,
+        wall_s: float,
+        output_bytes: int,
+        on_timeout: Callable[[], None] | None = None,
     ) -> Finished:
-        """Have the init run the command `payload` describes, within `wall_s`.
+        """Have the init run the command `payload` describes, within `wall_s`; once that
+        runs out, `on_timeout` (killing the command's cgroup) is called before the init is
+        asked to kill the command's pid 1. The reply comes once every process of the
+        command is gone.
 
         Raises:
             InitGone: the init ended before the command did (the sandbox is then gone).
@@ -311,7 +320,9 @@ class WarmSandbox:
         try:
             os.set_blocking(out_read, False)
             os.set_blocking(err_read, False)
-            status, timed_out = await self._follow(stdout, stderr, out_read, err_read, wall_s)
+            status, timed_out = await self._follow(
+                stdout, stderr, out_read, err_read, wall_s, on_timeout=on_timeout
+            )
         finally:
             os.close(out_read)
             os.close(err_read)
@@ -331,6 +342,8 @@ class WarmSandbox:
         out_read: int,
         err_read: int,
         wall_s: float,
+        *,
+        on_timeout: Callable[[], None] | None,
     ) -> tuple[int, bool]:
         """The command's status and whether its wall clock ran out, its output drained."""
         timed_out = False
@@ -345,6 +358,8 @@ class WarmSandbox:
                         reply = await self._receive()
                     if reply is not None and reply.get("op") == "started":
                         timed_out = True
+                        if on_timeout is not None:
+                            on_timeout()
                         self._send({"op": "kill"})
                         reply = await self._receive()
                 readers.cancel_scope.deadline = anyio.current_time() + DRAIN_GRACE_S

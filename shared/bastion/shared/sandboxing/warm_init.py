@@ -10,14 +10,16 @@ number is the first argument), never over a path or a network a command could re
 Each `run` request carries, as descriptors: a sealed memfd holding the command's argv,
 limits and environment (secrets included), the write ends of its stdout and stderr, and
 an open `cgroup.procs` of each of its cgroups. For each command the init forks a leader,
-which joins the cgroups, makes a new pid and mount namespace and forks the command's
-first process: pid 1 of that new namespace, so when it ends the kernel kills every
-process the command left, and its own `/proc` shows only the command's processes. That
-process drops every capability, sets the limits, and execs the command with exactly the
-environment it was sent. The init zeroes its copy of the request once it has forked.
-Replies: `ready` once, then `started` and `exited` (with the leader's status) or
-`failed` (a sentence) per command. `kill` ends the running command; the channel closing
-ends the init, and with it the whole sandbox.
+which makes a new pid, mount and IPC namespace and forks the command's first process:
+pid 1 of that new namespace, so when it ends the kernel kills every process the command
+left, and its own `/proc` shows only the command's processes. That process joins the
+cgroups, mounts its own `/proc` and `/dev/shm`, takes fresh keyrings, drops every
+capability, sets the limits, and execs the command with exactly the environment it was
+sent. The init zeroes its copy of the request once it has forked. Replies: `ready` once,
+then `started` and `exited` (with the leader's status, sent once every process of the
+command is gone) or `failed` (a sentence) per command. `kill` has the leader SIGKILL the
+command's pid 1; the channel closing does too, then ends the init, and with it the whole
+sandbox.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import platform
 import resource
 import select
 import signal
@@ -33,6 +36,7 @@ import sys
 from typing import Any, NoReturn
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
 _CLONE_NEWPID = 0x20000000
 _MS_RDONLY = 1
 _MS_NOSUID = 2
@@ -50,6 +54,12 @@ _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAPABILITY_VERSION_3 = 0x20080522
 _MASKED = ("/proc/keys", "/proc/key-users")
+_KEYCTL = {"x86_64": 250, "aarch64": 219}
+"""The keyctl system call's number, by machine."""
+_KEYCTL_JOIN_SESSION_KEYRING = 1
+_KEYCTL_CLEAR = 7
+_KEY_SPEC_USER_KEYRING = -4
+_KEY_SPEC_USER_SESSION_KEYRING = -5
 _MAX_FDS = 8
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -86,10 +96,11 @@ def _mount(source: str | None, target: str, kind: str | None, flags: int, data: 
     )
 
 
-def _fresh_proc(fresh_tmp: str) -> None:
-    """A `/proc` of the command's own pid namespace, masked as bwrap masks the sandbox's:
-    the kernel lets a new proc be mounted only where the old one is fully visible, so
-    the old one's masks are lifted first (in this mount namespace only)."""
+def _fresh_mounts(fresh_tmp: str, shm: str) -> None:
+    """A `/proc` of the command's own pid namespace, masked as bwrap masks the sandbox's
+    (the kernel lets a new proc be mounted only where the old one is fully visible, so
+    the old one's masks are lifted first, in this mount namespace only), and an empty
+    `/dev/shm` of `shm`'s size, gone with the command's mount namespace."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     _mount("/proc/sys", "/proc/sys", None, _MS_BIND | _MS_REC)
@@ -98,8 +109,20 @@ def _fresh_proc(fresh_tmp: str) -> None:
     for path in _MASKED:  # a device on a `nodev` mount: reading it fails, as in bwrap's
         _mount("/dev/null", path, None, _MS_BIND)
         _mount(None, path, None, locked)
+    _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, shm)
     if fresh_tmp:
         _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, fresh_tmp)
+
+
+def _fresh_keyrings() -> None:
+    """A new session keyring, and the sandbox user's user and user-session keyrings emptied:
+    a key one command adds is not there for the next (where the kernel has keyrings)."""
+    number = _KEYCTL.get(platform.machine())
+    if number is None:
+        return
+    _libc.syscall(number, _KEYCTL_JOIN_SESSION_KEYRING, None)
+    for keyring in (_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING):
+        _libc.syscall(number, _KEYCTL_CLEAR, keyring)
 
 
 def _drop_capabilities() -> None:
@@ -122,13 +145,19 @@ def _set_limits(limits: dict[str, Any]) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
 
 
-def _command(payload: bytearray, outputs: tuple[int, int], why: int, alive: int) -> NoReturn:
-    """The command's first process, pid 1 of its namespace: set up, then exec.
+def _command(
+    payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int, alive: int
+) -> NoReturn:
+    """The command's first process, pid 1 of its namespaces: join its cgroups, set up, exec.
 
-    It dies with its leader (`PR_SET_PDEATHSIG`); a leader already gone (its end of the
-    `alive` pipe closed) ends it at once."""
+    It also dies with its leader (`PR_SET_PDEATHSIG`), a second wall only: the leader
+    kills it directly. A leader already gone (its end of the `alive` pipe closed) ends it
+    at once."""
     try:
         _check(_libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "pdeathsig")
+        for fd in cgroups:
+            os.write(fd, b"0")
+            os.close(fd)
         os.set_blocking(alive, False)
         try:
             if os.read(alive, 1) == b"":
@@ -140,7 +169,8 @@ def _command(payload: bytearray, outputs: tuple[int, int], why: int, alive: int)
         header = json.loads(text)
         environment = dict(_pairs([entry for entry in block.split(b"\0") if entry]))
         del block
-        _fresh_proc(header["fresh_tmp"])
+        _fresh_mounts(header["fresh_tmp"], header["shm"])
+        _fresh_keyrings()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(outputs[0], 1)
@@ -165,13 +195,19 @@ def _pairs(environment: list[bytes]) -> list[tuple[bytes, bytes]]:
     return pairs
 
 
-def _leader(payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int) -> NoReturn:
-    """Join the command's cgroups, make its namespaces, start it, and exit as it does."""
+def _leader(
+    payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int, stop: int
+) -> NoReturn:
+    """Make the command's namespaces, start it, and exit as it does.
+
+    The leader stays out of the command's cgroups (so a cgroup kill or an OOM kill there
+    never takes it) and ends the command itself: when `stop` becomes readable (the init
+    asked, or the init is gone) it sends SIGKILL to the command's pid 1, its own child, so
+    the kernel kills every process of that namespace; its `waitpid` returns only once they
+    are all gone. Nothing rests on the command's `PR_SET_PDEATHSIG`, which a command that
+    traces its own pid 1 can clear."""
     try:
-        for fd in cgroups:
-            os.write(fd, b"0")
-            os.close(fd)
-        _check(_libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS), "unshare")
+        _check(_libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
         alive_read, alive_write = os.pipe()
         child = os.fork()
     except OSError as error:
@@ -179,13 +215,37 @@ def _leader(payload: bytearray, outputs: tuple[int, int], cgroups: list[int], wh
         os._exit(127)
     if child == 0:
         os.close(alive_write)
-        _command(payload, outputs, why, alive_read)
+        os.close(stop)
+        _command(payload, outputs, cgroups, why, alive_read)
     payload[:] = bytes(len(payload))
-    for fd in (why, alive_read, *outputs):
+    for fd in (why, alive_read, *outputs, *cgroups):
         os.close(fd)
+    ended = os.pidfd_open(child)
+    ready, _, _ = select.select([ended, stop], [], [])
+    if stop in ready:
+        os.kill(child, signal.SIGKILL)  # not yet reaped: the pid is still its own
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
+
+
+def _end_orphans() -> None:
+    """Kill and reap every process left a child of the init (a command's pid 1 whose leader
+    was itself killed is one): none of a command outlives the answer for it."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid():
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                os.waitpid(int(entry), 0)
+            except (ChildProcessError, ProcessLookupError):
+                continue
 
 
 def _receive(channel: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
@@ -213,12 +273,14 @@ def _run(channel: socket.socket, fds: list[int]) -> None:
     os.preadv(memfd, [payload], 0)
     os.close(memfd)
     why_read, why_write = os.pipe()
+    stop_read, stop_write = os.pipe()
     leader = os.fork()
     if leader == 0:
-        _leader(payload, (stdout, stderr), cgroups, why_write)
+        os.close(stop_write)
+        _leader(payload, (stdout, stderr), cgroups, why_write, stop_read)
     payload[:] = bytes(len(payload))
     for fd in (stdout, stderr, *cgroups, why_write):
-        os.close(fd)
+        os.close(fd)  # stop_read is kept: a `kill` after the leader ended raises no SIGPIPE
     ended = os.pidfd_open(leader)
     _send(channel, op="started")
     while True:
@@ -229,12 +291,15 @@ def _run(channel: socket.socket, fds: list[int]) -> None:
         for fd in extra:
             os.close(fd)
         if request is None or request.get("op") == "kill":
-            os.kill(leader, signal.SIGKILL)
+            os.write(stop_write, b"k")  # the leader kills the command's pid 1
         if request is None:
             os.waitpid(leader, 0)
+            _end_orphans()
             sys.exit(0)
     _, status = os.waitpid(leader, 0)
-    os.close(ended)
+    _end_orphans()
+    for fd in (ended, stop_read, stop_write):
+        os.close(fd)
     os.set_blocking(why_read, False)
     try:
         why = os.read(why_read, 4096)
