@@ -188,6 +188,9 @@ class DockerSandboxes:
         self.limits = limits or ContainerLimits()
         self._engine = engine or DockerEngine()
         self._containers: dict[str, _Container] = {}
+        self._removed: set[str] = set()
+        """Containers an exec removed (its command outlived its time): the next call of
+        their session makes a new one instead of an exec the engine would refuse."""
         self._image_ids: dict[str, str] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._streams = anyio.CapacityLimiter(256)
@@ -274,6 +277,10 @@ class DockerSandboxes:
         async with lock:
             self._used = True
             held = self._containers.get(session_id)
+            if held is not None and held.id in self._removed:
+                self._removed.discard(held.id)
+                del self._containers[session_id]
+                held = None
             # A held container's image is the one its session found: a pinned reference
             # names one image, so it is looked up again only to make a container.
             image = self._image_ids.get(target.reference) if held is not None else None
@@ -414,6 +421,7 @@ class DockerSandboxes:
                 # Nothing could run `kill` (a fork bomb), or the engine is stuck: end it all.
                 logger.warning("sandbox container removed: its command outlived its time")
                 output.close()
+                self._removed.add(container_id)
                 await self.call(partial(engine.remove, container_id))
                 group.cancel_scope.cancel()
         finally:
