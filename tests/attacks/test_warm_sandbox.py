@@ -658,6 +658,34 @@ async def test_a_key_one_command_adds_is_not_in_the_next_commands_keyrings(
     assert second.stdout == "0\n", second.stderr
 
 
+_PERSISTENT = (
+    "python3 -c '\n"
+    "import ctypes, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "persistent = libc.syscall(250, 22, ctypes.c_long(-1), ctypes.c_long(-3))\n"  # GET_PERSISTENT
+    'if persistent < 0: print("none"); sys.exit()\n'
+    'if sys.argv[1] == "add":\n'
+    "    for n in range(20):\n"  # keys the host user's quota counts
+    '        assert libc.syscall(248, b"user", b"k%d" % n, b"x" * 500, 500, persistent) > 0\n'
+    'print(libc.syscall(250, 10, persistent, b"user", b"k0", 0) > 0)\n'  # KEYCTL_SEARCH
+    "' "
+)
+
+
+async def test_keys_one_command_puts_in_the_persistent_keyring_are_gone_for_the_next(
+    backend: BwrapBackend, host: Host
+) -> None:
+    """The persistent keyring outlives processes; its keys count against the host user's
+    key quota, so one command filling it would starve the next and other sessions."""
+    first = await backend.run(spec(host), _PERSISTENT + "add")
+    if first.stdout == "none\n":
+        pytest.skip("this kernel has no persistent keyrings")
+    assert first.stdout == "True\n", first.stderr
+    second = await backend.run(spec(host), _PERSISTENT + "look")
+    assert second.stdout == "False\n", second.stderr
+
+
 # --- what a service killed with -9 leaves in the cgroup tree ------------------------------
 
 

@@ -25,6 +25,7 @@ sandbox.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import platform
@@ -58,6 +59,8 @@ _KEYCTL = {"x86_64": 250, "aarch64": 219}
 """The keyctl system call's number, by machine."""
 _KEYCTL_JOIN_SESSION_KEYRING = 1
 _KEYCTL_CLEAR = 7
+_KEYCTL_GET_PERSISTENT = 22
+_KEY_SPEC_SESSION_KEYRING = -3
 _KEY_SPEC_USER_KEYRING = -4
 _KEY_SPEC_USER_SESSION_KEYRING = -5
 _MAX_FDS = 8
@@ -115,13 +118,28 @@ def _fresh_mounts(fresh_tmp: str, shm: str) -> None:
 
 
 def _fresh_keyrings() -> None:
-    """A new session keyring, and the sandbox user's user and user-session keyrings emptied:
-    a key one command adds is not there for the next (where the kernel has keyrings)."""
+    """A new session keyring, and the sandbox user's user, user-session and persistent
+    keyrings emptied: a key one command adds is not there for the next, and the keys it
+    holds (counted against the host user's key quota) go with its processes (where the
+    kernel has keyrings).
+
+    Raises:
+        OSError: the kernel gave no new session keyring (the host user's key quota is used
+            up): the command is not started rather than run beside an earlier one's keys.
+    """
     number = _KEYCTL.get(platform.machine())
     if number is None:
         return
-    _libc.syscall(number, _KEYCTL_JOIN_SESSION_KEYRING, None)
-    for keyring in (_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING):
+    if _libc.syscall(number, _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        error = ctypes.get_errno()
+        if error != errno.ENOSYS:
+            raise OSError(error, "no fresh session keyring: the host user's key quota is used up")
+        return
+    persistent = _libc.syscall(number, _KEYCTL_GET_PERSISTENT, -1, _KEY_SPEC_SESSION_KEYRING)
+    keyrings = [_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING]
+    if persistent >= 0:
+        keyrings.append(persistent)
+    for keyring in keyrings:
         _libc.syscall(number, _KEYCTL_CLEAR, keyring)
 
 
