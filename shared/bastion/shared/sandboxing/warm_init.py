@@ -132,9 +132,9 @@ def _fresh_keyrings() -> None:
         return
     if _libc.syscall(number, _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
         error = ctypes.get_errno()
-        if error != errno.ENOSYS:
+        if error in (errno.EDQUOT, errno.ENOMEM):
             raise OSError(error, "no fresh session keyring: the host user's key quota is used up")
-        return
+        return  # keyrings refused here (a seccomp profile, no kernel support): none to keep
     persistent = _libc.syscall(number, _KEYCTL_GET_PERSISTENT, -1, _KEY_SPEC_SESSION_KEYRING)
     keyrings = [_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING]
     if persistent >= 0:
