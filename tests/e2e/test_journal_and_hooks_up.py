@@ -14,7 +14,6 @@ import anyio
 import pytest
 
 from bastion.cli.discovery import list_instances
-from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.journal import JournalEntry
@@ -25,7 +24,7 @@ from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError
 from bastion.shared.statedir import find_bus_settings
 from tests.helpers.owners import owned
-from tests.helpers.running_up import BASTION, Up, bastion
+from tests.helpers.running_up import BASTION, Up, bastion, start_up, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -33,37 +32,9 @@ REQUEST_TIMEOUT_S = "3"
 """The orchestrator's wait for a sandbox answer: short, so the uncertain call ends soon."""
 
 
-def start_up(state_dir: Path) -> Up:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
-    env["BASTION_REQUEST_TIMEOUT_S"] = REQUEST_TIMEOUT_S
-    process = subprocess.Popen(
-        [*BASTION, "up", "--state-dir", str(state_dir), "--http-port", str(free_port())],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    output: list[str] = []
-    assert process.stdout is not None
-    for line in process.stdout:
-        output.append(line.rstrip("\n"))
-        if line.startswith(("ready:", "error:")):
-            break
-    assert output and output[-1].startswith("ready:"), "\n".join(output)
-    return Up(process, state_dir, output)
-
-
-def stop(up: Up) -> None:
-    if up.process.poll() is None:
-        up.process.send_signal(signal.SIGINT)
-        up.process.communicate(timeout=60)
-    assert up.process.stdout is not None
-    up.process.stdout.close()
-
-
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[Up]:
-    running = start_up(tmp_path / "state")
+    running = start_up(tmp_path / "state", BASTION_REQUEST_TIMEOUT_S=REQUEST_TIMEOUT_S)
     try:
         yield running
     finally:
@@ -176,7 +147,7 @@ def test_command_hooks_under_up_block_with_their_reason_and_the_audit_shows_the_
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
-    running = start_up(state)
+    running = start_up(state, BASTION_REQUEST_TIMEOUT_S=REQUEST_TIMEOUT_S)
     try:
         assert "(and the hook runner)" in running.output[-1]
         status = json.loads(bastion("status", "-o", "json", state_dir=state).stdout)

@@ -25,6 +25,8 @@ __all__ = [
     "bastion",
     "notes_run",
     "running_up",
+    "start_up",
+    "stop",
 ]
 
 
@@ -113,3 +115,33 @@ def notes_run(up: Up, workspace: Path, *flags: str) -> list[str]:
     )  # fmt: skip
     assert run.returncode == WAITS, run.stdout + run.stderr
     return run.stdout.splitlines()
+
+
+def start_up(state_dir: Path, **env: str) -> Up:
+    """`bastion up --state-dir STATE_DIR` on a free front-door port, with none of this
+    process's `BASTION_*` variables but `env`'s, once it prints `ready:`."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
+    process = subprocess.Popen(
+        [*BASTION, "up", "--state-dir", str(state_dir), "--http-port", str(free_port())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environment | env,
+    )
+    output: list[str] = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        output.append(line.rstrip("\n"))
+        if line.startswith(("ready:", "error:")):
+            break
+    assert output and output[-1].startswith("ready:"), "\n".join(output)
+    return Up(process, state_dir, output)
+
+
+def stop(up: Up) -> None:
+    """Stop a `start_up` with Ctrl-C (SIGINT), as a person would."""
+    if up.process.poll() is None:
+        up.process.send_signal(signal.SIGINT)
+        up.process.communicate(timeout=60)
+    assert up.process.stdout is not None
+    up.process.stdout.close()
