@@ -190,6 +190,7 @@ GRANTS: Final[dict[str, Grant]] = {
             *APPROVAL_ENDPOINTS,
             MCP_ELICIT_ANY,
             MCP_SAMPLE_ANY,
+            *FRONTDOOR_TOKEN_ENDPOINTS,  # the HTTP API's token routes ask the bus endpoints
         ),
         listens=(s.event("session_closed", "*"),),
         buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),

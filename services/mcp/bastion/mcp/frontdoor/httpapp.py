@@ -1,4 +1,5 @@
-"""The front door's HTTP routes: probes, approvals forwarded to the orchestrator, and MCP.
+"""The front door's HTTP routes: probes, approvals forwarded to the orchestrator, agents'
+tokens (`bastion.mcp.frontdoor.httptokens`), and MCP.
 
 Listing and answering approvals are requests to the orchestrator's `approvals.list` /
 `approvals.answer` endpoints, their answers sent back as the JSON of the same proto
@@ -24,6 +25,7 @@ from starlette.routing import Route
 from bastion.mcp.frontdoor.httperrors import HttpError, error_response, response_of
 from bastion.mcp.frontdoor.httpguard import check_origin, label_of
 from bastion.mcp.frontdoor.httpsettings import FrontDoor
+from bastion.mcp.frontdoor.httptokens import token_routes
 from bastion.mcp.frontdoor.server import McpEndpoint
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
@@ -39,7 +41,10 @@ logger = logging.getLogger(__name__)
 LIST_TIMEOUT_S = 30.0
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
 _ROUTE_ERRORS = {
-    404: ("not_found", "no such route: the API has /mcp, /v1/approvals, /livez and /readyz"),
+    404: (
+        "not_found",
+        "no such route: the API has /mcp, /v1/approvals, /v1/tokens, /livez and /readyz",
+    ),
     405: ("method_not_allowed", "this route does not take that method"),
 }
 _QUERY_FIELDS = {"session": "session_id", "tenant": "tenant", "all": "every_state"}
@@ -224,6 +229,7 @@ def build_app(client: Client, door: FrontDoor, mcp: McpEndpoint | None = None) -
             guarded("/v1/approvals/{request_id}", answer_approval),
             methods=["POST"],
         ),
+        *token_routes(guarded, client, door.max_body_bytes, _body),
     ]
     if mcp is not None:
         routes.append(Route("/mcp", mcp.app, methods=["GET", "POST", "DELETE"]))
