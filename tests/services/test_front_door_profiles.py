@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,13 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
+from bastion.egress.service import egress_service
+from bastion.egress.settings import EgressSettings
 from bastion.hooks.service import HookRunner
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.events import SessionOpened
 from bastion.proto.frontdoor import (
@@ -28,12 +36,16 @@ from bastion.proto.frontdoor import (
     TokenRevoked,
 )
 from bastion.proto.session import OpenSession, SessionInfo
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
 from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError
 from bastion.shared.hookfile import CommandHook, hooks_path, save_hooks
-from tests.helpers.bus import Plane
+from bastion.shared.settings import BusSettings
+from tests.helpers.bus import Plane, ServiceRunner
+from tests.helpers.egress import guard_network, web_server
 from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
 from tests.helpers.owners import owned
 from tests.helpers.session import session_of
@@ -255,3 +267,104 @@ async def test_a_command_hook_sees_a_front_door_sessions_run_start_calls_and_run
     )
     assert {e["session"] for e in told} == {told[0]["session"]}
     assert told[0]["agent"] == "claude" and told[-1]["ended"] == "done"
+
+
+FETCH_PY = """#!/usr/bin/env python3
+import sys, urllib.error, urllib.request
+for url in sys.argv[1:]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            print(url, answer.status, answer.read().decode().strip())
+    except urllib.error.HTTPError as error:
+        print(url, error.code, error.headers.get("X-Bastion-Refused", ""))
+"""
+
+
+@pytest.fixture
+def declared_plane(
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    sandbox_state_dir: Path,
+    short_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[], AbstractAsyncContextManager[list[str]]]:
+    """`async with declared_plane() as off_loopback`: policy, orchestrator, a sandbox bound
+    to the egress service's socket, and egress with the operator's range `127.0.0.0/8`
+    (`BASTION_EGRESS_ALLOW_RANGES`) and the system's resolver; a connection off loopback
+    is refused and listed in `off_loopback`."""
+    off_loopback = guard_network(monkeypatch)
+    url, sock = bus_settings.nats_url, short_dir / "egress.sock"
+
+    @asynccontextmanager
+    async def running() -> AsyncIterator[list[str]]:
+        egress = EgressSettings(
+            nats_url=url, egress_allow_ranges="127.0.0.0/8", egress_listen=f"unix:{sock}"
+        )
+        sandbox = SandboxSettings(
+            nats_url=url, state_dir=str(sandbox_state_dir), egress_socket=str(sock)
+        )
+        async with (
+            run_service(egress_service(), egress),
+            run_service(sandbox_service, sandbox),
+            run_service(orchestrator_service, OrchestratorSettings(nats_url=url)),
+            run_service(policy_service, PolicySettings),
+        ):
+            yield off_loopback
+
+    return running
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_tokens_skill_reaches_its_declared_loopback_host_and_nothing_else(
+    client: Bus,
+    declared_plane: Callable[[], AbstractAsyncContextManager[list[str]]],
+    door_of: DoorOf,
+    workspace: Path,
+    tmp_path: Path,
+    mode: str,
+) -> None:
+    """The must-show, the MCP SDK as the agent: a token whose profile has a skills dir and
+    the `declared` network; its skill declares one loopback host:port (reachable because the
+    operator allowed 127.0.0.0/8), and the script's `skill_run` reaches it, while an
+    undeclared host and another port of the same loopback address are refused by the
+    proxy, and the refusal is what the script itself prints."""
+    async with (
+        web_server() as declared,
+        web_server() as other,
+        declared_plane() as off,
+        door_of() as url,
+    ):
+        skills = tmp_path / "skills"
+        (skills / "fetcher" / "scripts").mkdir(parents=True)
+        (skills / "fetcher" / "SKILL.md").write_text(
+            f"---\nname: fetcher\nmetadata:\n  bastion-network: 127.0.0.1:{declared.port}\n"
+            "---\nFetch pages.\n"
+        )
+        (skills / "fetcher" / "scripts" / "fetch.py").write_text(FETCH_PY)
+        token = await new_token(
+            client, workspace, autonomy="L5", shell=True, network="declared",
+            skills_dir=str(skills), ask=False,
+        )  # fmt: skip
+        urls = (
+            f"http://127.0.0.1:{declared.port}/plain",
+            "http://example.com/",
+            f"http://127.0.0.1:{other.port}/plain",
+        )
+        async with mcp_client(url, token, mode) as mcp:
+            ran = await mcp.call_tool(
+                "skill_run", {"name": "fetcher", "script": "scripts/fetch.py", "args": urls}
+            )
+    text = text_of(ran)
+    assert not ran.is_error, text
+    assert text.startswith("exit status 0"), text
+    assert (
+        f"--- stdout\n{urls[0]} 200 just text\n{urls[1]} 403 not a declared host\n"
+        f"{urls[2]} 403 port {other.port} is not declared for 127.0.0.1\n"
+    ) in text
+    assert text.rstrip().endswith(
+        f"connections: 127.0.0.1:{declared.port} allowed; example.com:80 refused: not a "
+        f"declared host; 127.0.0.1:{other.port} refused: port {other.port} is not declared "
+        "for 127.0.0.1"
+    ), text
+    assert declared.seen == [("GET /plain HTTP/1.1", f"127.0.0.1:{declared.port}")]
+    assert other.seen == [] and off == []
