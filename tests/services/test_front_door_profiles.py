@@ -26,7 +26,7 @@ from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
 from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
-from bastion.proto.events import SessionOpened
+from bastion.proto.events import SessionClosed, SessionOpened
 from bastion.proto.frontdoor import (
     CreateToken,
     ListTokens,
@@ -35,7 +35,7 @@ from bastion.proto.frontdoor import (
     TokenList,
     TokenRevoked,
 )
-from bastion.proto.session import OpenSession, SessionInfo
+from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client as Bus
@@ -368,3 +368,123 @@ async def test_a_tokens_skill_reaches_its_declared_loopback_host_and_nothing_els
     ), text
     assert declared.seen == [("GET /plain HTTP/1.1", f"127.0.0.1:{declared.port}")]
     assert other.seen == [] and off == []
+
+
+@asynccontextmanager
+async def _hook_runner(bus: Bus, state: Path) -> AsyncIterator[None]:
+    """The command-hook runner of `state`'s hooks file, registered before the block (so an
+    orchestrator started inside reads it at its start) and served until the block ends."""
+    runner = await HookRunner.open(bus, state)
+    await runner.register()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(runner.serve)
+        yield
+        tasks.cancel_scope.cancel()
+
+
+def _script(path: Path, text: str) -> str:
+    path.write_text(f"#!/bin/sh\n{text}")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_before_tool_hook_blocks_a_front_door_call_and_an_after_tool_note_is_shown(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, tmp_path: Path, mode: str
+) -> None:
+    """What a hook decides reaches the SDK's client as it reaches `agent run`: a blocked
+    call is a tool error with the hook's reason, and an after-tool note ends the result."""
+    state = owned(tmp_path / "hooks-state")
+    guard = 'grep -q "rm " && { echo "deleting is not allowed here" >&2; exit 2; }\nexit 0\n'
+    save_hooks(
+        hooks_path(state),
+        [
+            CommandHook(event="before-tool", command=[_script(tmp_path / "g.sh", guard)]),
+            CommandHook(event="after-tool", command=[_script(tmp_path / "a.sh", "echo checked\n")]),
+        ],
+    )
+    (workspace / "keep").write_text("k")
+    async with _hook_runner(client, state), plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L3", shell=True)
+        async with mcp_client(url, token, mode) as mcp:
+            blocked = await mcp.call_tool("shell", {"command": "rm keep"})
+            ran = await mcp.call_tool("shell", {"command": "echo hi"})
+    assert blocked.is_error
+    assert text_of(blocked) == (
+        "hook_blocked: blocked by the before-tool hook commands: deleting is not allowed here"
+    )
+    assert (workspace / "keep").exists()
+    assert not ran.is_error
+    assert text_of(ran) == "exit status 0\n--- stdout\nhi\n[hook commands]\nchecked"
+
+
+async def test_an_mcp_session_left_idle_ends_its_run_before_its_bastion_session_closes(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, tmp_path: Path
+) -> None:
+    state = owned(tmp_path / "hooks-state")
+    seen = owned(tmp_path / "seen")
+    _logging_hooks(state, seen, tmp_path / "log.sh")
+    closing = await client.subscribe(subjects.event("session_closed", "default"))
+    async with (
+        _hook_runner(client, state),
+        plane_of(),
+        door_of(mcp_session_idle_s=0.5) as url,
+    ):
+        token = await new_token(client, workspace, autonomy="L3")
+        async with mcp_client(url, token, delete_on_exit=False) as mcp:
+            await mcp.call_tool("list_files", {})
+        # the client left without DELETE: only the idle timer ends the session
+        closed = decode((await closing.next_msg(timeout=20)).data, SessionClosed)
+    await closing.unsubscribe()
+    told = _told(seen)
+    assert [e["event"] for e in told] == ["run-start", "before-tool", "after-tool", "run-end"]
+    assert {e["session"] for e in told} == {closed.session_id}
+    assert told[-1]["ended"] == "done"
+
+
+async def test_a_stateless_run_is_the_tokens_session_and_a_closed_one_is_followed_by_a_new_run(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path, tmp_path: Path
+) -> None:
+    """Stateless (2026-07-28) requests of a token act in one Bastion session, so that is
+    the run: run-start at its first request, no run-end between requests. When an operator
+    closes it, the token's next session is a new run; revoking the token ends that one."""
+    state = owned(tmp_path / "hooks-state")
+    seen = owned(tmp_path / "seen")
+    _logging_hooks(state, seen, tmp_path / "log.sh")
+    async with _hook_runner(client, state), plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L3")
+        async with mcp_client(url, token, "auto") as mcp:
+            await mcp.call_tool("list_files", {})
+            await mcp.call_tool("list_files", {})
+            [first] = {e["session"] for e in _told(seen)}
+            await request(
+                client, subjects.SESSION_CLOSE, SessionRef(session_id=first), SessionInfo,
+                timeout_s=10,
+            )  # fmt: skip
+            gone = await mcp.call_tool("list_files", {})
+            again = await mcp.call_tool("list_files", {})
+        [token_id] = [
+            i.token_id
+            for i in (
+                await request(client, subjects.FRONTDOOR_TOKEN_LIST, ListTokens(), TokenList,
+                              timeout_s=10)
+            ).tokens
+        ]  # fmt: skip
+        await request(
+            client, subjects.FRONTDOOR_TOKEN_REVOKE, RevokeToken(token_id=token_id),
+            TokenRevoked, timeout_s=10,
+        )  # fmt: skip
+    assert gone.is_error and "session_closed" in text_of(gone), text_of(gone)
+    assert not again.is_error
+    told = [(e["event"], e["session"] == first) for e in _told(seen)]
+    assert told == [
+        ("run-start", True),
+        ("before-tool", True),
+        ("after-tool", True),
+        ("before-tool", True),
+        ("after-tool", True),
+        ("run-start", False),
+        ("before-tool", False),
+        ("after-tool", False),
+        ("run-end", False),
+    ]
