@@ -46,7 +46,7 @@ from bastion.shared.hookfile import CommandHook, hooks_path, save_hooks
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import Plane, ServiceRunner
 from tests.helpers.egress import guard_network, web_server
-from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
+from tests.helpers.front_door import DoorOf, mcp_client, new_token, read_json, text_of
 from tests.helpers.owners import owned
 from tests.helpers.session import session_of
 
@@ -277,7 +277,20 @@ for url in sys.argv[1:]:
             print(url, answer.status, answer.read().decode().strip())
     except urllib.error.HTTPError as error:
         print(url, error.code, error.headers.get("X-Bastion-Refused", ""))
+    except urllib.error.URLError as error:
+        print(url, "unreachable:", error.reason)
 """
+
+
+def _fetcher_skill(root: Path, host: str) -> Path:
+    """A skills directory with `fetcher`, whose `scripts/fetch.py` fetches its arguments and
+    prints what each answered, and which declares `host` as the one it may reach."""
+    (root / "fetcher" / "scripts").mkdir(parents=True)
+    (root / "fetcher" / "SKILL.md").write_text(
+        f"---\nname: fetcher\nmetadata:\n  bastion-network: {host}\n---\nFetch pages.\n"
+    )
+    (root / "fetcher" / "scripts" / "fetch.py").write_text(FETCH_PY)
+    return root
 
 
 @pytest.fixture
@@ -334,13 +347,7 @@ async def test_a_tokens_skill_reaches_its_declared_loopback_host_and_nothing_els
         declared_plane() as off,
         door_of() as url,
     ):
-        skills = tmp_path / "skills"
-        (skills / "fetcher" / "scripts").mkdir(parents=True)
-        (skills / "fetcher" / "SKILL.md").write_text(
-            f"---\nname: fetcher\nmetadata:\n  bastion-network: 127.0.0.1:{declared.port}\n"
-            "---\nFetch pages.\n"
-        )
-        (skills / "fetcher" / "scripts" / "fetch.py").write_text(FETCH_PY)
+        skills = _fetcher_skill(tmp_path / "skills", f"127.0.0.1:{declared.port}")
         token = await new_token(
             client, workspace, autonomy="L5", shell=True, network="declared",
             skills_dir=str(skills), ask=False,
@@ -488,3 +495,34 @@ async def test_a_stateless_run_is_the_tokens_session_and_a_closed_one_is_followe
         ("after-tool", False),
         ("run-end", False),
     ]
+
+
+async def test_under_network_none_a_tokens_skill_reaches_not_even_its_declared_host(
+    client: Bus,
+    declared_plane: Callable[[], AbstractAsyncContextManager[list[str]]],
+    door_of: DoorOf,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """`--network none` in a token's profile is no network for a skill's script, whatever
+    the skill declares: the same script, asked for the same host, reaches nothing, and the
+    call is a write (nothing came from outside)."""
+    async with web_server() as declared, declared_plane() as off, door_of() as url:
+        skills = _fetcher_skill(tmp_path / "skills", f"127.0.0.1:{declared.port}")
+        token = await new_token(
+            client, workspace, autonomy="L3", shell=True, network="none",
+            skills_dir=str(skills), ask=False,
+        )  # fmt: skip
+        target = f"http://127.0.0.1:{declared.port}/plain"
+        async with mcp_client(url, token) as mcp:
+            ran = await mcp.call_tool(
+                "skill_run", {"name": "fetcher", "script": "scripts/fetch.py", "args": [target]}
+            )
+            [session] = (await read_json(mcp, "bastion://sessions"))["sessions"]
+        info = await session_of(client, session["session_id"])
+    text = text_of(ran)
+    assert not ran.is_error, text
+    assert f"--- stdout\n{target} unreachable: [Errno 111] Connection refused" in text, text
+    assert "connections:" not in text
+    assert declared.seen == [] and off == []
+    assert info.tainted_until is None
