@@ -4,6 +4,7 @@ shows part of a value, wherever the pieces are split."""
 from __future__ import annotations
 
 import base64
+import itertools
 
 from bastion.shared.redaction import Redactor
 from bastion.shared.streamcuts import HeldCuts
@@ -14,15 +15,13 @@ TEXT = f"start\ntoken={VALUE}\nbase64 {base64.b64encode(VALUE.encode()).decode()
 
 def _pieces(text: str, *at: int) -> list[str]:
     bounds = [0, *at, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _fragments(value: str) -> list[str]:
     """Every stretch of `value` long enough to tell it by (half of it or more)."""
     least = len(value) // 2
-    return [
-        value[i:j] for i in range(len(value)) for j in range(i + least, len(value) + 1)
-    ]
+    return [value[i:j] for i in range(len(value)) for j in range(i + least, len(value) + 1)]
 
 
 def test_every_split_in_two_reads_as_the_whole_cut_and_shows_no_part_of_the_value() -> None:
