@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 from nats.aio.msg import Msg
 
 from bastion.orchestrator.service import orchestrator_service
@@ -326,3 +327,26 @@ async def test_two_agents_streaming_at_once_are_each_told_only_their_own_output(
         streamed = "".join(told[who].output)
         assert streamed == "".join(f"{who}-{i}\n" for i in range(1, 5)), streamed
         assert other not in streamed and f"{who}-4" in ran[who]
+
+
+async def test_a_streamed_call_bastion_does_not_answer_is_the_json_rpc_error_saying_so(
+    client: Bus,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    sandbox_state_dir: Path,
+    door_of: DoorOf,
+    workspace: Path,
+) -> None:
+    told = Told()
+    async with door_of(mcp_progress_every_s=0.2) as url:
+        async with streaming_plane(run_service, bus_settings, sandbox_state_dir):
+            token = await new_token(client, workspace, autonomy="L3", shell=True)
+            async with mcp_client(url, token, "auto") as mcp:
+                await mcp.list_tools()  # the token's session is opened while Bastion runs
+        async with mcp_client(url, token, "auto") as mcp:
+            with anyio.fail_after(60), pytest.raises(MCPError) as refused:
+                await mcp.call_tool("shell", {"command": "echo hi"}, progress_callback=told)
+    # the front door's typed error (`unavailable`), not a task group's
+    assert "Bastion does not answer" in str(refused.value), refused.value
+    assert "is it running?" in str(refused.value)
+    assert told.output == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -15,11 +16,16 @@ import pytest
 from nats.aio.msg import Msg
 
 from bastion.proto import subjects
-from bastion.proto.sandbox import ExecRequest, OutputChunk
+from bastion.proto.sandbox import ExecRequest, ExecResult, OutputChunk
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.streaming import OutputStreams, StreamBounds
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, request
 from bastion.shared.codec import decode
+from bastion.shared.errors import RemoteError
 from bastion.shared.redaction import Redactor
+from bastion.shared.settings import BusSettings
+from tests.helpers.bus import ServiceRunner
 
 pytestmark = pytest.mark.anyio
 
@@ -127,3 +133,23 @@ async def test_a_call_that_asked_for_no_stream_or_names_no_subject_token_gets_no
 ) -> None:
     async with OutputStreams(client, BOUNDS).opened(_request(call_id, stream), None) as tap:
         assert tap is None
+
+
+async def test_a_streamed_command_whose_sandbox_fails_is_answered_with_the_typed_error(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    settings = SandboxSettings(
+        nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "state"), bwrap="no-such-bwrap"
+    )
+    asked = ExecRequest(
+        session_id=SESSION, workspace=str(workspace), command="echo hi", call_id="c1", stream=True
+    )
+    async with run_service(sandbox_service, settings), receiving(client, "c1") as received:
+        with pytest.raises(RemoteError) as failed:
+            await request(client, subjects.SANDBOX_EXEC, asked, ExecResult, timeout_s=30)
+    assert failed.value.code == "sandbox_failed" and "no-such-bwrap" in failed.value.message
+    assert received.chunks == []

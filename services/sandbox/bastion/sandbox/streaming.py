@@ -172,7 +172,8 @@ class OutputStreams:
         self, request: ExecRequest, redactor: Redactor | None
     ) -> AsyncIterator[OutputTap | None]:
         """The tap of `request`'s stream while the block runs (None: it asked for none);
-        what is left is published as the block ends, before its result is answered."""
+        what is left is published as the block ends, before its result is answered (not
+        when it fails: its error is raised as it was)."""
         if not request.stream or not _TOKEN.fullmatch(request.call_id):
             yield None
             return
@@ -182,8 +183,14 @@ class OutputStreams:
             redactor,
             self._bounds,
         )
+        failed: Exception | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(stream.every_interval)
-            yield stream.tap
+            try:
+                yield stream.tap
+            except Exception as error:  # raised as itself below, not in a task group's
+                failed = error
             group.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
         await stream.flush(final=True)

@@ -99,7 +99,8 @@ async def reporting(
     call: ToolCall,
     heartbeat_s: float,
 ) -> AsyncIterator[None]:
-    """Tell a client that asked for progress how the call goes, while the block runs."""
+    """Tell a client that asked for progress how the call goes, while the block runs; an
+    error of the block is raised as it was (a `BastionError` stays one)."""
     if not wants_progress(ctx):
         yield
         return
@@ -118,6 +119,7 @@ async def reporting(
             progress.missed += chunk.more
 
     subscription = None
+    failed: Exception | None = None
     if call.stream and call.call_id is not None:
         subject = subjects.call_output(session_id, call.call_id)
         subscription = await client.subscribe(subject, cb=deliver)
@@ -132,11 +134,15 @@ async def reporting(
         group.start_soon(_tell_chunks, progress, chunks)
         try:
             yield
+        except Exception as error:  # raised as itself below, not in a task group's
+            failed = error
         finally:
             beating.cancel()
             if subscription is not None:
                 await _let_go(subscription)
             arrived.close()
+    if failed is not None:
+        raise failed
 
 
 async def _let_go(subscription: Subscription) -> None:
