@@ -71,9 +71,13 @@ class _Progress:
         """Bytes of chunks a slow client could not be sent (added to the next one's)."""
 
     async def tell(self, message: str) -> None:
+        """Send one notification; a client gone meanwhile is not told (its call goes on)."""
         async with self._lock:
             self._last = max(anyio.current_time() - self._started, self._last + 0.001)
-            await self._ctx.session.report_progress(self._last, None, message)
+            try:
+                await self._ctx.session.report_progress(self._last, None, message)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                logger.info("a progress notification found its client gone")
 
 
 async def _beat(progress: _Progress, tool: str, heartbeat_s: float) -> None:
