@@ -107,8 +107,9 @@ class OutputChunk(Message, frozen=True, kw_only=True, tag="sandbox.output"):
     """What a streamed command wrote since the last chunk, secrets cut as in its result.
 
     `stdout` / `stderr` is the new text of each stream (at most the sandbox's bytes per
-    chunk together); `more` counts the bytes written meanwhile that are not shown (a burst
-    past that bound, or text kept back so that no secret is shown in part). `capped`: the
+    chunk together); `more` counts what was written meanwhile and is not shown: the bytes of
+    a burst past that bound, and the characters dropped at such a gap so that no secret is
+    shown in part. `capped`: the
     streamed total reached its bound and nothing more is sent for this call (its result
     has the output, within its own limits).
     """
