@@ -35,7 +35,7 @@ from bastion.shared.codec import decode
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.helpers.bus import ServiceRunner
-from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
+from tests.helpers.front_door import Asked, DoorOf, mcp_client, new_token, text_of
 from tests.helpers.vault import add, key_file, vault_settings
 
 pytestmark = pytest.mark.anyio
@@ -350,3 +350,31 @@ async def test_a_streamed_call_bastion_does_not_answer_is_the_json_rpc_error_say
     assert "Bastion does not answer" in str(refused.value), refused.value
     assert "is it running?" in str(refused.value)
     assert told.output == []
+
+
+async def test_a_call_a_person_approves_through_elicitation_streams_once_it_runs(
+    client: Bus,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    sandbox_state_dir: Path,
+    door_of: DoorOf,
+    workspace: Path,
+) -> None:
+    approve = Asked({"decision": "approve"})
+    told = Told()
+    async with (
+        streaming_plane(run_service, bus_settings, sandbox_state_dir),
+        door_of() as url,
+    ):
+        token = await new_token(client, workspace, autonomy="L2", shell=True)
+        async with mcp_client(url, token, elicit=approve) as mcp:
+            with anyio.fail_after(60):
+                ran = await mcp.call_tool(
+                    "shell",
+                    {"command": "for i in 1 2; do echo approved-$i; sleep 0.2; done"},
+                    progress_callback=told,
+                )
+    assert not ran.is_error, text_of(ran)
+    [asked] = approve.messages
+    assert "shell" in asked
+    assert "".join(told.output) == "approved-1\napproved-2\n"
