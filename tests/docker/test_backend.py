@@ -55,6 +55,21 @@ async def test_a_command_runs_as_the_workspace_owner_and_what_it_writes_is_their
     assert (made.st_uid, made.st_gid) == (OWNER_UID, OWNER_UID)
 
 
+async def test_a_tap_is_given_every_chunk_of_both_streams_from_the_reading_thread(
+    sandboxes: DockerSandboxes, backend_name: str, workspace: Path
+) -> None:
+    tapped: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+
+    def tap(stream: str, chunk: bytes) -> None:
+        tapped[stream] += chunk
+
+    backend = sandboxes.backend(parse_docker_backend(backend_name, "none"))
+    spec = SandboxSpec(workspace=workspace, session_id=SESSION, tap=tap)
+    result = await backend.run(spec, "for i in 1 2 3; do echo out-$i; echo err-$i >&2; done")
+    assert bytes(tapped["stdout"]) == b"out-1\nout-2\nout-3\n" == result.stdout.encode()
+    assert bytes(tapped["stderr"]) == b"err-1\nerr-2\nerr-3\n" == result.stderr.encode()
+
+
 async def test_the_system_is_read_only_and_tmp_is_a_private_writable_tmpfs(
     sandboxes: DockerSandboxes, backend_name: str, workspace: Path
 ) -> None:

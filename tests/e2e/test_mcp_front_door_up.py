@@ -18,7 +18,12 @@ from tests.helpers.running_up import Up, bastion
 pytestmark = pytest.mark.e2e
 
 
-async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str]:
+async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str, list[str]]:
+    told: list[str] = []
+
+    async def on_progress(_done: float, _total: float | None, message: str | None) -> None:
+        told.append(message or "")
+
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120)
     )
@@ -28,9 +33,16 @@ async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str]:
     ):
         listed = await mcp.list_tools()
         ran = await mcp.call_tool("shell", {"command": "echo from-claude > out.txt; cat out.txt"})
+        # streamed as it is written, through the NATS users and permissions `bastion up` makes
+        streamed = await mcp.call_tool(
+            "shell",
+            {"command": "for i in 1 2 3; do echo tick-$i; sleep 0.3; done"},
+            progress_callback=on_progress,
+        )
     [content] = ran.content
     assert isinstance(content, TextContent) and not ran.is_error, ran
-    return {t.name for t in listed.tools}, content.text
+    assert not streamed.is_error, streamed
+    return {t.name for t in listed.tools}, content.text, told
 
 
 def test_an_mcp_client_with_a_cli_token_runs_a_shell_command_and_a_revoked_token_is_refused(
@@ -50,7 +62,10 @@ def test_an_mcp_client_with_a_cli_token_runs_a_shell_command_and_a_revoked_token
     token = created.stdout.splitlines()[0]
     assert token.startswith("bst_") and len(token) > 40
 
-    tools, text = anyio.run(_shell_over_mcp, url, token)
+    tools, text, told = anyio.run(_shell_over_mcp, url, token)
+    assert "".join(m for m in told if not m.startswith("shell runs (")) == (
+        "tick-1\ntick-2\ntick-3\n"
+    )
     assert {"shell", "write_file", "read_file"} <= tools
     assert text.endswith("from-claude")
     assert (workspace / "out.txt").read_text() == "from-claude\n"

@@ -301,6 +301,7 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         network="declared",
         limits=sandbox.Limits(wall_s=3.0),
     ),
+    sandbox.OutputChunk: sandbox.OutputChunk(seq=2, stdout="line\n", stderr="", more=10),
     sandbox.ExecResult: sandbox.ExecResult(
         exit_status=-9,
         ended="signal",
@@ -638,6 +639,7 @@ TAGS: dict[type[msgspec.Struct], str] = {
     session.SessionLimits: "SessionLimits",
     sandbox.ExecRequest: "sandbox.exec",
     sandbox.ExecResult: "sandbox.exec_result",
+    sandbox.OutputChunk: "sandbox.output",
     sandbox.ReadFile: "file.read",
     sandbox.WriteFile: "file.write",
     sandbox.EditFile: "file.edit",

@@ -164,6 +164,34 @@ async def test_no_user_but_the_orchestrator_can_subscribe_to_a_sessions_calls(
             assert refused == (user != "orchestrator" or subject == ">"), (user, subject)
 
 
+async def test_only_the_front_door_can_read_a_calls_streamed_output_and_the_sandbox_sends_it(
+    secured: Secured,
+) -> None:
+    """A call's output as its command writes it is the front door's alone (the mcp user):
+    no other service, hook runner or operator (an agent of `bastion agent run`) reads it."""
+    one_call = subjects.call_output(SESSION, "c0ffee")
+    for user in GRANTS:
+        for subject in (subjects.CALLS_OUTPUT_ANY, one_call, f"{subjects.PREFIX}.calls.>"):
+            refused = await refused_subscription(secured, user, subject)
+            wide = subject.endswith(">")
+            assert refused == (user != "mcp" or wide), (user, subject)
+    received: list[bytes] = []
+
+    async def keep(message: nats.aio.msg.Msg) -> None:
+        received.append(message.data)
+
+    async with as_user(secured, "mcp") as door, as_user(secured, "sandbox") as sandbox:
+        await door.client.subscribe(one_call, cb=keep)
+        await door.client.flush()
+        await sandbox.client.publish(one_call, b"chunk")
+        await sandbox.client.flush()
+        with anyio.fail_after(5):
+            while not received:
+                await door.client.flush()
+                await anyio.sleep(0.01)
+    assert received == [b"chunk"] and sandbox.errors == [] and door.errors == []
+
+
 async def test_no_user_can_read_another_users_replies(secured: Secured) -> None:
     for user in GRANTS:
         assert await refused_subscription(secured, user, "_INBOX.>"), user

@@ -17,6 +17,7 @@ from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec, 
 from bastion.shared.sandboxing.argv import PID_ONE, bwrap_argv, prlimit_argv
 from bastion.shared.sandboxing.cgroup import CommandCgroup, find_cgroup_root, tenant_group_name
 from bastion.shared.sandboxing.output import CappedOutput
+from bastion.shared.sandboxing.warm import marked_pids, marker
 from tests.helpers.sleepers import sleeping, unique_duration
 
 MiB = 1024 * 1024
@@ -263,6 +264,36 @@ async def test_ten_mebibytes_of_output_are_cut_to_the_cap_with_a_marker(
     head, marker, tail = result.stdout.split("\n")
     assert marker == f"[... {result.stdout_cut} bytes cut ...]"
     assert head == tail == "a" * (32 * 1024)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+async def test_a_tap_is_given_every_chunk_of_both_streams_as_they_are_read(
+    workspace: Path, tmp_path: Path, warm: bool
+) -> None:
+    """A streamed call's tap (`SandboxSpec.tap`) sees all the output, each stream apart,
+    in a cold sandbox and in a session's warm one; the result is what it always was."""
+    tapped: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+
+    def tap(stream: str, chunk: bytes) -> None:
+        tapped[stream] += chunk
+
+    backend = BwrapBackend(state_dir=tmp_path / "state") if warm else BwrapBackend()
+    spec = SandboxSpec(
+        workspace=workspace,
+        limits=Limits(output_bytes=64 * 1024),
+        session_id="0123456789abcdef" if warm else "",
+        tap=tap,
+    )
+    try:
+        result = await backend.run(
+            spec, "for i in 1 2 3; do echo out-$i; echo err-$i >&2; done; head -c 200000 /dev/zero"
+        )
+        assert bool(marked_pids(marker(tmp_path / "state"))) == warm  # a warm sandbox ran it
+    finally:
+        await backend.aclose()
+    assert tapped["stderr"] == b"err-1\nerr-2\nerr-3\n" and result.stderr == "err-1\nerr-2\nerr-3\n"
+    assert tapped["stdout"] == b"out-1\nout-2\nout-3\n" + b"\0" * 200000
+    assert result.stdout_cut == len(tapped["stdout"]) - 64 * 1024  # the result keeps its cap
 
 
 async def test_a_missing_bwrap_is_a_sandbox_failure_saying_to_install_it(

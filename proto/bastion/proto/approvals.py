@@ -57,6 +57,9 @@ class ParkedCall(Message, frozen=True, kw_only=True, tag="approval.parked"):
     result: CallResult | None = None
     runner: str = ""
     traceparent: Annotated[str, msgspec.Meta(max_length=128)] = ""
+    stream: bool = False
+    """The call was sent with `stream` (`ToolCall.stream`): once approved, its output is
+    published as it comes, as it would have been had it run at once."""
 
 
 class ApprovalQuery(Ingress, frozen=True, kw_only=True, tag="approval.query"):

@@ -31,6 +31,7 @@ __all__ = [
     "FindSkills",
     "Limits",
     "ListFiles",
+    "OutputChunk",
     "ReadFile",
     "ReadOnlyDirs",
     "ReadSkill",
@@ -96,6 +97,28 @@ class ExecRequest(Message, frozen=True, kw_only=True, tag="sandbox.exec"):
     ] = ()
     """With network `declared`: the hosts this command may reach through the egress proxy,
     each `host`, `*.suffix`, `host:port`, or `true` (any public host). None: no network."""
+    stream: bool = False
+    """Publish the command's output as it comes, bounded and with the secrets cut, on
+    `subjects.call_output(session_id, call_id)` (`OutputChunk`), for whoever waits on the
+    call; only with a `call_id` that is a subject token (letters, digits, `_`, `-`)."""
+
+
+class OutputChunk(Message, frozen=True, kw_only=True, tag="sandbox.output"):
+    """What a streamed command wrote since the last chunk, secrets cut as in its result.
+
+    `stdout` / `stderr` is the new text of each stream (at most the sandbox's bytes per
+    chunk together); `more` counts what was written meanwhile and is not shown: the bytes of
+    a burst past that bound, and the characters dropped at such a gap so that no secret is
+    shown in part. `capped`: the
+    streamed total reached its bound and nothing more is sent for this call (its result
+    has the output, within its own limits).
+    """
+
+    seq: int
+    stdout: Text = ""
+    stderr: Text = ""
+    more: int = 0
+    capped: bool = False
 
 
 class ExecResult(Message, frozen=True, kw_only=True, tag="sandbox.exec_result"):

@@ -47,6 +47,7 @@ MESSAGES: dict[str, Any] = {
     "ApprovalAnswered": approvals.ApprovalAnswered,
     "ExecRequest": sandbox.ExecRequest,
     "ExecResult": sandbox.ExecResult,
+    "OutputChunk": sandbox.OutputChunk,
     "FileRequest": sandbox.FileRequest,
     "FileResult": sandbox.FileResult,
     "ResolvePaths": sandbox.ResolvePaths,

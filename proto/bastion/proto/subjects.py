@@ -11,6 +11,7 @@ __all__ = [
     "AUDIT_ALL",
     "AUDIT_STREAM",
     "CALLS_BUCKET",
+    "CALLS_OUTPUT_ANY",
     "EGRESS_CONNECTIONS",
     "EGRESS_CONNECTIONS_BUCKET",
     "EGRESS_FETCH",
@@ -69,6 +70,7 @@ __all__ = [
     "VAULT_ROTATE",
     "VAULT_SECRETS_BUCKET",
     "audit",
+    "call_output",
     "event",
     "hook",
     "mcp_elicit",
@@ -100,6 +102,8 @@ POLICY_CHECK_PATHS: Final = f"{PREFIX}.policy.check_paths"
 POLICY_STATUS: Final = f"{PREFIX}.policy.status"
 """A policy instance answers with the operator policies it enforces and any rejected files."""
 SANDBOX_EXEC: Final = f"{PREFIX}.sandbox.exec"
+CALLS_OUTPUT_ANY: Final = f"{PREFIX}.calls.output.*.*"
+"""Every call's streamed output: `calls.output.<session>.<call id>` (`call_output`)."""
 SANDBOX_FILES: Final = f"{PREFIX}.sandbox.files"
 SANDBOX_CHECK: Final = f"{PREFIX}.sandbox.check"
 SANDBOX_CHECK_CODE: Final = f"{PREFIX}.sandbox.check_code"
@@ -210,6 +214,12 @@ def reply_subject(responder: str, inbox: str) -> str:
 def session_call(session_id: str) -> str:
     """The subject a call of `session_id` is sent to."""
     return f"{PREFIX}.session.{session_id}.call"
+
+
+def call_output(session_id: str, call_id: str) -> str:
+    """Where the sandbox publishes a streamed call's output as its command writes it (a
+    `shell` call sent with `stream`); only the front door may read it."""
+    return f"{PREFIX}.calls.output.{session_id}.{call_id}"
 
 
 def mcp_elicit(session_id: str) -> str:

@@ -26,6 +26,10 @@ class ToolCall(Ingress, frozen=True, kw_only=True, tag="tool.call"):
         default_factory=dict
     )
     call_id: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    stream: bool = False
+    """Publish a `shell` command's output as it is written, on
+    `subjects.call_output(session, call_id)` (with a `call_id` of letters, digits, `_` and
+    `-`); the result is the same either way."""
 
 
 class ToolOutput(Message, frozen=True, kw_only=True, tag="tool.output"):

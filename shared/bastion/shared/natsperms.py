@@ -163,6 +163,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.EGRESS_GRANT,
             s.EGRESS_CONNECTIONS,
             s.POLICY_CHECK_PATHS,
+            s.CALLS_OUTPUT_ANY,  # a streamed call's output, as its command writes it
         ),
         buckets=(s.SANDBOX_SLOTS_BUCKET,),
     ),
@@ -192,7 +193,8 @@ GRANTS: Final[dict[str, Grant]] = {
             MCP_SAMPLE_ANY,
             *FRONTDOOR_TOKEN_ENDPOINTS,  # the HTTP API's token routes ask the bus endpoints
         ),
-        listens=(s.event("session_closed", "*"),),
+        # the front door reads the output of the calls it streams; no other user may
+        listens=(s.event("session_closed", "*"), s.CALLS_OUTPUT_ANY),
         buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),
         reads_buckets=(s.APPROVALS_BUCKET,),  # the front door watches a parked call's answer
         reads_streams=(s.AUDIT_STREAM,),  # a front-door session's record, as a resource

@@ -110,18 +110,27 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[tuple[str, str]]) -> None:
         self._patterns: list[tuple[str, re.Pattern[str]]] = []
+        self.longest = 0
+        """The most characters one stretch it cuts can span (a form with a line break
+        between each two of its characters): text that may end inside a stretch is held
+        back by so much less one (`bastion.shared.streamcuts`)."""
         for name, value in secrets:
             for form in sorted(forms(value), key=len, reverse=True):
                 self._patterns.append((name, re.compile(_pattern(form), re.IGNORECASE)))
+                self.longest = max(self.longest, 3 * len(form) - 2)
 
     def __bool__(self) -> bool:
         return bool(self._patterns)
+
+    def spans(self, text: str) -> list[tuple[int, int, str]]:
+        """Each (start, end, name) stretch of `text` holding a form of a value."""
+        found: list[tuple[int, int, str]] = []
+        for name, pattern in self._patterns:
+            found.extend((m.start(), m.end(), name) for m in pattern.finditer(text))
+        return found
 
     def redact(self, text: str) -> str:
         """`text` with every form of every value replaced by `[secret NAME]`."""
         if not self._patterns or not text:
             return text
-        spans: list[tuple[int, int, str]] = []
-        for name, pattern in self._patterns:
-            spans.extend((m.start(), m.end(), name) for m in pattern.finditer(text))
-        return cut_spans(text, spans)
+        return cut_spans(text, self.spans(text))

@@ -3,6 +3,8 @@ upstream servers' connections."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from bastion.shared.settings import BusSettings
@@ -42,3 +44,7 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     """The longest a `tools/call` through `/mcp` may take."""
     mcp_session_idle_s: float = 1800.0
     """An MCP session with no request for this long ends, and its Bastion session closes."""
+    mcp_progress_every_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 2.0
+    """`BASTION_MCP_PROGRESS_EVERY_S`: how often a `tools/call` through `/mcp` whose client
+    asked for progress is told that it still runs (its output, for `shell`, is told as it
+    comes: `BASTION_STREAM_INTERVAL_S` of the sandbox service)."""

@@ -154,6 +154,7 @@ class Approvals:
             decision=decision,
             created_at=_now(),
             traceparent=headers_with_context().get("traceparent", ""),
+            stream=call.stream,
         )
         await self._approvals.create(parked)
         await self._audit.record(
@@ -327,6 +328,7 @@ class Approvals:
                     call_input=parked.input,
                     call_id=parked.call_id,
                     decision=decision,
+                    stream=parked.stream,
                 )
         except BastionError as error:
             return error.to_reply()

@@ -124,12 +124,14 @@ def _in_sandbox(call: Call, limits: Limits) -> dict[str, Any]:
 
 async def run_shell(call: Call, given: ShellInput) -> str:
     """`shell`: the command in the sandbox, within the wall clock it asked for (up to the
-    session's), and its result as the model is shown it."""
+    session's), and its result as the model is shown it; a streamed call has its output
+    published as it comes too (`bastion.sandbox.streaming`)."""
     session = call.session
     limits = msgspec.structs.replace(session.limits, wall_s=shell_wall_s(session, given.timeout_s))
+    streamed: dict[str, Any] = {"call_id": call.call_id, "stream": True} if call.stream else {}
     result = await call.ask(
         subjects.SANDBOX_EXEC,
-        ExecRequest(command=given.command, **_in_sandbox(call, limits)),
+        ExecRequest(command=given.command, **_in_sandbox(call, limits), **streamed),
         ExecResult,
         timeout_s=limits.wall_s + call.timeout_s,
     )

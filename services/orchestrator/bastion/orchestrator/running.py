@@ -57,6 +57,7 @@ class Runner:
         call_id: str,
         decision: PolicyDecision,
         alone: bool = True,
+        stream: bool = False,
     ) -> str:
         """The call's text, in the order of docs/architecture.md §2: before-tool hooks (which
         may block), the audit record, the call itself through the journal, then after-tool
@@ -87,7 +88,7 @@ class Runner:
                     tool_input,
                     call_id,
                     decision=decision,
-                    make=lambda: self._execute(session, tool, tool_input, call_id),
+                    make=lambda: self._execute(session, tool, tool_input, call_id, stream),
                 )
             with span("orchestrator.hooks.after_tool"):
                 text = await self.hooks.after_tool(session, tool.name, call_input, text)
@@ -101,12 +102,17 @@ class Runner:
         return text
 
     async def _execute(
-        self, session: SessionInfo, tool: ToolSpec, tool_input: msgspec.Struct, call_id: str
+        self,
+        session: SessionInfo,
+        tool: ToolSpec,
+        tool_input: msgspec.Struct,
+        call_id: str,
+        stream: bool = False,
     ) -> str:
         """The call's text, from the service its route names; a result from outside taints
         the session even when it failed, since what came back (an error page, a command's
         output) may carry the outside."""
-        call = Call(self.client, self.store, session, tool, call_id, self.timeout_s)
+        call = Call(self.client, self.store, session, tool, call_id, self.timeout_s, stream)
         with span("orchestrator.execute", tool=tool.name):
             try:
                 return await route_of(tool).run(call, tool_input)

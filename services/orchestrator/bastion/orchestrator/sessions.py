@@ -522,6 +522,7 @@ class Sessions:
             call_id=call_id,
             decision=decision,
             alone=alone,
+            stream=call.stream,
         )
         return ToolOutput(
             call_id=call_id,

@@ -25,6 +25,9 @@ class Call:
     call_id: str
     timeout_s: float
     """The orchestrator's deadline for a service's answer."""
+    stream: bool = False
+    """Its caller asked for its output as it comes (`ToolCall.stream`): `shell` has the
+    sandbox publish it on the call's output subject."""
 
     def whose(self) -> dict[str, Any]:
         """The session's id and tenant, as a request to a service names them."""

@@ -59,6 +59,7 @@ from bastion.sandbox.skillfind import find_skills
 from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
+from bastion.sandbox.streaming import OutputStreams, StreamBounds
 from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.usage import LEAST_FILE_BYTES, WorkspaceBound
 from bastion.sandbox.walking import list_candidates, list_files
@@ -88,6 +89,7 @@ from bastion.shared.sandboxing import (
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.sandboxing.hostids import path_owner
+from bastion.shared.sandboxing.output import OutputTap
 from bastion.shared.sandboxing.warm import sweep_marked
 from bastion.shared.secretcuts import SecretCuts
 from bastion.shared.service import RequestContext, Service
@@ -173,6 +175,7 @@ class Sandboxes:
         *,
         slots: SharedSlots,
         judge: PathJudge | None = None,
+        streams: OutputStreams | None = None,
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
@@ -213,6 +216,7 @@ class Sandboxes:
         self._leases = leases
         self._egress = egress
         self._judge = judge
+        self._streams = streams
         self._egress_socket = (
             Path(settings.egress_socket).expanduser() if settings.egress_socket else None
         )
@@ -323,7 +327,8 @@ class Sandboxes:
             self.secrets.remember(request.tenant, request.session_id, pairs)
             spec = dataclasses.replace(spec, secret_environment=tuple(pairs))
         running = {"bastion.sandbox.backend": request.backend.split(":", 1)[0]}
-        async with self._slots.slot(request.tenant):
+        async with self._slots.slot(request.tenant), self._streamed(request) as tap:
+            spec = dataclasses.replace(spec, tap=tap)
             sandboxes_running.add(1, running)
             try:
                 with span("sandbox.run"):
@@ -337,6 +342,17 @@ class Sandboxes:
             self._noted(result, room),
             await self.secrets.redactor(request.tenant, request.session_id),
         )
+
+    @asynccontextmanager
+    async def _streamed(self, request: ExecRequest) -> AsyncIterator[OutputTap | None]:
+        """The tap publishing the command's output as it comes, when its call asked for it
+        (`streaming`), cut of every value its result is cut of; None otherwise."""
+        if self._streams is None or not request.stream:
+            yield None
+            return
+        redactor = await self.secrets.redactor(request.tenant, request.session_id)
+        async with self._streams.opened(request, redactor) as tap:
+            yield tap
 
     async def _bounded(self, spec: SandboxSpec) -> tuple[SandboxSpec, int | None]:
         """`spec` with no file allowed to grow past the room its workspace has left under
@@ -593,6 +609,14 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
         egress=egress,
         slots=slots,
         judge=judge,
+        streams=OutputStreams(
+            client,
+            StreamBounds(
+                interval_s=settings.stream_interval_s,
+                chunk_bytes=settings.stream_chunk_bytes,
+                total_bytes=settings.stream_total_bytes,
+            ),
+        ),
     )
     await sandboxes.sweep()
     service = Service(

@@ -92,6 +92,16 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     egress_socket: str = ""
     """The egress proxy's Unix socket (`BASTION_EGRESS_SOCKET`), bound into a sandbox of the
     `declared` network for its bridge; without one, declared hosts are refused."""
+    stream_interval_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.5
+    """`BASTION_STREAM_INTERVAL_S`: a streamed `shell` call (a front-door client that asked
+    for progress) has its command's output published at most once every so many seconds,
+    what came meanwhile together."""
+    stream_chunk_bytes: Annotated[int, msgspec.Meta(ge=256, le=256 * 1024)] = 8 * 1024
+    """`BASTION_STREAM_CHUNK_BYTES`: the most output one streamed chunk carries; the rest
+    of a burst is only counted (`… K bytes more`)."""
+    stream_total_bytes: Annotated[int, msgspec.Meta(ge=1024, le=64 * 1024**2)] = 1024**2
+    """`BASTION_STREAM_TOTAL_BYTES`: the most output streamed for one call; past it the
+    stream says so and stops (the result keeps its own output limit)."""
     redaction_refresh_s: Annotated[float, msgspec.Meta(ge=0)] = REFRESH_S
     """How long the vault's set of a tenant's values (cut from every reply) is used before
     the vault is asked again (`BASTION_REDACTION_REFRESH_S`)."""

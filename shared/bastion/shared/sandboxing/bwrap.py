@@ -348,6 +348,7 @@ class BwrapBackend:
                     + [status_write]
                     + (git.fds if git is not None else []),
                     pid_one=pid_one,
+                    tap=spec.tap,
                 )
                 status = pid_one.said + _read_available(status_read)
             finally:
@@ -444,6 +445,7 @@ class BwrapBackend:
                 wall_s=spec.limits.wall_s,
                 output_bytes=min(spec.limits.output_bytes, MAX_TEXT - 64),
                 on_timeout=cgroup.kill if cgroup is not None else None,
+                tap=spec.tap,
             )
         finally:
             for fd in cgroup_fds:

@@ -50,7 +50,7 @@ from bastion.shared.sandboxing.docker_engine import (
 from bastion.shared.sandboxing.docker_target import DOCKER_PREFIX, DockerTarget
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.gitguard import GitGuard, guard
-from bastion.shared.sandboxing.output import CappedOutput
+from bastion.shared.sandboxing.output import CappedOutput, OutputTap, capped_pair
 from bastion.shared.sandboxing.process import DRAIN_GRACE_S
 from bastion.shared.sandboxing.spec import WORKSPACE, SandboxSpec
 
@@ -379,11 +379,19 @@ class DockerSandboxes:
             read_only=shown + protected,
         )
 
-    async def exec(self, container_id: str, user: str, command: str, limits: Limits) -> ExecResult:
-        """Run `command` in the container as `user`, within `limits.wall_s`; how it ended."""
+    async def exec(
+        self,
+        container_id: str,
+        user: str,
+        command: str,
+        limits: Limits,
+        tap: OutputTap | None = None,
+    ) -> ExecResult:
+        """Run `command` in the container as `user`, within `limits.wall_s`; how it ended.
+        Each chunk of its output is also given to `tap` (from the thread that reads it)."""
         engine = self._engine
         cap = min(limits.output_bytes, MAX_TEXT - 64)
-        out, err = CappedOutput(cap), CappedOutput(cap)
+        out, err = capped_pair(cap, tap)
         started = time.monotonic()
         exec_id = await self.call(
             partial(engine.exec_create, container_id, shell_argv(command), user)
@@ -477,7 +485,7 @@ class DockerBackend:
                         )
                         try:
                             result = await self._sandboxes.exec(
-                                container_id, f"{uid}:{gid}", command, spec.limits
+                                container_id, f"{uid}:{gid}", command, spec.limits, spec.tap
                             )
                         except _Gone:
                             await self._sandboxes.discard(session_id, container_id)

@@ -1,10 +1,18 @@
-"""One output stream kept within a byte budget: its head and its tail, the middle counted."""
+"""One output stream kept within a byte budget: its head and its tail, the middle counted;
+and, for a run whose output is watched as it comes, each chunk handed on as it is read."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
+from functools import partial
+from typing import Literal
 
-__all__ = ["CappedOutput", "cut_marker"]
+__all__ = ["CappedOutput", "OutputTap", "capped_pair", "cut_marker"]
+
+OutputTap = Callable[[Literal["stdout", "stderr"], bytes], None]
+"""Called with each chunk of a run's output as it is read, and which stream it is of. It
+may be called from a worker thread (the Docker backend reads there): it must only take the
+bytes and return."""
 
 
 def cut_marker(cut: int) -> bytes:
@@ -15,7 +23,8 @@ def cut_marker(cut: int) -> bytes:
 class CappedOutput:
     """Collects a stream, keeping at most `cap` bytes: the first half and the last half."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, tap: Callable[[bytes], None] | None = None) -> None:
+        self._tap = tap
         self._head_cap = cap - cap // 2
         self._tail_cap = cap // 2
         self._head = bytearray()
@@ -24,6 +33,8 @@ class CappedOutput:
 
     def feed(self, chunk: bytes) -> None:
         """Take the next bytes of the stream."""
+        if self._tap is not None:
+            self._tap(chunk)
         self.total += len(chunk)
         room = self._head_cap - len(self._head)
         if room > 0:
@@ -53,3 +64,10 @@ class CappedOutput:
         if head and not head.endswith(b"\n"):
             head += b"\n"
         return (head + cut_marker(self.cut) + self._tail).decode("utf-8", errors="replace")
+
+
+def capped_pair(cap: int, tap: OutputTap | None = None) -> tuple[CappedOutput, CappedOutput]:
+    """A run's stdout and stderr, each kept within `cap`, each chunk also given to `tap`."""
+    if tap is None:
+        return CappedOutput(cap), CappedOutput(cap)
+    return CappedOutput(cap, partial(tap, "stdout")), CappedOutput(cap, partial(tap, "stderr"))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from bastion.shared.sandboxing.output import CappedOutput
+from bastion.shared.sandboxing.output import CappedOutput, OutputTap, capped_pair
 from bastion.shared.sandboxing.pidone import PidOne
 
 __all__ = ["DRAIN_GRACE_S", "Finished", "run_limited"]
@@ -58,6 +58,7 @@ async def run_limited(
     env: Mapping[str, str],
     pass_fds: Sequence[int] = (),
     pid_one: PidOne | None = None,
+    tap: OutputTap | None = None,
 ) -> Finished:
     """Run `argv` with stdin closed until it ends or `wall_s` runs out.
 
@@ -67,7 +68,8 @@ async def run_limited(
     killed directly too, first, and once the process has ended, and the run returns only
     after it is gone, and with it every process of its namespace. It returns once both
     output pipes are closed, that is once every process holding them has gone (or after
-    `DRAIN_GRACE_S`, should one outlive the process it came from).
+    `DRAIN_GRACE_S`, should one outlive the process it came from). Each chunk read is
+    also given to `tap`.
     """
     started = time.monotonic()
     process = await anyio.open_process(
@@ -79,7 +81,7 @@ async def run_limited(
         start_new_session=True,
         pass_fds=tuple(pass_fds),
     )
-    stdout, stderr = CappedOutput(output_bytes), CappedOutput(output_bytes)
+    stdout, stderr = capped_pair(output_bytes, tap)
     timed_out = False
     try:
         assert process.stdout is not None and process.stderr is not None

@@ -10,6 +10,7 @@ from bastion.proto.sandbox import Limits
 from bastion.shared.errors import InvalidInput
 from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.sandboxing.hostids import HostIds
+from bastion.shared.sandboxing.output import OutputTap
 
 __all__ = [
     "SANDBOX_GID",
@@ -68,6 +69,9 @@ class SandboxSpec:
     """The unprivileged host user bwrap runs as (`hostids.sandbox_ids`); None: a root
     service's bwrap backend runs it as the workspace's owner (refusing root), one that is
     not root as itself."""
+    tap: OutputTap | None = field(default=None, compare=False, repr=False)
+    """Given each chunk of the command's output as it is read (a streamed call); None: the
+    output is only collected for the result."""
 
 
 def parse_backend(backend: str, network: str) -> Network:

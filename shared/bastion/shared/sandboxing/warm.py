@@ -33,7 +33,7 @@ from anyio.abc import Process
 
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.gitguard import GitGuard
-from bastion.shared.sandboxing.output import CappedOutput
+from bastion.shared.sandboxing.output import CappedOutput, OutputTap, capped_pair
 from bastion.shared.sandboxing.process import DRAIN_GRACE_S, Finished
 from bastion.shared.sandboxing.spec import SandboxSpec
 
@@ -297,18 +297,19 @@ class WarmSandbox:
         wall_s: float,
         output_bytes: int,
         on_timeout: Callable[[], None] | None = None,
+        tap: OutputTap | None = None,
     ) -> Finished:
         """Have the init run the command `payload` describes, within `wall_s`; once that
         runs out, `on_timeout` (killing the command's cgroup) is called before the init is
         asked to kill the command's pid 1. The reply comes once every process of the
-        command is gone.
+        command is gone. Each chunk of its output is also given to `tap`.
 
         Raises:
             InitGone: the init ended before the command did (the sandbox is then gone).
             SandboxFailed: the init could not start the command.
         """
         started = time.monotonic()
-        stdout, stderr = CappedOutput(output_bytes), CappedOutput(output_bytes)
+        stdout, stderr = capped_pair(output_bytes, tap)
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         memfd = _memfd(payload)

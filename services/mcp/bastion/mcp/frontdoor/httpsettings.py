@@ -31,6 +31,7 @@ class FrontDoor:
     approval_wait_s: float = 30.0
     call_timeout_s: float = 3600.0
     session_idle_s: float = 1800.0
+    progress_every_s: float = 2.0
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -72,4 +73,5 @@ def front_door_of(settings: McpSettings) -> FrontDoor:
         approval_wait_s=settings.mcp_approval_wait_s,
         call_timeout_s=settings.mcp_call_timeout_s,
         session_idle_s=settings.mcp_session_idle_s,
+        progress_every_s=settings.mcp_progress_every_s,
     )

@@ -55,7 +55,11 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
     records = await SessionRecords.open(client)
     binding = Binding(client, records, BUS_TIMEOUT_S)
     tools = ToolHandlers(
-        client, binding, Asking(client, BUS_TIMEOUT_S, door.approval_wait_s), door.call_timeout_s
+        client,
+        binding,
+        Asking(client, BUS_TIMEOUT_S, door.approval_wait_s),
+        door.call_timeout_s,
+        door.progress_every_s,
     )
     resources = ResourceHandlers(client, binding, records)
     server: Server[object] = Server(

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
-import anyio
 import msgspec
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -36,12 +33,12 @@ from bastion.mcp.frontdoor.asking import Asking
 from bastion.mcp.frontdoor.binding import Binding
 from bastion.mcp.frontdoor.guard import Agent, agent_of
 from bastion.mcp.frontdoor.relay import relaying
+from bastion.mcp.frontdoor.streaming import reporting, wants_progress
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import ToolSpec
 from bastion.proto.tools import CallParked, CallResult, ToolCall
-from bastion.shared.background import in_background
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import (
     BastionError,
@@ -54,7 +51,6 @@ from bastion.shared.telemetry import annotate
 
 __all__ = ["ToolHandlers", "mcp_error", "request_agent", "tool_of"]
 
-_PROGRESS_EVERY_S: Final = 2.0
 _PROTOCOL_CODES: Final = {codes.UNKNOWN_TOOL, codes.BAD_REQUEST, codes.NOT_FOUND}
 _ANY_OBJECT: Final[dict[str, Any]] = {"type": "object"}
 
@@ -115,24 +111,6 @@ def _text(result: CallResult) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=result.text)], is_error=False)
 
 
-@asynccontextmanager
-async def _progress(ctx: ServerRequestContext[Any, Any], tool: str) -> AsyncIterator[None]:
-    """Tell a client that asked for progress (a `progressToken`) that the call still runs."""
-    if ctx.meta is None or ctx.meta.get("progress_token") is None:
-        yield
-        return
-
-    async def tick() -> None:
-        elapsed = 0.0
-        while True:
-            await anyio.sleep(_PROGRESS_EVERY_S)
-            elapsed += _PROGRESS_EVERY_S
-            await ctx.session.report_progress(elapsed, None, f"{tool} runs ({elapsed:g} s)")
-
-    async with in_background(tick):
-        yield
-
-
 @dataclass(frozen=True)
 class ToolHandlers:
     """The two tool methods, acting in the request's Bastion session."""
@@ -141,6 +119,8 @@ class ToolHandlers:
     binding: Binding
     asking: Asking
     call_timeout_s: float
+    progress_every_s: float = 2.0
+    """How often a client that asked for progress is told a call still runs."""
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], _params: PaginatedRequestParams | None
@@ -162,7 +142,12 @@ class ToolHandlers:
         call_id = secrets.token_hex(8)
         try:
             call = msgspec.convert(
-                {"tool": params.name, "input": params.arguments or {}, "call_id": call_id},
+                {
+                    "tool": params.name,
+                    "input": params.arguments or {},
+                    "call_id": call_id,
+                    "stream": wants_progress(ctx),
+                },
                 ToolCall,
             )
         except msgspec.ValidationError:
@@ -175,7 +160,10 @@ class ToolHandlers:
             ) from None
         try:
             session_id = await self.binding.session_of(agent, mcp_session_id)
-            async with _progress(ctx, call.tool), relaying(self.client, ctx, session_id):
+            async with (
+                reporting(ctx, self.client, session_id, call, self.progress_every_s),
+                relaying(self.client, ctx, session_id),
+            ):
                 result = await self._call(ctx, agent, session_id, call)
         except BastionError as error:
             raise mcp_error(error) from None

@@ -1,0 +1,60 @@
+"""Cutting secrets out of text that arrives in pieces, as they are cut out of the whole.
+
+A command may print a value in two writes, so a piece may end inside one of its forms:
+what could be the start of a form (the redactor's longest stretch less one character) is
+held back until the next piece, or the end, says whether it is one. Where text is missing
+(left out to keep a stream bounded), what was held is dropped, and so are as many
+characters after the gap: either could be part of a value the gap holds the rest of.
+"""
+
+from __future__ import annotations
+
+from bastion.shared.redaction import Redactor, cut_spans
+
+__all__ = ["HeldCuts"]
+
+
+class HeldCuts:
+    """One stream's text, given piece by piece, handed on with every value cut out."""
+
+    def __init__(self, redactor: Redactor | None) -> None:
+        self._redactor = redactor if redactor else None
+        self.hold = max(0, self._redactor.longest - 1) if self._redactor is not None else 0
+        """How many characters at most are held back at the end of what was given."""
+        self._held = ""
+        self._skip = 0
+        self.dropped = 0
+        """Characters dropped at gaps so far (held text, and text just after a gap)."""
+
+    def take(self, text: str) -> str:
+        """What can be shown now of the text so far, `text` its next piece, values cut."""
+        if self._skip:
+            skipped = min(self._skip, len(text))
+            self._skip -= skipped
+            self.dropped += skipped
+            text = text[skipped:]
+        whole = self._held + text
+        if self._redactor is None:
+            return whole
+        spans = self._redactor.spans(whole)
+        cut = max(0, len(whole) - self.hold)
+        moved = True
+        while moved:  # a stretch across the cut is held back whole
+            moved = False
+            for start, end, _ in spans:
+                if start < cut < end:
+                    cut, moved = start, True
+        self._held = whole[cut:]
+        return cut_spans(whole[:cut], [span for span in spans if span[1] <= cut])
+
+    def end(self) -> str:
+        """What is still held, values cut: the stream has ended."""
+        held, self._held = self._held, ""
+        return self._redactor.redact(held) if self._redactor is not None else held
+
+    def gap(self) -> None:
+        """Text is missing after what was given: drop what is held, and as many characters
+        of what comes next."""
+        self.dropped += len(self._held)
+        self._held = ""
+        self._skip = self.hold
