@@ -4,18 +4,18 @@ own, decided, journaled, audited under its parent, and refused when it would wri
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import msgspec
-
+from bastion.orchestrator.callrecords import record_key
 from bastion.orchestrator.coderun import MAX_OUTPUT
 from bastion.proto import errors as codes
+from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.journal import CallRecord
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.runcode import MAX_CALLS
 from bastion.shared.bus import Client
+from bastion.shared.kv import TypedBucket
 from bastion.shared.settings import BusSettings
 from tests.helpers.approvals import records_of
 from tests.helpers.bus import ServiceRunner
@@ -60,3 +60,126 @@ async def test_a_program_reads_fifty_files_in_one_call(
         _, result = await run(client, workspace, READ_FIFTY)
     assert isinstance(result, ToolOutput), result
     assert result.text == f"files: 50 unsafe: {sum(n % 3 for n in range(50))}\n"
+
+
+async def test_a_write_from_code_is_refused_to_the_program_and_the_file_is_untouched(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    (workspace / "notes.txt").write_text("mine\n")
+    owned(workspace)
+    code = (
+        "try:\n"
+        "    tools.write_file(path='notes.txt', content='theirs')\n"
+        "except ToolError as error:\n"
+        "    print(error.code, '|', error.message)\n"
+    )
+    async with orchestrator(run_service, bus_settings):
+        _, result = await run(client, workspace, code)
+    assert isinstance(result, ToolOutput), result
+    assert result.text == f"{codes.DENIED} | {REFUSED}\n"
+    assert (workspace / "notes.txt").read_text() == "mine\n"
+
+
+async def test_a_failing_program_comes_back_as_an_error_with_its_traceback(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    code = "print('before')\ndef inner():\n    return {}['missing']\ninner()\n"
+    async with orchestrator(run_service, bus_settings):
+        _, result = await run(client, workspace, code)
+    assert isinstance(result, ErrorReply), result
+    assert result.code == codes.PROGRAM_FAILED
+    assert result.message.startswith("the program failed (exit status 1):\nbefore\n")
+    assert 'File "<program>", line 3, in inner' in result.message
+    assert "return {}['missing']" in result.message
+    assert result.message.endswith("KeyError: 'missing'")
+
+
+async def test_the_call_past_the_most_a_program_makes_is_refused(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    owned(workspace)
+    code = (
+        f"for n in range({MAX_CALLS}):\n"
+        "    tools.read_file(path='a.txt')\n"
+        "print('made', n + 1)\n"
+        "try:\n"
+        "    tools.read_file(path='a.txt')\n"
+        "except ToolError as error:\n"
+        "    print(error.code, '|', error.message)\n"
+    )
+    async with orchestrator(run_service, bus_settings):
+        _, result = await run(client, workspace, code)
+    assert isinstance(result, ToolOutput), result
+    made, refused = result.text.splitlines()
+    assert made == f"made {MAX_CALLS}"
+    assert refused == (
+        f"{codes.QUOTA_EXCEEDED} | a run_code program makes at most {MAX_CALLS} tool calls and "
+        f"this is call {MAX_CALLS + 1}: do the rest in another run_code call"
+    )
+
+
+async def test_a_programs_output_is_cut_at_the_most_the_model_is_shown(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    code = "print('a' * 20000)\nprint('z' * 20000)\n"
+    async with orchestrator(run_service, bus_settings):
+        _, result = await run(client, workspace, code)
+    assert isinstance(result, ToolOutput), result
+    assert len(result.text) < MAX_OUTPUT + 200
+    assert result.text.startswith("a" * (MAX_OUTPUT // 2) + "\n[the output was cut: ")
+    assert result.text.endswith("\n" + "z" * (MAX_OUTPUT // 2 - 1) + "\n")
+    assert f"(run_code shows {MAX_OUTPUT})" in result.text
+
+
+async def test_the_audit_and_the_call_records_hold_each_nested_call_under_its_parent(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    owned(workspace)
+    code = (
+        "print(tools.read_file(path='a.txt').strip())\n"
+        "try:\n"
+        "    call('write_file', path='b.txt', content='b')\n"
+        "except ToolError:\n"
+        "    pass\n"
+    )
+    async with orchestrator(run_service, bus_settings):
+        session_id, result = await run(client, workspace, code)
+        assert isinstance(result, ToolOutput), result
+        records = [record for _, record in await records_of(client, "default", session_id)]
+        calls = await TypedBucket.open(client, subjects.CALLS_BUCKET, CallRecord)
+        nested = [r for r in records if r.parent_call_id]
+        assert {r.parent_call_id for r in nested} == {result.call_id}
+        reads = [r for r in nested if r.tool == "read_file"]
+        assert [r.action for r in reads] == ["decision", "call", "result"]
+        assert reads[0].outcome == "allow" and reads[2].outcome == "ok"
+        assert len({r.call_id for r in reads}) == 1 and reads[0].call_id != result.call_id
+        kept = await calls.find(record_key(session_id, reads[0].call_id))
+    assert not [r for r in nested if r.tool == "write_file"]  # refused before any decision
+    parent = [r for r in records if r.call_id == result.call_id]
+    assert [r.action for r in parent] == ["decision", "call", "result"]
+    assert not any(r.parent_call_id for r in parent)
+    assert kept is not None
+    assert (kept.value.tool, kept.value.state) == ("read_file", "done")
+    assert kept.value.text.endswith("a")
