@@ -238,7 +238,9 @@ async def test_a_fork_bomb_ends_within_the_sandboxs_limits_and_the_next_program_
     bus_settings: BusSettings,
     workspace: Path,
 ) -> None:
-    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    bomb = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
     async with orchestrator(run_service, bus_settings):
         owned(workspace)
         opened = await open_session(
