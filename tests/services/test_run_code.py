@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from opentelemetry.sdk.trace import ReadableSpan
+
 from bastion.orchestrator.callrecords import record_key
 from bastion.orchestrator.coderun import MAX_OUTPUT
 from bastion.proto import errors as codes
@@ -21,6 +23,7 @@ from tests.helpers.approvals import records_of
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.owners import owned
 from tests.helpers.session import call, open_session, orchestrator
+from tests.helpers.tracing import Spans, span_ancestry
 
 REFUSED = "run_code calls only tools that read; make the write_file call yourself"
 
@@ -183,3 +186,46 @@ async def test_the_audit_and_the_call_records_hold_each_nested_call_under_its_pa
     assert kept is not None
     assert (kept.value.tool, kept.value.state) == ("read_file", "done")
     assert kept.value.text.endswith("a")
+
+
+async def test_each_nested_call_is_a_span_under_the_run_code_calls(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+    spans: Spans,
+) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    owned(workspace)
+    async with orchestrator(run_service, bus_settings):
+        _, result = await run(client, workspace, "tools.read_file(path='a.txt')")
+    assert isinstance(result, ToolOutput), result
+    finished = spans.finished()
+    [nested] = [s for s in finished if s.name == "orchestrator.nested"]
+    ancestry = span_ancestry(finished, nested)
+    assert ancestry[:7] == [
+        f"process {subjects.SESSION_NESTED_ANY}",
+        f"send {subjects.SESSION_NESTED_ANY}",
+        "sandbox.run_code",
+        f"process {subjects.SANDBOX_RUN_CODE}",
+        f"send {subjects.SANDBOX_RUN_CODE}",
+        "orchestrator.execute",
+        "orchestrator.journal.run",
+    ]
+    [execute] = [
+        s
+        for s in finished
+        if s.name == "orchestrator.execute"
+        and (s.attributes or {}).get("bastion.tool") == "run_code"
+    ]
+    assert execute in ancestors(finished, nested)
+
+
+def ancestors(finished: tuple[ReadableSpan, ...], span: ReadableSpan) -> list[ReadableSpan]:
+    by_id = {s.context.span_id: s for s in finished if s.context is not None}
+    found = []
+    while span.parent is not None and span.parent.span_id in by_id:
+        span = by_id[span.parent.span_id]
+        found.append(span)
+    return found

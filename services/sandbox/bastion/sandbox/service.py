@@ -440,13 +440,17 @@ class Sandboxes:
 
         with program_pipes() as ((requests, mine), (answers, theirs)):
             relay = Relay(mine, theirs, ask)
-            async with self._slots.slot(asked.tenant), anyio.create_task_group() as group:
-                group.start_soon(relay.serve, asked.code)
+            async with self._slots.slot(asked.tenant):
                 with span("sandbox.run_code"):
-                    result = await backend.run_program(
-                        spec, program_argv(requests, answers), [runtime_file()], [requests, answers]
-                    )
-                group.cancel_scope.cancel()
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(relay.serve, asked.code)
+                        result = await backend.run_program(
+                            spec,
+                            program_argv(requests, answers),
+                            [runtime_file()],
+                            [requests, answers],
+                        )
+                        group.cancel_scope.cancel()
         return redacted(result, await self.secrets.redactor(asked.tenant, asked.session_id))
 
     async def skill_write(self, request: WriteSkill, _context: RequestContext) -> FileResult:
