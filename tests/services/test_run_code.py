@@ -8,6 +8,7 @@ from pathlib import Path
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from bastion.cli.audit import format_record
 from bastion.orchestrator.callrecords import record_key
 from bastion.orchestrator.coderun import MAX_OUTPUT
 from bastion.proto import errors as codes
@@ -183,6 +184,9 @@ async def test_the_audit_and_the_call_records_hold_each_nested_call_under_its_pa
     parent = [r for r in records if r.call_id == result.call_id]
     assert [r.action for r in parent] == ["decision", "call", "result"]
     assert not any(r.parent_call_id for r in parent)
+    assert format_record(reads[1]).endswith(
+        f"call read_file - - in run_code {result.call_id}  " + '{"path":"a.txt"}'
+    )
     assert kept is not None
     assert (kept.value.tool, kept.value.state) == ("read_file", "done")
     assert kept.value.text.endswith("a")
