@@ -4,8 +4,10 @@ own, decided, journaled, audited under its parent, and refused when it would wri
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
+import anyio
 from opentelemetry.sdk.trace import ReadableSpan
 
 from bastion.cli.audit import format_record
@@ -21,10 +23,11 @@ from bastion.shared.bus import Client
 from bastion.shared.kv import TypedBucket
 from bastion.shared.settings import BusSettings
 from tests.helpers.approvals import records_of
-from tests.helpers.bus import ServiceRunner
+from tests.helpers.bus import Plane, ServiceRunner
 from tests.helpers.owners import owned
 from tests.helpers.session import call, open_session, orchestrator
 from tests.helpers.tracing import Spans, span_ancestry
+from tests.helpers.vault import add
 
 REFUSED = "run_code calls only tools that read; make the write_file call yourself"
 
@@ -233,3 +236,63 @@ def ancestors(finished: tuple[ReadableSpan, ...], span: ReadableSpan) -> list[Re
         span = by_id[span.parent.span_id]
         found.append(span)
     return found
+
+
+async def test_a_tenants_secret_a_program_prints_is_cut_from_its_output(
+    client: Client, plane_with_vault: Plane, workspace: Path
+) -> None:
+    value = "tok-" + secrets.token_urlsafe(24)
+    owned(workspace)
+    async with plane_with_vault():
+        await add(client, "RUN_TOKEN", value.encode())
+        code = f"import os\nprint({value!r})\nprint(sorted(os.environ))\n"
+        _, result = await run(client, workspace, code)
+    assert isinstance(result, ToolOutput), result
+    said, environment = result.text.splitlines()
+    assert value not in result.text and said == "[secret RUN_TOKEN]"
+    assert "RUN_TOKEN" not in environment  # nothing is leased to a program
+
+
+async def test_a_programs_calls_run_in_its_turn_while_a_write_waits_behind_it(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    (workspace / "a.txt").write_text("before\n")
+    owned(workspace)
+    code = (
+        "import time\n"
+        "seen = [tools.read_file(path='a.txt').split()[-1]]\n"
+        "time.sleep(2)\n"  # the write below is sent meanwhile and waits for this call
+        "seen += [tools.read_file(path='a.txt').split()[-1] for _ in range(5)]\n"
+        "print(seen)\n"
+    )
+    outcomes: dict[str, object] = {}
+    async with orchestrator(run_service, bus_settings):
+        opened = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = opened.session_id
+
+        async def program() -> None:
+            outcomes["run_code"] = await call(client, sid, "run_code", code=code)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(program)
+                await first_nested_call(client, sid)
+                outcomes["write"] = await call(
+                    client, sid, "write_file", path="a.txt", content="after\n"
+                )
+    ran, wrote = outcomes["run_code"], outcomes["write"]
+    assert isinstance(ran, ToolOutput) and ran.text == str(["before"] * 6) + "\n", ran
+    assert isinstance(wrote, ToolOutput), wrote
+    assert (workspace / "a.txt").read_text() == "after\n"
+
+
+async def first_nested_call(client: Client, session_id: str) -> None:
+    """Return once the audit holds a call a program made (bounded by the test's fail_after)."""
+    while True:
+        if [r for _, r in await records_of(client, "default", session_id) if r.parent_call_id]:
+            return
+        await anyio.sleep(0.05)
