@@ -8,18 +8,23 @@ import secrets
 from pathlib import Path
 
 import anyio
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from bastion.cli.audit import format_record
 from bastion.orchestrator.callrecords import record_key
 from bastion.orchestrator.coderun import MAX_OUTPUT
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.journal import CallRecord
+from bastion.proto.sandbox import ExecResult, RunCode
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.runcode import MAX_CALLS
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, request
+from bastion.shared.errors import RemoteError
 from bastion.shared.kv import TypedBucket
 from bastion.shared.settings import BusSettings
 from tests.helpers.approvals import records_of
@@ -296,3 +301,42 @@ async def first_nested_call(client: Client, session_id: str) -> None:
         if [r for _, r in await records_of(client, "default", session_id) if r.parent_call_id]:
             return
         await anyio.sleep(0.05)
+
+
+async def test_a_programs_calls_are_counted_against_its_tenants_calls_per_second(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    owned(workspace)
+    # one token, and no second one for a hundred seconds: the run_code call takes it
+    settings = OrchestratorSettings(nats_url=bus_settings.nats_url, tenant_calls_per_s=0.01)
+    code = (
+        "try:\n"
+        "    tools.read_file(path='a.txt')\n"
+        "except ToolError as error:\n"
+        "    print(error.code)\n"
+    )
+    async with run_service(orchestrator_service, settings):
+        _, result = await run(client, workspace, code)
+    assert isinstance(result, ToolOutput), result
+    assert result.text == f"{codes.RATE_LIMITED}\n"
+
+
+async def test_the_sandbox_refuses_run_code_for_a_docker_session(
+    client: Client, plane: None, workspace: Path
+) -> None:
+    asked = RunCode(
+        session_id="0123456789abcdef",
+        workspace=str(workspace),
+        call_id="c1",
+        code="print(1)",
+        backend="docker:img@sha256:" + "0" * 64,
+    )
+    with pytest.raises(RemoteError) as refused:
+        await request(client, subjects.SANDBOX_RUN_CODE, asked, ExecResult, timeout_s=10)
+    assert refused.value.code == codes.NOT_IMPLEMENTED
+    assert "bwrap backend only" in refused.value.message

@@ -6,9 +6,9 @@ call, holds the session's turn while its program runs, so a nested call waiting 
 would wait for itself. It is made only while that parent is running (its record says so),
 and only for a tool that reads: one that writes, reaches outside, changes what the session
 may do, or that the policy would ask a person about, is refused to the program, never
-parked. Otherwise it goes the agent's call's way: the policy, the before-tool hooks, the
-audit (each record naming the parent call), the journal, taint, the after-tool hooks and
-its record by call id (docs/architecture.md §2.1).
+parked. Otherwise it goes the agent's call's way: the tenant's calls per second, the
+policy, the before-tool hooks, the audit (each record naming the parent call), the
+journal, taint, the after-tool hooks and its record by call id (docs/architecture.md §2.1).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.callrecords import CallRecords
 from bastion.orchestrator.catalogue import find_tool, input_type_of, tool_input_of
 from bastion.orchestrator.gate import ask_policy, policy_request, touched_paths
+from bastion.orchestrator.quota import TenantRates
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.store import SessionStore
 from bastion.proto import errors as codes
@@ -65,7 +66,9 @@ class NestedCalls:
         audit: AuditLog,
         runner: Runner,
         records: CallRecords,
+        rates: TenantRates,
     ) -> None:
+        self._rates = rates
         self._client = client
         self._store = store
         self._timeout_s = timeout_s
@@ -94,6 +97,8 @@ class NestedCalls:
             )
         if not callable_from_code(tool):
             raise _refused(tool.name)
+        if self._rates.enabled:  # a program's calls count as the tenant's, as its own would
+            await self._rates.take(session.tenant)
         call_id = secrets.token_hex(8)
         with span("orchestrator.nested", tool=tool.name):
             return NestedResult(

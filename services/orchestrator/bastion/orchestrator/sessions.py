@@ -164,7 +164,13 @@ class Sessions:
             records=records,
         )
         self.nested = NestedCalls(
-            client, store, timeout_s, audit=audit, runner=self._runner, records=records
+            client,
+            store,
+            timeout_s,
+            audit=audit,
+            runner=self._runner,
+            records=records,
+            rates=rates,
         )
         """The calls `run_code` programs make, inside their run_code call's turn."""
         self.approvals = Approvals(
