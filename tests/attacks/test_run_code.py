@@ -16,12 +16,18 @@ import pytest
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
+from bastion.proto.mcp import McpServerSpec
 from bastion.proto.tools import NestedCall, NestedResult, ToolOutput
 from bastion.sandbox.runcode import MAX_CALLS, MAX_REQUEST_BYTES
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
+from tests.helpers.mcp_gateway import add as add_server
+from tests.helpers.mcp_gateway import mcp_plane
+from tests.helpers.mcp_upstream import NOTES, PYTHON_DIRS, sandboxed_python
 from tests.helpers.owners import owned
 from tests.helpers.sandbox import CANARY
 from tests.helpers.session import call, open_session, orchestrator
@@ -275,3 +281,43 @@ async def test_raw_calls_past_the_most_are_refused_each_one(
     async with orchestrator(run_service, bus_settings):
         lines = printed(await run_code(client, workspace, code))
     assert lines == [f"{MAX_CALLS} ['{codes.QUOTA_EXCEEDED}']"]
+
+
+async def test_a_program_calls_an_upstream_tool_only_when_it_reads_and_is_not_open_world(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    notes = owned(tmp_path / "notes")
+    spec = McpServerSpec(
+        transport="stdio",
+        command=sandboxed_python(NOTES),
+        directory=str(notes),
+        read_only_dirs=(*PYTHON_DIRS, str(NOTES.parent)),
+    )
+    sandbox = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(tmp_path / "sandbox"))
+    code = (
+        "for name, given in [('notes_list_notes', {}), ('notes_add_note', {'name': 'n', "
+        "'text': 't'}), ('notes_read_resource', {'uri': 'note://n'})]:\n"
+        "    try:\n"
+        "        call(name, **given)\n"
+        "        print(name, 'made')\n"
+        "    except ToolError as error:\n"
+        "        print(name, error.code, error.message)\n"
+    )
+    async with (
+        run_service(sandbox_service, sandbox),
+        mcp_plane(run_service, bus_settings, tmp_path / "mcp"),
+    ):
+        await add_server(client, "notes", spec)
+        result = await run_code(client, workspace, code, mcp=["notes"])
+    assert printed(result) == [
+        "notes_list_notes made",
+        f"notes_add_note {codes.DENIED} run_code calls only tools that read; make the "
+        "notes_add_note call yourself",
+        f"notes_read_resource {codes.DENIED} run_code calls only tools that read; make the "
+        "notes_read_resource call yourself",
+    ]
+    assert not (notes / "n.note").exists()
