@@ -14,6 +14,7 @@ import json
 import linecache
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,7 @@ class _Channel:
         self._requests = requests
         self._answers = os.fdopen(answers, "rb")
         self._sent = 0
+        self._one_at_a_time = threading.Lock()  # a program's threads call in turn
 
     def _answer(self) -> dict[str, Any]:
         line = self._answers.readline()
@@ -48,11 +50,12 @@ class _Channel:
         return code
 
     def call(self, name: str, given: dict[str, Any]) -> str:
-        self._sent += 1
-        line = json.dumps({"id": self._sent, "tool": name, "input": given}).encode() + b"\n"
-        while line:
-            line = line[os.write(self._requests, line) :]
-        answer = self._answer()
+        line = json.dumps({"id": self._sent + 1, "tool": name, "input": given}).encode() + b"\n"
+        with self._one_at_a_time:
+            self._sent += 1
+            while line:
+                line = line[os.write(self._requests, line) :]
+            answer = self._answer()
         error = answer.get("error")
         if error is not None:
             raise ToolError(str(error["code"]), str(error["message"]))

@@ -34,6 +34,7 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "PYTHON",
     "RUNTIME",
+    "Ask",
     "Relay",
     "program_argv",
     "program_pipes",

@@ -55,7 +55,7 @@ from bastion.sandbox.finding import find_candidates, find_files, search_candidat
 from bastion.sandbox.hiding import PathJudge
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.resolving import resolve_paths
-from bastion.sandbox.runcode import PYTHON, Relay, program_argv, program_pipes, runtime_file
+from bastion.sandbox.runcode import PYTHON, Ask, Relay, program_argv, program_pipes, runtime_file
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.skillfind import find_skills
@@ -161,6 +161,24 @@ def redacted(result: ExecResult, redactor: Redactor | None) -> ExecResult:
         stderr=redactor.redact(result.stderr),
         connections=redactor.redact(result.connections),
     )
+
+
+async def _relayed(
+    backend: BwrapBackend,
+    spec: SandboxSpec,
+    code: str,
+    ask: Ask,
+) -> ExecResult:
+    """The program's run, its pipes' relay beside it until the sandbox is gone."""
+    with program_pipes() as ((requests, mine), (answers, theirs)):
+        relay = Relay(mine, theirs, ask)
+        async with anyio.create_task_group() as group:
+            group.start_soon(relay.serve, code)
+            result = await backend.run_program(
+                spec, program_argv(requests, answers), [runtime_file()], [requests, answers]
+            )
+            group.cancel_scope.cancel()
+    return result
 
 
 class Sandboxes:
@@ -438,19 +456,14 @@ class Sandboxes:
             )
             return answer.text
 
-        with program_pipes() as ((requests, mine), (answers, theirs)):
-            relay = Relay(mine, theirs, ask)
-            async with self._slots.slot(asked.tenant):
+        running = {"bastion.sandbox.backend": "bwrap"}
+        async with self._slots.slot(asked.tenant):
+            sandboxes_running.add(1, running)
+            try:
                 with span("sandbox.run_code"):
-                    async with anyio.create_task_group() as group:
-                        group.start_soon(relay.serve, asked.code)
-                        result = await backend.run_program(
-                            spec,
-                            program_argv(requests, answers),
-                            [runtime_file()],
-                            [requests, answers],
-                        )
-                        group.cancel_scope.cancel()
+                    result = await _relayed(backend, spec, asked.code, ask)
+            finally:
+                sandboxes_running.add(-1, running)
         return redacted(result, await self.secrets.redactor(asked.tenant, asked.session_id))
 
     async def skill_write(self, request: WriteSkill, _context: RequestContext) -> FileResult:
