@@ -19,6 +19,7 @@ from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
+from bastion.proto.hooks import HookAnswer, HookEvent, HookRegistration
 from bastion.proto.journal import CallRecord
 from bastion.proto.sandbox import ExecResult, RunCode
 from bastion.proto.tools import ToolOutput
@@ -29,6 +30,7 @@ from bastion.shared.kv import TypedBucket
 from bastion.shared.settings import BusSettings
 from tests.helpers.approvals import records_of
 from tests.helpers.bus import Plane, ServiceRunner
+from tests.helpers.hookservice import hook
 from tests.helpers.owners import owned
 from tests.helpers.session import call, open_session, orchestrator
 from tests.helpers.tracing import Spans, span_ancestry
@@ -340,3 +342,44 @@ async def test_the_sandbox_refuses_run_code_for_a_docker_session(
         await request(client, subjects.SANDBOX_RUN_CODE, asked, ExecResult, timeout_s=10)
     assert refused.value.code == codes.NOT_IMPLEMENTED
     assert "bwrap backend only" in refused.value.message
+
+
+async def test_the_operators_hooks_are_asked_about_a_programs_calls_and_may_block_them(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    (workspace / "open.txt").write_text("open\n")
+    (workspace / "closed.txt").write_text("closed\n")
+    owned(workspace)
+
+    def guard(event: HookEvent) -> HookAnswer:
+        if event.event == "before_tool" and event.input.get("path") == "closed.txt":
+            return HookAnswer(block=True, reason="not that one")
+        return HookAnswer(text="seen by the guard" if event.event == "after_tool" else "")
+
+    registration = HookRegistration(
+        name="guard", events=("before_tool", "after_tool"), tools=("read_file",)
+    )
+    asked = await hook(client, registration, guard)
+    code = (
+        "print(tools.read_file(path='open.txt'))\n"
+        "try:\n"
+        "    tools.read_file(path='closed.txt')\n"
+        "except ToolError as error:\n"
+        "    print(error.code, error.message)\n"
+    )
+    async with orchestrator(run_service, bus_settings):
+        _, result = await run(client, workspace, code)
+    assert isinstance(result, ToolOutput), result
+    assert "open" in result.text and "seen by the guard" in result.text
+    assert result.text.rstrip().endswith(
+        f"{codes.HOOK_BLOCKED} blocked by the before-tool hook guard: not that one"
+    )
+    assert [(e.event, e.input.get("path")) for e in asked] == [
+        ("before_tool", "open.txt"),
+        ("after_tool", "open.txt"),
+        ("before_tool", "closed.txt"),
+    ]
