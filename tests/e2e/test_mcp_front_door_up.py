@@ -18,7 +18,17 @@ from tests.helpers.running_up import Up, bastion
 pytestmark = pytest.mark.e2e
 
 
-async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str]:
+RUN_CODE = (
+    "print(tools.read_file(path='out.txt').split()[-1])\n"
+    "try:\n"
+    "    tools.write_file(path='out.txt', content='lost')\n"
+    "except ToolError as error:\n"
+    "    print(error.message)\n"
+)
+"""A program reading the shell's file and refused a write, through every service's identity."""
+
+
+async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str, str]:
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120)
     )
@@ -28,9 +38,12 @@ async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str]:
     ):
         listed = await mcp.list_tools()
         ran = await mcp.call_tool("shell", {"command": "echo from-claude > out.txt; cat out.txt"})
+        coded = await mcp.call_tool("run_code", {"code": RUN_CODE})
     [content] = ran.content
     assert isinstance(content, TextContent) and not ran.is_error, ran
-    return {t.name for t in listed.tools}, content.text
+    [program] = coded.content
+    assert isinstance(program, TextContent) and not coded.is_error, coded
+    return {t.name for t in listed.tools}, content.text, program.text
 
 
 def test_an_mcp_client_with_a_cli_token_runs_a_shell_command_and_a_revoked_token_is_refused(
@@ -50,9 +63,12 @@ def test_an_mcp_client_with_a_cli_token_runs_a_shell_command_and_a_revoked_token
     token = created.stdout.splitlines()[0]
     assert token.startswith("bst_") and len(token) > 40
 
-    tools, text = anyio.run(_shell_over_mcp, url, token)
-    assert {"shell", "write_file", "read_file"} <= tools
+    tools, text, printed = anyio.run(_shell_over_mcp, url, token)
+    assert {"shell", "write_file", "read_file", "run_code"} <= tools
     assert text.endswith("from-claude")
+    assert printed == (
+        "from-claude\nrun_code calls only tools that read; make the write_file call yourself\n"
+    )
     assert (workspace / "out.txt").read_text() == "from-claude\n"
 
     listed = bastion("token", "list", state_dir=up.state_dir)
