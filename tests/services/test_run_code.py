@@ -22,6 +22,7 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import HookAnswer, HookEvent, HookRegistration
 from bastion.proto.journal import CallRecord
 from bastion.proto.sandbox import ExecResult, RunCode
+from bastion.proto.toolinput import MAX_CODE
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.runcode import MAX_CALLS
 from bastion.shared.bus import Client, request
@@ -383,3 +384,21 @@ async def test_the_operators_hooks_are_asked_about_a_programs_calls_and_may_bloc
         ("after_tool", "open.txt"),
         ("before_tool", "closed.txt"),
     ]
+
+
+async def test_a_program_of_the_most_size_runs_and_a_larger_one_is_refused(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    line = "# é" + "x" * 60 + "\n"  # more bytes than characters, and more than a pipe holds
+    body = "print('ran')\n"
+    largest = line * ((MAX_CODE - len(body)) // len(line)) + body
+    async with orchestrator(run_service, bus_settings):
+        _, ran = await run(client, workspace, largest)
+        _, refused = await run(client, workspace, largest + "#" * MAX_CODE)
+    assert len(largest.encode()) > 64 * 1024
+    assert isinstance(ran, ToolOutput) and ran.text == "ran\n", ran
+    assert isinstance(refused, ErrorReply) and refused.code == codes.INVALID_INPUT
