@@ -402,3 +402,20 @@ async def test_a_program_of_the_most_size_runs_and_a_larger_one_is_refused(
     assert len(largest.encode()) > 64 * 1024
     assert isinstance(ran, ToolOutput) and ran.text == "ran\n", ran
     assert isinstance(refused, ErrorReply) and refused.code == codes.INVALID_INPUT
+
+
+async def test_with_two_orchestrator_replicas_a_programs_calls_are_made_wherever_they_land(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    fifty_files(workspace)
+    async with orchestrator(run_service, bus_settings), orchestrator(run_service, bus_settings):
+        session_id, result = await run(client, workspace, READ_FIFTY)
+        records = [record for _, record in await records_of(client, "default", session_id)]
+    assert isinstance(result, ToolOutput), result
+    assert result.text == f"files: 50 unsafe: {sum(n % 3 for n in range(50))}\n"
+    made = [r for r in records if r.parent_call_id == result.call_id and r.action == "result"]
+    assert len(made) == 51 and {r.outcome for r in made} == {"ok"}
