@@ -68,20 +68,23 @@ class NestedCalls:
         records: CallRecords,
         rates: TenantRates,
     ) -> None:
-        self._rates = rates
         self._client = client
         self._store = store
         self._timeout_s = timeout_s
         self._audit = audit
         self._runner = runner
         self._records = records
+        self._rates = rates
 
     async def call(self, session_id: str, nested: NestedCall) -> NestedResult:
         """The nested call's text, or a typed error the program is given as a ToolError."""
         session, _ = await self._store.get(session_id)
         parent = nested.parent_call_id
         if session.state == "closed":
-            raise RemoteError(codes.SESSION_CLOSED, f"session {session_id} is closed")
+            raise RemoteError(
+                codes.SESSION_CLOSED,
+                f"session {session_id} is closed: open a new session to make calls",
+            )
         if await self._records.running_tool(session_id, parent) != RUN_CODE:
             raise InvalidInput(
                 f"session {session_id} has no run_code call {parent!r} running: a nested "
