@@ -18,7 +18,17 @@ from tests.helpers.running_up import Up, bastion
 pytestmark = pytest.mark.e2e
 
 
-async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str, list[str]]:
+RUN_CODE = (
+    "print(tools.read_file(path='out.txt').split()[-1])\n"
+    "try:\n"
+    "    tools.write_file(path='out.txt', content='lost')\n"
+    "except ToolError as error:\n"
+    "    print(error.message)\n"
+)
+"""A program reading the shell's file and refused a write, through every service's identity."""
+
+
+async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str, list[str], str]:
     told: list[str] = []
 
     async def on_progress(_done: float, _total: float | None, message: str | None) -> None:
@@ -39,10 +49,13 @@ async def _shell_over_mcp(url: str, token: str) -> tuple[set[str], str, list[str
             {"command": "for i in 1 2 3; do echo tick-$i; sleep 0.3; done"},
             progress_callback=on_progress,
         )
+        coded = await mcp.call_tool("run_code", {"code": RUN_CODE})
     [content] = ran.content
     assert isinstance(content, TextContent) and not ran.is_error, ran
     assert not streamed.is_error, streamed
-    return {t.name for t in listed.tools}, content.text, told
+    [program] = coded.content
+    assert isinstance(program, TextContent) and not coded.is_error, coded
+    return {t.name for t in listed.tools}, content.text, told, program.text
 
 
 def test_an_mcp_client_with_a_cli_token_runs_a_shell_command_and_a_revoked_token_is_refused(
@@ -62,12 +75,15 @@ def test_an_mcp_client_with_a_cli_token_runs_a_shell_command_and_a_revoked_token
     token = created.stdout.splitlines()[0]
     assert token.startswith("bst_") and len(token) > 40
 
-    tools, text, told = anyio.run(_shell_over_mcp, url, token)
+    tools, text, told, printed = anyio.run(_shell_over_mcp, url, token)
     assert "".join(m for m in told if not m.startswith("shell runs (")) == (
         "tick-1\ntick-2\ntick-3\n"
     )
-    assert {"shell", "write_file", "read_file"} <= tools
+    assert {"shell", "write_file", "read_file", "run_code"} <= tools
     assert text.endswith("from-claude")
+    assert printed == (
+        "from-claude\nrun_code calls only tools that read; make the write_file call yourself\n"
+    )
     assert (workspace / "out.txt").read_text() == "from-claude\n"
 
     listed = bastion("token", "list", state_dir=up.state_dir)

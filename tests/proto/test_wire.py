@@ -188,6 +188,10 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     tools.ToolCall: tools.ToolCall(
         tool="shell", input={"command": "ls -la", "nested": {"n": [1, 2.5, None]}}, call_id="c1"
     ),
+    tools.NestedCall: tools.NestedCall(
+        parent_call_id="c1", tool="read_file", input={"path": "a.txt", "limit": 5}
+    ),
+    tools.NestedResult: tools.NestedResult(call_id="c1.1", text="1\thello"),
     tools.ToolOutput: tools.ToolOutput(
         call_id="c1", tool="shell", effect="write", text="ok", decision=DECISION, duration_s=0.25
     ),
@@ -294,6 +298,15 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     sandbox.SkillListing: sandbox.SkillListing(skills=(SKILL_ENTRY,), total=3, unread=True),
     sandbox.Limits: sandbox.Limits(wall_s=1.5, cpu_s=2, output_bytes=2048),
     session.SessionLimits: session.SessionLimits(wall_s=5.0, processes=64),
+    sandbox.RunCode: sandbox.RunCode(
+        session_id=SID,
+        workspace="/tmp/ws",
+        call_id="c1",
+        code="print(1)",
+        backend="docker:img@sha256:" + "0" * 64,
+        limits=sandbox.Limits(wall_s=3.0),
+        tenant="acme",
+    ),
     sandbox.ExecRequest: sandbox.ExecRequest(
         session_id=SID,
         workspace="/tmp/ws",
@@ -556,6 +569,7 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         rule="level.L3.write",
         summary='{"content":"<5 bytes>","path":"a.txt"}',
         by="hook guard",
+        parent_call_id="c0",
     ),
     journal.JournalEntry: journal.JournalEntry(
         session_id=SID,
@@ -631,6 +645,9 @@ TAGS: dict[type[msgspec.Struct], str] = {
     sandbox.ReadSkill: "sandbox.skill_read",
     sandbox.SkillDocument: "sandbox.skill_document",
     sandbox.RunSkill: "sandbox.skill_run",
+    sandbox.RunCode: "sandbox.run_code",
+    tools.NestedCall: "tool.nested_call",
+    tools.NestedResult: "tool.nested_result",
     sandbox.FindSkills: "sandbox.skill_find",
     sandbox.SkillEntry: "sandbox.skill_entry",
     sandbox.SkillListing: "sandbox.skill_listing",

@@ -4,7 +4,6 @@ with no hook registered no one is asked."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,32 +15,12 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import HookAnswer, HookEvent, HookRegistration, RunMark, RunMarked
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client, request
-from bastion.shared.codec import decode, encode
+from bastion.shared.codec import encode
 from bastion.shared.patterns import pattern_matches
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
+from tests.helpers.hookservice import hook
 from tests.helpers.session import call, open_session, orchestrator
-
-Answer = Callable[[HookEvent], HookAnswer | None]
-
-
-async def hook(client: Client, registration: HookRegistration, answer: Answer) -> list[HookEvent]:
-    """Register a hook service and answer its subjects with `answer` (None: stay silent)."""
-    asked: list[HookEvent] = []
-
-    async def respond(msg: Msg) -> None:
-        event = decode(msg.data, HookEvent)
-        asked.append(event)
-        given = answer(event)
-        if given is not None:
-            await msg.respond(encode(given))
-
-    await client.subscribe(f"{subjects.PREFIX}.hooks.*.*.{registration.name}", cb=respond)
-    await client.flush()
-    await Hooks.open(client, subjects.HOOKS_BUCKET)  # the bucket, created if missing
-    kv = await client.jetstream().key_value(subjects.HOOKS_BUCKET)
-    await kv.put(registration.name, encode(registration))
-    return asked
 
 
 def guard(event: HookEvent) -> HookAnswer:

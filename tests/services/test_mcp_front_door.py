@@ -24,6 +24,7 @@ from bastion.shared.errors import Unavailable
 from tests.helpers.approvals import answer, pending
 from tests.helpers.bus import Plane
 from tests.helpers.front_door import Asked, DoorOf, mcp_client, new_token, read_json, text_of
+from tests.helpers.owners import owned
 from tests.helpers.session import session_of
 
 
@@ -360,3 +361,38 @@ async def test_a_stateless_call_with_a_request_state_it_was_not_given_is_invalid
     assert refused.value.error.code == -32602
     assert "not one of an approval of this session" in refused.value.error.message
     assert not (workspace / "x").exists()
+
+
+async def test_run_code_at_the_front_door_reads_fifty_files_and_is_refused_a_write(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    for n in range(50):
+        (workspace / f"f{n:02}.txt").write_text(f"line {n}\n")
+    (workspace / "keep.txt").write_text("kept\n")
+    owned(workspace)
+    count = (
+        "paths = [p for p in tools.find_files(pattern='f*.txt').split() if p.endswith('.txt')]\n"
+        "print(len(paths), sum('line' in tools.read_file(path=p) for p in paths))\n"
+    )
+    write = (
+        "try:\n"
+        "    tools.write_file(path='keep.txt', content='lost')\n"
+        "except ToolError as error:\n"
+        "    print(error.message)\n"
+    )
+    async with plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L3", shell=True)
+        async with mcp_client(url, token, "auto") as mcp:
+            listed = await mcp.list_tools()
+            counted = await mcp.call_tool("run_code", {"code": count})
+            refused = await mcp.call_tool("run_code", {"code": write})
+            failed = await mcp.call_tool("run_code", {"code": "raise ValueError('no')"})
+    run_code = {t.name: t for t in listed.tools}["run_code"]
+    assert run_code.input_schema["required"] == ["code"]
+    assert not counted.is_error and text_of(counted) == "50 50\n"
+    assert not refused.is_error
+    assert text_of(refused) == (
+        "run_code calls only tools that read; make the write_file call yourself\n"
+    )
+    assert (workspace / "keep.txt").read_text() == "kept\n"
+    assert failed.is_error and text_of(failed).endswith("ValueError: no")

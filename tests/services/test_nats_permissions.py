@@ -403,3 +403,32 @@ def test_every_subject_and_bucket_in_proto_has_a_place_in_the_table() -> None:
     assert named - granted == set()
     assert buckets - owned == set()
     assert len(served) == len(set(served)), "a subject is served by one user only"
+
+
+async def test_only_the_sandbox_service_may_send_a_programs_nested_calls(
+    secured: Secured,
+) -> None:
+    received: list[str] = []
+
+    async def keep(message: nats.aio.msg.Msg) -> None:
+        received.append(message.subject)
+
+    others = [user for user in GRANTS if user != "sandbox"]
+    async with as_user(secured, "orchestrator") as orchestrator:
+        await orchestrator.client.subscribe(subjects.SESSION_NESTED_ANY, cb=keep)
+        await orchestrator.client.flush()
+        for user in others:
+            async with as_user(secured, user) as other:
+                await other.client.publish(subjects.session_nested(SESSION), user.encode())
+                with anyio.fail_after(5):
+                    while not any("permissions violation for publish" in e for e in other.errors):
+                        await other.client.flush()
+                        await anyio.sleep(0.05)
+        async with as_user(secured, "sandbox") as sandbox:
+            await sandbox.client.publish(subjects.session_nested(SESSION), b"sandbox")
+            await sandbox.client.flush()
+        with anyio.fail_after(5):
+            while not received:
+                await orchestrator.client.flush()
+                await anyio.sleep(0.05)
+    assert received == [subjects.session_nested(SESSION)]

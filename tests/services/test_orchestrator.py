@@ -265,6 +265,7 @@ async def test_a_session_at_l3_offers_the_code_tools_and_an_edit_runs_end_to_end
         "shell": "write",
         "diagnostics": "write",
         "run_tests": "write",
+        "run_code": "read",
     }
     assert isinstance(edited, ToolOutput) and edited.decision.rule == "level.L3.write"
     assert edited.text == "edited a.py: replaced old_string 1 time"
@@ -287,7 +288,7 @@ async def test_a_session_without_a_shell_has_the_file_tools_but_no_checks(
             client, session.session_id, "apply_patch", patch="*** Begin Patch\n*** End Patch\n"
         )
     assert "edit_file" in names and "find_files" in names
-    assert not {"shell", "diagnostics", "run_tests"} & set(names)
+    assert not {"shell", "diagnostics", "run_tests", "run_code"} & set(names)
     assert isinstance(refused, ErrorReply) and refused.code == "denied"
 
 

@@ -63,3 +63,25 @@ def test_a_call_goes_where_its_tool_is_routed() -> None:
         name="notes_add", effect="write", description="", server="notes", upstream="add"
     )
     assert route_of(upstream) is UPSTREAM and UPSTREAM.service == "mcp"
+
+
+def test_run_code_is_offered_with_a_shell_of_the_bwrap_backend_and_runs_on_the_sandbox() -> None:
+    docker = "docker:img@sha256:" + "0" * 64
+    offered = {
+        (shell, sandbox): "run_code"
+        in {
+            t.name
+            for t in catalogue_for(workspace="/w", shell=shell, network="none", sandbox=sandbox)
+        }
+        for shell in (True, False)
+        for sandbox in ("bwrap", docker)
+    }
+    assert offered == {
+        (True, "bwrap"): True,
+        (False, "bwrap"): False,
+        (True, docker): False,
+        (False, docker): False,
+    }
+    assert REGISTRY["run_code"].route.service == "sandbox"
+    assert REGISTRY["run_code"].effect == "read" and not REGISTRY["run_code"].journaled
+    assert "run_code" in GROUPS["runs_commands"]

@@ -59,6 +59,16 @@ def test_the_sandbox_runs_as_uid_10001_in_new_namespaces_without_capabilities(
     assert argv[-8:] == ["--", *PID_ONE, "/bin/sh", "-c", "true"]
 
 
+def test_a_spec_without_its_workspace_binds_none_and_starts_in_an_empty_tmp(
+    workspace: Path,
+) -> None:
+    argv = argv_for(SandboxSpec(workspace=workspace, workspace_shown=False))
+    joined = " ".join(argv)
+    assert str(workspace) not in joined and "/workspace" not in argv
+    assert "--chdir /tmp" in joined and "--setenv HOME /tmp" in joined
+    assert "--setenv PYTHONSAFEPATH 1" in joined
+
+
 def test_the_host_network_mode_shares_the_network(workspace: Path) -> None:
     assert "--share-net" in argv_for(SandboxSpec(workspace=workspace, network="host"))
 

@@ -21,7 +21,8 @@ __all__ = ["add_parser", "format_record"]
 
 
 def format_record(record: AuditRecord) -> str:
-    """One record as a line: time, session, action, tool, outcome, rule, summary."""
+    """One record as a line: time, session, action, tool, outcome, rule (who acted, the
+    run_code call a program's call was made in), summary."""
     fields = [
         record.at.strftime("%Y-%m-%d %H:%M:%S"),
         record.session_id,
@@ -33,6 +34,8 @@ def format_record(record: AuditRecord) -> str:
     line = " ".join(fields)
     if record.by:
         line += f" by {record.by}"
+    if record.parent_call_id:
+        line += f" in run_code {record.parent_call_id}"
     return f"{line}  {record.summary}" if record.summary else line
 
 

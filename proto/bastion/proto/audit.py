@@ -41,3 +41,5 @@ class AuditRecord(Message, frozen=True, kw_only=True, tag="audit.record"):
     summary: Annotated[str, msgspec.Meta(max_length=MAX_SUMMARY)] = ""
     by: Annotated[str, msgspec.Meta(max_length=128)] = ""
     """Who acted, when a person or a hook did (an approver, `hook guard`)."""
+    parent_call_id: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    """For a call a `run_code` program made: the run_code call's id."""

@@ -19,6 +19,7 @@ __all__ = [
     "NEEDS_APPROVAL",
     "NOT_FOUND",
     "NOT_IMPLEMENTED",
+    "PROGRAM_FAILED",
     "QUOTA_EXCEEDED",
     "RATE_LIMITED",
     "SANDBOX_FAILED",
@@ -80,6 +81,9 @@ TOOL_CHANGED: Final = "tool_changed"
 there, or no longer signed by its key): the call was not made."""
 UPSTREAM_ERROR: Final = "upstream_error"
 """An upstream MCP server answered the request with a JSON-RPC error."""
+PROGRAM_FAILED: Final = "program_failed"
+"""A `run_code` program failed (an exception, a status other than 0): the message is its
+output and its traceback."""
 HOOK_BLOCKED: Final = "hook_blocked"
 """An operator's before-tool hook blocked the call (or failed to answer, which blocks too)."""
 

@@ -37,6 +37,7 @@ __all__ = [
     "ReadSkill",
     "ResolvePaths",
     "ResolvedPaths",
+    "RunCode",
     "RunSkill",
     "SandboxCheck",
     "SandboxReady",
@@ -144,6 +145,24 @@ class ExecResult(Message, frozen=True, kw_only=True, tag="sandbox.exec_result"):
     connections: Text = ""
     """With network `declared` and declared hosts: the call's connection line
     (`connections: a:443 allowed; b:443 refused: not a declared host`)."""
+
+
+class RunCode(Message, frozen=True, kw_only=True, tag="sandbox.run_code"):
+    """Run a `run_code` program in a sandbox of its own, with no workspace and no network,
+    relaying each tool it calls to the orchestrator as a nested call of `call_id`.
+
+    `workspace` is the session's, never shown to the program: the sandbox runs as its
+    owner, as the session's commands do (docs/sandbox.md).
+    """
+
+    session_id: SessionId
+    workspace: PathText
+    call_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    """The run_code call the program runs for: each nested call names it as its parent."""
+    code: Annotated[str, msgspec.Meta(min_length=1, max_length=64 * KiB)]
+    backend: str = "bwrap"
+    limits: Limits = Limits()
+    tenant: Identifier = "default"
 
 
 class _FileCall(Message, frozen=True, kw_only=True):

@@ -47,6 +47,7 @@ __all__ = [
     "SANDBOX_FILES",
     "SANDBOX_RELEASE",
     "SANDBOX_RESOLVE",
+    "SANDBOX_RUN_CODE",
     "SANDBOX_SKILL_FIND",
     "SANDBOX_SKILL_READ",
     "SANDBOX_SKILL_RUN",
@@ -57,6 +58,7 @@ __all__ = [
     "SESSION_CHECK",
     "SESSION_CLOSE",
     "SESSION_GET",
+    "SESSION_NESTED_ANY",
     "SESSION_OPEN",
     "SESSION_RUN",
     "TURNS_BUCKET",
@@ -77,6 +79,7 @@ __all__ = [
     "mcp_sample",
     "reply_subject",
     "session_call",
+    "session_nested",
 ]
 
 PREFIX: Final = "bastion.v1"
@@ -88,6 +91,8 @@ SESSION_CHECK: Final = f"{PREFIX}.session.check"
 """A session's opening checked, nothing opened: how a front-door token's profile is checked."""
 SESSION_CALL_ANY: Final = f"{PREFIX}.session.*.call"
 """The orchestrator listens here; the `*` is the session id."""
+SESSION_NESTED_ANY: Final = f"{PREFIX}.session.*.nested"
+"""A `run_code` program's calls, relayed by the sandbox service alone; `*` is the session id."""
 
 APPROVALS_LIST: Final = f"{PREFIX}.approvals.list"
 """The orchestrator answers with the parked calls (all, or of one session or tenant)."""
@@ -117,6 +122,8 @@ SANDBOX_SKILL_RUN: Final = f"{PREFIX}.sandbox.skill_run"
 """One of a skill's scripts, run in the session's sandbox with the skill at `/skill`."""
 SANDBOX_SKILL_WRITE: Final = f"{PREFIX}.sandbox.skill_write"
 """A skill's SKILL.md written with only its name, description and instructions."""
+SANDBOX_RUN_CODE: Final = f"{PREFIX}.sandbox.run_code"
+"""A `run_code` program, run with no workspace and no network, its tool calls relayed."""
 SANDBOX_RESOLVE: Final = f"{PREFIX}.sandbox.resolve"
 """The workspace paths a file call touches, resolved through its links, for the policy."""
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
@@ -220,6 +227,11 @@ def call_output(session_id: str, call_id: str) -> str:
     """Where the sandbox publishes a streamed call's output as its command writes it (a
     `shell` call sent with `stream`); only the front door may read it."""
     return f"{PREFIX}.calls.output.{session_id}.{call_id}"
+
+
+def session_nested(session_id: str) -> str:
+    """The subject a `run_code` program's call of one of `session_id`'s tools is sent to."""
+    return f"{PREFIX}.session.{session_id}.nested"
 
 
 def mcp_elicit(session_id: str) -> str:

@@ -30,6 +30,7 @@ __all__ = [
     "FindFilesInput",
     "ListFilesInput",
     "ReadFileInput",
+    "RunCodeInput",
     "RunTestsInput",
     "SearchFilesInput",
     "ShellInput",
@@ -194,6 +195,17 @@ class WebSearchInput(Ingress, frozen=True, kw_only=True):
     freshness: Literal["day", "week", "month", "year"] | None = None
 
 
+MAX_CODE: Final = 64 * 1024
+"""The most of a `run_code` program, in characters."""
+
+
+class RunCodeInput(Ingress, frozen=True, kw_only=True):
+    """`run_code`: a Python program (standard library only) that calls the session's tools
+    that read, as `tools.<name>(**input)` or `call(name, **input)`; what it prints comes back."""
+
+    code: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CODE)]
+
+
 class BuiltinTool(NamedTuple):
     """A built-in tool as every service may know it: the input it takes, the most it can do."""
 
@@ -221,6 +233,7 @@ BUILTIN_TOOLS: Final[Mapping[str, BuiltinTool]] = MappingProxyType(
         "skill_find": BuiltinTool(SkillFindInput, "read"),
         "skill_run": BuiltinTool(SkillRunInput, "write"),
         "skill_write": BuiltinTool(SkillWriteInput, "write"),
+        "run_code": BuiltinTool(RunCodeInput, "read"),
     }
 )
 """Every built-in tool by name, in the order a session's catalogue lists them."""

@@ -11,7 +11,15 @@ from bastion.proto._base import Ingress, Message
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import Effect, PolicyDecision
 
-__all__ = ["CallParked", "CallResult", "ToolCall", "ToolName", "ToolOutput"]
+__all__ = [
+    "CallParked",
+    "CallResult",
+    "NestedCall",
+    "NestedResult",
+    "ToolCall",
+    "ToolName",
+    "ToolOutput",
+]
 
 ToolName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
@@ -30,6 +38,25 @@ class ToolCall(Ingress, frozen=True, kw_only=True, tag="tool.call"):
     """Publish a `shell` command's output as it is written, on
     `subjects.call_output(session, call_id)` (with a `call_id` of letters, digits, `_` and
     `-`); the result is the same either way."""
+
+
+class NestedCall(Message, frozen=True, kw_only=True, tag="tool.nested_call"):
+    """A call a `run_code` program makes of one of the session's tools, relayed by the
+    sandbox service (the only one that may send it) on `session.<id>.nested`: the parent is
+    the run_code call whose program made it (docs/architecture.md §2.1)."""
+
+    parent_call_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    tool: ToolName
+    input: Annotated[dict[str, Any], msgspec.Meta(max_length=64)] = msgspec.field(
+        default_factory=dict
+    )
+
+
+class NestedResult(Message, frozen=True, kw_only=True, tag="tool.nested_result"):
+    """A nested call that ran: its text, as the program is given it."""
+
+    call_id: str
+    text: str
 
 
 class ToolOutput(Message, frozen=True, kw_only=True, tag="tool.output"):

@@ -87,6 +87,7 @@ SANDBOX_ENDPOINTS: Final = (
     s.SANDBOX_SKILL_RUN,
     s.SANDBOX_SKILL_WRITE,
     s.SANDBOX_RESOLVE,
+    s.SANDBOX_RUN_CODE,
 )
 MCP_OPERATOR_ENDPOINTS: Final = (s.MCP_ADD, s.MCP_REVIEW, s.MCP_LIST, s.MCP_REMOVE, s.MCP_BROWSE)
 VAULT_OPERATOR_ENDPOINTS: Final = (
@@ -129,7 +130,7 @@ HOOKS: Final = "hooks"
 
 GRANTS: Final[dict[str, Grant]] = {
     "orchestrator": Grant(
-        serves=(*SESSION_ENDPOINTS, *APPROVAL_ENDPOINTS),
+        serves=(*SESSION_ENDPOINTS, *APPROVAL_ENDPOINTS, s.SESSION_NESTED_ANY),
         asks=(
             s.POLICY_DECIDE,
             s.POLICY_CHECK_RULE,
@@ -164,6 +165,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.EGRESS_CONNECTIONS,
             s.POLICY_CHECK_PATHS,
             s.CALLS_OUTPUT_ANY,  # a streamed call's output, as its command writes it
+            s.SESSION_NESTED_ANY,  # a run_code program's calls, relayed: no one else may
         ),
         buckets=(s.SANDBOX_SLOTS_BUCKET,),
     ),

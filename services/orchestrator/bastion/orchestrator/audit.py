@@ -90,7 +90,13 @@ class AuditLog:
         await publish_audit(self._js, record)
 
     async def decision(
-        self, session: SessionInfo, call_id: str, tool: str, decision: PolicyDecision
+        self,
+        session: SessionInfo,
+        call_id: str,
+        tool: str,
+        decision: PolicyDecision,
+        *,
+        parent_call_id: str = "",
     ) -> None:
         await self.record(
             session,
@@ -100,17 +106,35 @@ class AuditLog:
             outcome=decision.outcome,
             rule=decision.rule,
             summary=decision.reason,
+            parent_call_id=parent_call_id,
         )
 
     async def call(
-        self, session: SessionInfo, call_id: str, tool: str, tool_input: dict[str, Any]
+        self,
+        session: SessionInfo,
+        call_id: str,
+        tool: str,
+        tool_input: dict[str, Any],
+        *,
+        parent_call_id: str = "",
     ) -> None:
         await self.record(
-            session, "call", call_id=call_id, tool=tool, summary=input_summary(tool_input)
+            session,
+            "call",
+            call_id=call_id,
+            tool=tool,
+            summary=input_summary(tool_input),
+            parent_call_id=parent_call_id,
         )
 
     async def result(
-        self, session: SessionInfo, call_id: str, tool: str, result: CallResult
+        self,
+        session: SessionInfo,
+        call_id: str,
+        tool: str,
+        result: CallResult,
+        *,
+        parent_call_id: str = "",
     ) -> None:
         outcome = error_code_of(result) or "ok"
         await self.record(
@@ -120,4 +144,5 @@ class AuditLog:
             tool=tool,
             outcome=outcome,
             summary=result_summary(result),
+            parent_call_id=parent_call_id,
         )

@@ -90,6 +90,14 @@ class CallRecords:
         found = await self._bucket.find(record_key(session_id, call_id))
         return found is not None and found.value.state == "running"
 
+    async def running_tool(self, session_id: str, call_id: str) -> str | None:
+        """The tool of the call made with this call id while it has no outcome yet; None
+        when there is no such call or it ended."""
+        found = await self._bucket.find(record_key(session_id, call_id))
+        if found is None or found.value.state != "running":
+            return None
+        return found.value.tool
+
     async def recall(
         self, session_id: str, call_id: str, *, alone: bool = True
     ) -> ToolOutput | ErrorReply | None:

@@ -79,6 +79,7 @@ def catalogue_for(
     skills_dir: str | None = None,
     web: bool = False,
     search: bool = False,
+    sandbox: str = "bwrap",
 ) -> tuple[ToolSpec, ...]:
     """The tools a session with these settings gets, and each one's effect."""
 
@@ -89,6 +90,7 @@ def catalogue_for(
             workspace is not None
             and (shell or not d.needs_shell)
             and (skills_dir is not None or not d.needs_skills)
+            and (sandbox == "bwrap" or not d.needs_bwrap)
         )
 
     return tuple(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from bastion.orchestrator.coderun import run_code
 from bastion.orchestrator.execute import run_check, run_file_tool, run_shell
 from bastion.orchestrator.skillfind import find_skills
 from bastion.orchestrator.skillrun import run_skill, write_skill
@@ -66,6 +67,8 @@ class ToolDefinition:
     """Offered only to a session opened with `web` (fetch_url), workspace or not."""
     needs_search: bool = False
     """Offered only when a search provider is configured (`BASTION_SEARCH`)."""
+    needs_bwrap: bool = False
+    """Offered only to a session of the bwrap backend (`run_code`: docs/sandbox.md)."""
 
     @property
     def input_type(self) -> Any:
@@ -182,6 +185,16 @@ REGISTRY: Final[Mapping[str, ToolDefinition]] = MappingProxyType(
                 Route("sandbox", write_skill),
                 journaled=True,
                 needs_skills=True,
+            ),
+            ToolDefinition(
+                "run_code",
+                "Run a Python program (standard library only; no workspace, no network) that "
+                "calls this session's tools that read as functions: tools.read_file(path=...) "
+                "or call('read_file', path=...) returns the tool's text and raises ToolError "
+                "when it fails; at most 200 calls, and only what it prints comes back.",
+                Route("sandbox", run_code),
+                needs_shell=True,
+                needs_bwrap=True,
             ),
         )
     }

@@ -58,11 +58,13 @@ class Runner:
         decision: PolicyDecision,
         alone: bool = True,
         stream: bool = False,
+        parent_call_id: str = "",
     ) -> str:
         """The call's text, in the order of docs/architecture.md §2: before-tool hooks (which
         may block), the audit record, the call itself through the journal, then after-tool
         hooks; its outcome is kept under its call id, and a call id that has one is answered
-        from it.
+        from it. A nested call (`parent_call_id`: the run_code call whose program made it)
+        is audited under its parent.
 
         Raises:
             UncertainCall: the call got no answer (journaled or not, it is not made again).
@@ -80,7 +82,9 @@ class Runner:
             with span("orchestrator.hooks.before_tool"):
                 await self.hooks.before_tool(session, tool.name, call_input, decision.outcome)
             with span("orchestrator.audit"):
-                await self.audit.call(session, call_id, tool.name, call_input)
+                await self.audit.call(
+                    session, call_id, tool.name, call_input, parent_call_id=parent_call_id
+                )
             with span("orchestrator.journal.run"):
                 text = await self.journal.run(
                     session,

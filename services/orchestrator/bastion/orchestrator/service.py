@@ -1,4 +1,5 @@
-"""The orchestrator's endpoints: `session.open|check|get|close|run`, `session.<id>.call` and
+"""The orchestrator's endpoints: `session.open|check|get|close|run`, `session.<id>.call`,
+`session.<id>.nested` (a run_code program's calls, from the sandbox service) and
 `approvals.list|answer`."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
 from bastion.proto.hooks import RunMark, RunMarked
 from bastion.proto.session import OpeningChecked, OpenSession, SessionInfo, SessionRef
-from bastion.proto.tools import CallResult, ToolCall
+from bastion.proto.tools import CallResult, NestedCall, NestedResult, ToolCall
 from bastion.shared.bus import Client
 from bastion.shared.errors import InvalidInput
 from bastion.shared.service import RequestContext, Service
@@ -33,7 +34,7 @@ __all__ = ["orchestrator_service"]
 
 
 def _session_of(context: RequestContext) -> str:
-    # subject: bastion.v1.session.<id>.call
+    # subject: bastion.v1.session.<id>.call (or .nested)
     session_id = context.subject.split(".")[3]
     if len(session_id) != 16 or not all(c in "0123456789abcdef" for c in session_id):
         raise InvalidInput(f"{session_id!r} is not a session id (16 lowercase hex digits)")
@@ -94,6 +95,9 @@ async def orchestrator_service(
     async def call(tool_call: ToolCall, context: RequestContext) -> CallResult:
         return await sessions.call(_session_of(context), tool_call)
 
+    async def nested(nested_call: NestedCall, context: RequestContext) -> NestedResult:
+        return await sessions.nested.call(_session_of(context), nested_call)
+
     async def run_mark(mark: RunMark, _: RequestContext) -> RunMarked:
         session = await sessions.get(mark.session_id)
         await audit.record(session, mark.event, outcome=mark.ended, summary=mark.task)
@@ -111,6 +115,7 @@ async def orchestrator_service(
     service.add_endpoint("get", subjects.SESSION_GET, SessionRef, get_session)
     service.add_endpoint("close", subjects.SESSION_CLOSE, SessionRef, close_session)
     service.add_endpoint("call", subjects.SESSION_CALL_ANY, ToolCall, call)
+    service.add_endpoint("nested", subjects.SESSION_NESTED_ANY, NestedCall, nested)
     service.add_endpoint("run", subjects.SESSION_RUN, RunMark, run_mark)
     service.add_endpoint("approvals_list", subjects.APPROVALS_LIST, ApprovalQuery, list_approvals)
     service.add_endpoint(

@@ -30,6 +30,7 @@ from bastion.orchestrator.catalogue import (
 from bastion.orchestrator.gate import WHOSE, ask_policy, policy_request, touched_paths
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
+from bastion.orchestrator.nested import NestedCalls
 from bastion.orchestrator.opencaps import OpenCaps
 from bastion.orchestrator.quota import QuotaUnavailable, RateLimited, TenantRates
 from bastion.orchestrator.running import Runner
@@ -79,7 +80,7 @@ _KEPT = (
 """What a session keeps of the ask that opened it, as asked."""
 _CHECKED = ("workspace", "network", "read_only_dirs", "skills_dir")
 """What of a session's ask its sandbox is checked for (with its backend) before it opens."""
-_CATALOGUED = ("workspace", "shell", "network", "skills_dir", "web")
+_CATALOGUED = ("workspace", "shell", "network", "skills_dir", "web", "sandbox")
 """What of a session's ask decides the tools it is offered."""
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,16 @@ class Sessions:
             hooks=hooks,
             records=records,
         )
+        self.nested = NestedCalls(
+            client,
+            store,
+            timeout_s,
+            audit=audit,
+            runner=self._runner,
+            records=records,
+            rates=rates,
+        )
+        """The calls `run_code` programs make, inside their run_code call's turn."""
         self.approvals = Approvals(
             client,
             approvals,

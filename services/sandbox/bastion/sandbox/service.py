@@ -1,5 +1,5 @@
 """The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code`,
-`.release`, `.skill_read`, `.skill_find`, `.skill_run` and `.skill_write`.
+`.release`, `.skill_read`, `.skill_find`, `.skill_run`, `.skill_write` and `.run_code`.
 
 Everything a command or a file tool answers, its errors too, leaves with every value of
 the tenant's secrets cut out (`bastion.shared.secretcuts`); a call that reaches declared
@@ -36,6 +36,7 @@ from bastion.proto.sandbox import (
     ReadSkill,
     ResolvedPaths,
     ResolvePaths,
+    RunCode,
     RunSkill,
     SandboxCheck,
     SandboxReady,
@@ -45,6 +46,7 @@ from bastion.proto.sandbox import (
     SkillListing,
     WriteSkill,
 )
+from bastion.proto.tools import NestedCall, NestedResult
 from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
 from bastion.sandbox.egress import EgressClient
@@ -53,6 +55,7 @@ from bastion.sandbox.finding import find_candidates, find_files, search_candidat
 from bastion.sandbox.hiding import PathJudge
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.resolving import resolve_paths
+from bastion.sandbox.runcode import PYTHON, Ask, Relay, program_argv, program_pipes, runtime_file
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.skillfind import find_skills
@@ -68,7 +71,7 @@ from bastion.sandbox.workspace import (
     checked_read_only_dirs,
     checked_workspace,
 )
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, InvalidInput, NotImplementedYet
 from bastion.shared.leasing import LeaseClient, lease_key
 from bastion.shared.metrics import sandboxes_running
@@ -162,6 +165,24 @@ def redacted(result: ExecResult, redactor: Redactor | None) -> ExecResult:
     )
 
 
+async def _relayed(
+    backend: BwrapBackend,
+    spec: SandboxSpec,
+    code: str,
+    ask: Ask,
+) -> ExecResult:
+    """The program's run, its pipes' relay beside it until the sandbox is gone."""
+    with program_pipes() as ((requests, mine), (answers, theirs)):
+        relay = Relay(mine, theirs, ask)
+        async with anyio.create_task_group() as group:
+            group.start_soon(relay.serve, code)
+            result = await backend.run_program(
+                spec, program_argv(requests, answers), [runtime_file()], [requests, answers]
+            )
+            group.cancel_scope.cancel()
+    return result
+
+
 class Sandboxes:
     """The endpoints' handlers: each checks the workspace, then runs in a sandbox or on it."""
 
@@ -176,7 +197,9 @@ class Sandboxes:
         slots: SharedSlots,
         judge: PathJudge | None = None,
         streams: OutputStreams | None = None,
+        client: Client | None = None,
     ) -> None:
+        self._client = client
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self._backend = backend or BwrapBackend(
             settings.bwrap,
@@ -414,6 +437,51 @@ class Sandboxes:
         command = await anyio.to_thread.run_sync(script_command, run, request.args)
         return await self._exec(request.exec, command, run.skill_dir)
 
+    async def run_code(self, asked: RunCode, _context: RequestContext) -> ExecResult:
+        """Run a `run_code` program in a cold sandbox with no workspace and no network, as
+        the session's owner with its limits, relaying each tool it calls (docs/sandbox.md)."""
+        backend = self._backend
+        if asked.backend != "bwrap" or not isinstance(backend, BwrapBackend):
+            raise NotImplementedYet(
+                "run_code runs with the bwrap backend only: a Docker session's container "
+                "shows the workspace to all it runs; use shell, or a bwrap session"
+            )
+        if not os.access(PYTHON, os.X_OK):
+            raise SandboxFailed(f"run_code needs {PYTHON} on this machine: install python3")
+        if self._client is None:
+            raise InvalidInput("this sandbox service has no bus to relay a program's calls on")
+        _, spec = self._spec(
+            asked.workspace,
+            asked.backend,
+            "none",
+            asked.limits,
+            read_only_dirs=(),
+            tenant=asked.tenant,
+        )
+        spec = dataclasses.replace(spec, workspace_shown=False)
+        client, deadline_s = self._client, asked.limits.wall_s
+
+        async def ask(tool: str, given: dict[str, Any]) -> str:
+            nested = NestedCall(parent_call_id=asked.call_id, tool=tool, input=given)
+            answer: NestedResult = await request(
+                client,
+                subjects.session_nested(asked.session_id),
+                nested,
+                NestedResult,
+                timeout_s=deadline_s,
+            )
+            return answer.text
+
+        running = {"bastion.sandbox.backend": "bwrap"}
+        async with self._slots.slot(asked.tenant):
+            sandboxes_running.add(1, running)
+            try:
+                with span("sandbox.run_code"):
+                    result = await _relayed(backend, spec, asked.code, ask)
+            finally:
+                sandboxes_running.add(-1, running)
+        return redacted(result, await self.secrets.redactor(asked.tenant, asked.session_id))
+
     async def skill_write(self, request: WriteSkill, _context: RequestContext) -> FileResult:
         """Write a skill's SKILL.md with only its name, description and instructions."""
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
@@ -617,6 +685,7 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
                 total_bytes=settings.stream_total_bytes,
             ),
         ),
+        client=client,
     )
     await sandboxes.sweep()
     service = Service(
@@ -636,6 +705,7 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
     service.add_endpoint(
         "skill_write", subjects.SANDBOX_SKILL_WRITE, WriteSkill, sandboxes.skill_write
     )
+    service.add_endpoint("run_code", subjects.SANDBOX_RUN_CODE, RunCode, sandboxes.run_code)
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(sandboxes.close_idle)

@@ -218,9 +218,7 @@ def bwrap_argv(
         *(["--size", str(tmp_bytes)] if tmp_bytes is not None else []),
         "--tmpfs",
         "/tmp",
-        "--bind",
-        str(spec.workspace),
-        WORKSPACE,
+        *(["--bind", str(spec.workspace), WORKSPACE] if spec.workspace_shown else []),
     ]
     args += git_options
     for directory in spec.read_only:
@@ -232,8 +230,10 @@ def bwrap_argv(
     skill = (spec.skill_dir,) if spec.skill_dir is not None else ()
     bound = [Path("/usr"), *(Path("/etc") / name for name in etc_entries), *spec.read_only, *skill]
     args += _masks((*spec.hidden, *ALWAYS_HIDDEN), bound)
-    args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
-    environment = ENVIRONMENT if spec.skill_dir is None else SKILL_ENVIRONMENT
+    home = WORKSPACE if spec.workspace_shown else "/tmp"
+    args += ["--remount-ro", "/", "--chdir", home, "--clearenv"]
+    own_home = spec.skill_dir is None and spec.workspace_shown
+    environment = ENVIRONMENT if own_home else SKILL_ENVIRONMENT
     for name, value in environment:
         args += ["--setenv", name, value]
     if args_fd is not None:

@@ -34,7 +34,7 @@ import os
 import shutil
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -181,6 +181,13 @@ async def _ended(cgroup: CommandCgroup | None) -> str:
     return hit
 
 
+def _guarded(spec: SandboxSpec) -> contextlib.AbstractContextManager[GitGuard | None]:
+    """The workspace's git guard, or none when the workspace is not shown."""
+    if spec.workspace_shown:
+        return guard(spec.workspace, spec.git_writable)
+    return contextlib.nullcontext(None)
+
+
 def _ids(spec: SandboxSpec) -> HostIds | None:
     """The host user to run as: the spec's, else (a root service) the workspace's owner."""
     if spec.host_ids is not None:
@@ -276,13 +283,21 @@ class BwrapBackend:
             )
         return bwrap, prlimit, setpriv
 
-    async def _launch(self, spec: SandboxSpec, command: str) -> ExecResult:
+    async def _launch(
+        self,
+        spec: SandboxSpec,
+        command: str | list[str],
+        files: Sequence[DataFile] = (),
+        fds: Sequence[int] = (),
+    ) -> ExecResult:
         programs = self._programs()
         cgroup = self._cgroup(spec)
         try:
-            with guard(spec.workspace, spec.git_writable) as git:
+            with _guarded(spec) as git:
                 try:
-                    finished = await self._launch_in(spec, command, programs, cgroup, git=git)
+                    finished = await self._launch_in(
+                        spec, command, programs, cgroup, git=git, files=files, fds=fds
+                    )
                 finally:  # a cancelled or failed run is ended and swept too
                     hit = await _ended(cgroup)
                     notes = git.sweep() if git is not None else []
@@ -295,18 +310,20 @@ class BwrapBackend:
     async def _launch_in(
         self,
         spec: SandboxSpec,
-        command: str,
+        command: str | list[str],
         programs: tuple[str, str, str],
         cgroup: CommandCgroup | None,
         *,
         git: GitGuard | None,
+        files: Sequence[DataFile] = (),
+        fds: Sequence[int] = (),
     ) -> Finished:
         bwrap, prlimit, setpriv = programs
         drop = drop_argv(setpriv, _ids(spec))
-        data = generated_etc(spec.network)
+        data = [*generated_etc(spec.network), *files]
         environment = list(spec.secret_environment)
-        shell = shell_argv(command)
-        if spec.bridge is not None:
+        shell = shell_argv(command) if isinstance(command, str) else command
+        if spec.bridge is not None and isinstance(command, str):
             data.append(DataFile(BRIDGE_SCRIPT, BRIDGE_PROGRAM))
             environment += spec.bridge.environment()
             shell = spec.bridge.argv(command)
@@ -345,7 +362,7 @@ class BwrapBackend:
                     env=_LAUNCHER_ENV,
                     pass_fds=[read for read, _ in data_pipes]
                     + ([args_fd] if args_fd is not None else [])
-                    + [status_write]
+                    + [status_write, *fds]
                     + (git.fds if git is not None else []),
                     pid_one=pid_one,
                     tap=spec.tap,
@@ -359,6 +376,15 @@ class BwrapBackend:
                 + _who(spec)
             )
         return finished
+
+    async def run_program(
+        self, spec: SandboxSpec, argv: list[str], files: Sequence[DataFile], fds: Sequence[int]
+    ) -> ExecResult:
+        """Run `argv` (not a shell command) in a cold sandbox of its own, within
+        `spec.limits`, with `files` written read-only inside and the descriptors `fds`
+        inherited: how a `run_code` program runs, never in the session's warm sandbox
+        (which shows the workspace)."""
+        return await self._launch(spec, argv, files, fds)
 
     async def run(self, spec: SandboxSpec, command: str) -> ExecResult:
         """Run `command` with `/bin/sh -c` in `/workspace`, within `spec.limits`: in the

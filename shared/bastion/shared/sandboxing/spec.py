@@ -65,6 +65,9 @@ class SandboxSpec:
     """The `declared` network's way out: the egress bridge, for a run with no network of
     its own (`none`). Its grant is set in the environment like a secret, never on a
     command line."""
+    workspace_shown: bool = True
+    """False: the workspace is not bound and there is no `/workspace` (a `run_code`
+    program sees none; `/tmp` is its home); the sandbox still runs as its owner."""
     host_ids: HostIds | None = None
     """The unprivileged host user bwrap runs as (`hostids.sandbox_ids`); None: a root
     service's bwrap backend runs it as the workspace's owner (refusing root), one that is
