@@ -10,6 +10,7 @@ from bastion.proto._base import Message
 
 __all__ = [
     "BAD_REQUEST",
+    "CANCELLED",
     "CONFLICT",
     "DECLINED",
     "DENIED",
@@ -80,6 +81,9 @@ TOOL_CHANGED: Final = "tool_changed"
 there, or no longer signed by its key): the call was not made."""
 UPSTREAM_ERROR: Final = "upstream_error"
 """An upstream MCP server answered the request with a JSON-RPC error."""
+CANCELLED: Final = "cancelled"
+"""Someone cancelled the call while it ran (the message names who): what it did before it
+stopped stays done, so it is not made again under its call id."""
 HOOK_BLOCKED: Final = "hook_blocked"
 """An operator's before-tool hook blocked the call (or failed to answer, which blocks too)."""
 

@@ -11,6 +11,7 @@ __all__ = [
     "AUDIT_ALL",
     "AUDIT_STREAM",
     "CALLS_BUCKET",
+    "CALLS_CANCEL",
     "EGRESS_CONNECTIONS",
     "EGRESS_CONNECTIONS_BUCKET",
     "EGRESS_FETCH",
@@ -53,6 +54,7 @@ __all__ = [
     "SANDBOX_SLOTS_BUCKET",
     "SESSIONS_BUCKET",
     "SESSION_CALL_ANY",
+    "SESSION_CANCEL_ANY",
     "SESSION_CHECK",
     "SESSION_CLOSE",
     "SESSION_GET",
@@ -75,6 +77,7 @@ __all__ = [
     "mcp_sample",
     "reply_subject",
     "session_call",
+    "session_cancel",
 ]
 
 PREFIX: Final = "bastion.v1"
@@ -86,6 +89,12 @@ SESSION_CHECK: Final = f"{PREFIX}.session.check"
 """A session's opening checked, nothing opened: how a front-door token's profile is checked."""
 SESSION_CALL_ANY: Final = f"{PREFIX}.session.*.call"
 """The orchestrator listens here; the `*` is the session id."""
+SESSION_CANCEL_ANY: Final = f"{PREFIX}.session.*.cancel"
+"""Cancel one running call of the session (the `*`): whoever may call in a session may
+cancel there, and only there."""
+CALLS_CANCEL: Final = f"{PREFIX}.calls.cancel"
+"""The orchestrator tells every replica of itself, the sandbox and the mcp service to stop
+one call: each stops what it runs of it (a broadcast, no answer)."""
 
 APPROVALS_LIST: Final = f"{PREFIX}.approvals.list"
 """The orchestrator answers with the parked calls (all, or of one session or tenant)."""
@@ -210,6 +219,11 @@ def reply_subject(responder: str, inbox: str) -> str:
 def session_call(session_id: str) -> str:
     """The subject a call of `session_id` is sent to."""
     return f"{PREFIX}.session.{session_id}.call"
+
+
+def session_cancel(session_id: str) -> str:
+    """The subject a cancel of one of `session_id`'s calls is sent to."""
+    return f"{PREFIX}.session.{session_id}.cancel"
 
 
 def mcp_elicit(session_id: str) -> str:

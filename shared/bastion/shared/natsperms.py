@@ -102,6 +102,7 @@ SESSION_ENDPOINTS: Final = (
     s.SESSION_GET,
     s.SESSION_CLOSE,
     s.SESSION_CALL_ANY,
+    s.SESSION_CANCEL_ANY,
     s.SESSION_RUN,
 )
 APPROVAL_ENDPOINTS: Final = (s.APPROVALS_LIST, s.APPROVALS_ANSWER)
@@ -140,7 +141,9 @@ GRANTS: Final[dict[str, Grant]] = {
             s.MCP_CALL,
             HOOKS_ALL,
             s.EVENTS_ALL,
+            s.CALLS_CANCEL,
         ),
+        listens=(s.CALLS_CANCEL,),
         buckets=(
             s.SESSIONS_BUCKET,
             s.JOURNAL_BUCKET,
@@ -164,6 +167,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.EGRESS_CONNECTIONS,
             s.POLICY_CHECK_PATHS,
         ),
+        listens=(s.CALLS_CANCEL,),
         buckets=(s.SANDBOX_SLOTS_BUCKET,),
     ),
     "egress": Grant(
@@ -191,7 +195,7 @@ GRANTS: Final[dict[str, Grant]] = {
             MCP_ELICIT_ANY,
             MCP_SAMPLE_ANY,
         ),
-        listens=(s.event("session_closed", "*"),),
+        listens=(s.event("session_closed", "*"), s.CALLS_CANCEL),
         buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),
         reads_buckets=(s.APPROVALS_BUCKET,),  # the front door watches a parked call's answer
         reads_streams=(s.AUDIT_STREAM,),  # a front-door session's record, as a resource
