@@ -87,9 +87,11 @@ class Cancels:
     async def _ended(self, session_id: str, call_id: str) -> None:
         """Return once the call runs here no more and its record is not `running`."""
         while True:
-            if not self.running.runs(session_id, call_id):
-                if await self.records.state(session_id, call_id) != "running":
-                    return
+            if (
+                not self.running.runs(session_id, call_id)
+                and await self.records.state(session_id, call_id) != "running"
+            ):
+                return
             await anyio.sleep(_POLL_S)
 
     @staticmethod

@@ -129,7 +129,7 @@ async def run_shell(call: Call, given: ShellInput) -> str:
     limits = msgspec.structs.replace(session.limits, wall_s=shell_wall_s(session, given.timeout_s))
     result = await call.ask(
         subjects.SANDBOX_EXEC,
-        ExecRequest(command=given.command, **_in_sandbox(call, limits)),
+        ExecRequest(command=given.command, call_id=call.call_id, **_in_sandbox(call, limits)),
         ExecResult,
         timeout_s=limits.wall_s + call.timeout_s,
     )

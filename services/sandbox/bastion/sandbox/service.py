@@ -68,6 +68,7 @@ from bastion.sandbox.workspace import (
     checked_workspace,
 )
 from bastion.shared.bus import Client
+from bastion.shared.cancelling import Running, listen
 from bastion.shared.errors import BastionError, InvalidInput, NotImplementedYet
 from bastion.shared.leasing import LeaseClient, lease_key
 from bastion.shared.metrics import sandboxes_running
@@ -175,6 +176,8 @@ class Sandboxes:
         judge: PathJudge | None = None,
     ) -> None:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
+        self.running = Running()
+        """The commands running here by session and call id: what `calls.cancel` kills."""
         self._backend = backend or BwrapBackend(
             settings.bwrap,
             settings.prlimit,
@@ -275,8 +278,12 @@ class Sandboxes:
         return sandbox_ids(workspace, self._host_ids, f"the workspace {workspace}")
 
     async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
-        """Run one shell command in the session's sandbox; a failing command is a result too."""
-        return await self._exec(request, request.command)
+        """Run one shell command in the session's sandbox; a failing command is a result too.
+        A cancel of its call kills it (every process of it: the warm sandbox's init ends the
+        command's pid namespace, a container's exec is killed) and answers `cancelled`."""
+        with self.running.scope(request.session_id, request.call_id) as running:
+            return await self._exec(request, request.command)
+        raise running.error("this command")
 
     async def _cut_error(self, error: BastionError, tenant: str, session_id: str) -> None:
         """Cut the tenant's values out of an error's message (a file's lines it quotes)."""
@@ -595,6 +602,7 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
         judge=judge,
     )
     await sandboxes.sweep()
+    await listen(client, sandboxes.running)
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."
     )
