@@ -1,0 +1,68 @@
+"""Cancelling a running call: `session.<id>.cancel` stops the call where it runs — the
+orchestrator answers it `cancelled`, the sandbox kills the command — and says so to every
+later sending of its call id; a call already ended, or never made, is a no-op answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from bastion.proto import errors as codes
+from bastion.proto.errors import ErrorReply
+from bastion.proto.tools import CallResult, ToolOutput
+from bastion.shared.bus import Client
+from bastion.shared.errors import RemoteError
+from tests.helpers.bus import Plane
+from tests.helpers.cancels import call_with_id, cancel, gone, until
+from tests.helpers.session import open_session
+from tests.helpers.sleepers import sleeping, unique_duration
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_cancelled_sleep_leaves_no_process_and_its_call_id_answers_cancelled(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    duration = unique_duration()
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        results: list[CallResult] = []
+
+        async def sleeper() -> None:
+            results.append(
+                await call_with_id(client, sid, "c-1", "shell", command=f"sleep {duration}")
+            )
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(sleeper)
+            await until(lambda: bool(sleeping(duration)), "the sleep started")
+            answer = await cancel(client, sid, "c-1", "cli:tester")
+        assert answer.outcome == "cancelled", answer.message
+        assert "cli:tester" in answer.message
+        [result] = results
+        assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED, result
+        assert "cancelled by cli:tester" in result.message
+        await gone(lambda: sleeping(duration))
+
+        again = await call_with_id(client, sid, "c-1", "shell", command=f"sleep {duration}")
+        assert isinstance(again, ErrorReply) and again.code == codes.CANCELLED
+        assert "cli:tester" in again.message
+        assert not sleeping(duration)  # answered from its record: not made again
+
+        nxt = await call_with_id(client, sid, "c-2", "shell", command="echo still-here")
+        assert isinstance(nxt, ToolOutput) and "still-here" in nxt.text
+
+        ended = await cancel(client, sid, "c-2", "cli:tester")
+        assert ended.outcome == "ended"
+        unknown = await cancel(client, sid, "never-made", "cli:tester")
+        assert unknown.outcome == "unknown"
+
+
+async def test_a_cancel_in_an_unknown_session_is_not_found(client: Client, plane_of: Plane) -> None:
+    async with plane_of():
+        with pytest.raises(RemoteError) as raised:
+            await cancel(client, "0" * 16, "c-1", "cli:tester")
+    assert raised.value.code == codes.NOT_FOUND
