@@ -8,14 +8,19 @@ from pathlib import Path
 
 import anyio
 import pytest
+from nats.aio.msg import Msg
 
 from bastion.proto import errors as codes
+from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
+from bastion.proto.events import CallFinished
 from bastion.proto.tools import CallResult, ToolOutput
 from bastion.shared.bus import Client
+from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from tests.helpers.bus import Plane
 from tests.helpers.cancels import call_with_id, cancel, gone, until
+from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
 from tests.helpers.session import open_session
 from tests.helpers.sleepers import sleeping, unique_duration
 
@@ -66,3 +71,37 @@ async def test_a_cancel_in_an_unknown_session_is_not_found(client: Client, plane
         with pytest.raises(RemoteError) as raised:
             await cancel(client, "0" * 16, "c-1", "cli:tester")
     assert raised.value.code == codes.NOT_FOUND
+
+
+async def test_an_mcp_clients_cancel_kills_its_command_and_names_the_agent(
+    client: Client, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    duration = unique_duration()
+    finished: list[CallFinished] = []
+
+    async def seen(msg: Msg) -> None:
+        finished.append(decode(msg.data, CallFinished))
+
+    await client.subscribe(subjects.event("call_finished", "*"), cb=seen)
+    async with plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L3", shell=True)
+        async with mcp_client(url, token) as mcp:
+            async with anyio.create_task_group() as group:
+
+                async def sleeper() -> None:
+                    await mcp.call_tool("shell", {"command": f"sleep {duration}"})
+
+                group.start_soon(sleeper)
+                await until(lambda: bool(sleeping(duration)), "the sleep started")
+                group.cancel_scope.cancel()  # the SDK sends `notifications/cancelled`
+            await gone(lambda: sleeping(duration))
+            await until(lambda: bool(finished), "the call finished")
+            after = await mcp.call_tool("shell", {"command": "echo next-call"})
+        [cancelled, *_] = finished
+        again = await call_with_id(
+            client, cancelled.session_id, cancelled.call_id, "shell", command="true"
+        )
+    assert cancelled.error_code == codes.CANCELLED
+    assert not after.is_error and "next-call" in text_of(after)
+    assert isinstance(again, ErrorReply) and again.code == codes.CANCELLED
+    assert "cancelled by mcp:claude" in again.message
