@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from nats.aio.msg import Msg
 
@@ -25,6 +26,9 @@ from tests.helpers.session import open_session
 from tests.helpers.sleepers import sleeping, unique_duration
 
 pytestmark = pytest.mark.anyio
+
+OPERATOR_TOKEN = "op-token-0123456789abcdef"
+"""The `door_of` fixture's operator token (label `operator`)."""
 
 
 async def test_a_cancelled_sleep_leaves_no_process_and_its_call_id_answers_cancelled(
@@ -105,3 +109,43 @@ async def test_an_mcp_clients_cancel_kills_its_command_and_names_the_agent(
     assert not after.is_error and "next-call" in text_of(after)
     assert isinstance(again, ErrorReply) and again.code == codes.CANCELLED
     assert "cancelled by mcp:claude" in again.message
+
+
+async def test_an_operator_cancels_a_call_over_http_and_unknown_ones_are_404(
+    client: Client, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    duration = unique_duration()
+    headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    async with plane_of(), door_of() as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        route = f"/v1/sessions/{sid}/calls/h-1/cancel"
+        results: list[CallResult] = []
+
+        async def sleeper() -> None:
+            results.append(
+                await call_with_id(client, sid, "h-1", "shell", command=f"sleep {duration}")
+            )
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(sleeper)
+            await until(lambda: bool(sleeping(duration)), "the sleep started")
+            refused = await http.post(route)  # no operator token
+            assert refused.status_code == 401
+            assert sleeping(duration)
+            cancelled = await http.post(route, headers=headers)
+        await gone(lambda: sleeping(duration))
+        ended = await http.post(route, headers=headers)
+        no_call = await http.post(f"/v1/sessions/{sid}/calls/nope/cancel", headers=headers)
+        no_session = await http.post(f"/v1/sessions/{'0' * 16}/calls/h-1/cancel", headers=headers)
+        not_an_id = await http.post("/v1/sessions/a.b/calls/h-1/cancel", headers=headers)
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["outcome"] == "cancelled"
+    [result] = results
+    assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED
+    assert "cancelled by http:operator" in result.message
+    assert ended.status_code == 200 and ended.json()["outcome"] == "ended"
+    for missing in (no_call, no_session, not_an_id):
+        assert missing.status_code == 404, missing.text
+        assert missing.headers["content-type"] == "application/problem+json"
+        assert missing.json()["code"] == "not_found"
