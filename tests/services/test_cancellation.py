@@ -4,11 +4,16 @@ later sending of its call id; a call already ended, or never made, is a no-op an
 
 from __future__ import annotations
 
+import getpass
+import json
+import signal
+import sys
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
+from anyio.abc import ByteReceiveStream
 from nats.aio.msg import Msg
 
 from bastion.proto import errors as codes
@@ -27,8 +32,17 @@ from tests.helpers.sleepers import sleeping, unique_duration
 
 pytestmark = pytest.mark.anyio
 
+BASTION = [sys.executable, "-m", "bastion.cli"]
 OPERATOR_TOKEN = "op-token-0123456789abcdef"
 """The `door_of` fixture's operator token (label `operator`)."""
+
+
+async def _all_of(stream: ByteReceiveStream | None) -> str:
+    assert stream is not None
+    read = b""
+    async for chunk in stream:
+        read += chunk
+    return read.decode()
 
 
 async def test_a_cancelled_sleep_leaves_no_process_and_its_call_id_answers_cancelled(
@@ -149,3 +163,36 @@ async def test_an_operator_cancels_a_call_over_http_and_unknown_ones_are_404(
         assert missing.status_code == 404, missing.text
         assert missing.headers["content-type"] == "application/problem+json"
         assert missing.json()["code"] == "not_found"
+
+
+async def test_ctrl_c_in_agent_run_cancels_the_call_and_exits_130(
+    client: Client, plane_of: Plane, nats_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    duration = unique_duration()
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"tool": "shell", "input": {"command": f"sleep {duration}"}},
+                {"tool": "shell", "input": {"command": "touch never-made"}},
+            ]
+        )
+    )
+    argv = [
+        *BASTION, "agent", "run", "--nats", nats_url, "--script", str(script),
+        "--workspace", str(workspace), "--shell", "--autonomy", "L3",
+        "--state-dir", str(tmp_path / "cli-state"),
+    ]  # fmt: skip
+    async with plane_of():
+        async with await anyio.open_process(argv) as process:
+            await until(lambda: bool(sleeping(duration)), "the sleep started", tries=1200)
+            process.send_signal(signal.SIGINT)
+            with anyio.fail_after(60):
+                status = await process.wait()
+            out, err = await _all_of(process.stdout), await _all_of(process.stderr)
+        await gone(lambda: sleeping(duration))
+    assert status == 130, (out, err)
+    assert f"cancelled by cli:{getpass.getuser()}" in out
+    assert "← error (cancelled)" in out
+    assert "interrupted" in err and "was cancelled" in err
+    assert not (workspace / "never-made").exists()
