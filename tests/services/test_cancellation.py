@@ -24,9 +24,12 @@ from bastion.proto.tools import CallResult, ToolOutput
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
-from tests.helpers.bus import Plane
+from bastion.shared.settings import BusSettings
+from tests.helpers.bus import Plane, ServiceRunner
 from tests.helpers.cancels import call_with_id, cancel, gone, until
 from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
+from tests.helpers.mcp_gateway import add, mcp_plane
+from tests.helpers.mcp_upstream import SERVERS, apart, stdio_spec
 from tests.helpers.session import open_session
 from tests.helpers.sleepers import sleeping, unique_duration
 
@@ -196,3 +199,37 @@ async def test_ctrl_c_in_agent_run_cancels_the_call_and_exits_130(
     assert "← error (cancelled)" in out
     assert "interrupted" in err and "was cancelled" in err
     assert not (workspace / "never-made").exists()
+
+
+async def test_a_cancelled_upstream_call_is_cancelled_upstream(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    record = tmp_path / "upstream-events"
+    record.touch()
+
+    def lines() -> list[str]:
+        return record.read_text().splitlines()
+
+    spec = stdio_spec(SERVERS / "cancellable.py", apart(tmp_path), str(record))
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "waiter", spec)
+        session = await open_session(client, autonomy="L5", mcp=["waiter"])
+        sid = session.session_id
+        results: list[CallResult] = []
+
+        async def waiting() -> None:
+            results.append(await call_with_id(client, sid, "u-1", "waiter_wait", seconds=600))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiting)
+            await until(lambda: any(line.startswith("started") for line in lines()), "started")
+            answer = await cancel(client, sid, "u-1", "http:ops")
+        await until(lambda: any(line.startswith("cancelled") for line in lines()), "told")
+        quick = await call_with_id(client, sid, "u-2", "waiter_wait", seconds=0)
+    assert answer.outcome == "cancelled", answer.message
+    [result] = results
+    assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED
+    assert "cancelled by http:ops" in result.message
+    started = next(line.split()[1] for line in lines() if line.startswith("started"))
+    assert f"cancelled {started}" in lines()  # the request the call was, by its id
+    assert isinstance(quick, ToolOutput) and "waited 0 s" in quick.text
