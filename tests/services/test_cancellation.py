@@ -16,11 +16,17 @@ import pytest
 from anyio.abc import ByteReceiveStream
 from nats.aio.msg import Msg
 
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.events import CallFinished
 from bastion.proto.tools import CallResult, ToolOutput
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
@@ -233,3 +239,47 @@ async def test_a_cancelled_upstream_call_is_cancelled_upstream(
     started = next(line.split()[1] for line in lines() if line.startswith("started"))
     assert f"cancelled {started}" in lines()  # the request the call was, by its id
     assert isinstance(quick, ToolOutput) and "waited 0 s" in quick.text
+
+
+async def _sleep_cancelled(client: Client, sid: str, call_id: str) -> None:
+    """A `sleep` made under `call_id` and cancelled while it runs: it must answer so, and
+    leave no process."""
+    duration = unique_duration()
+    results: list[CallResult] = []
+
+    async def sleeper() -> None:
+        results.append(
+            await call_with_id(client, sid, call_id, "shell", command=f"sleep {duration}")
+        )
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(sleeper)
+        await until(lambda: bool(sleeping(duration)), "the sleep started")
+        answer = await cancel(client, sid, call_id, "cli:tester")
+    assert answer.outcome == "cancelled", answer.message
+    [result] = results
+    assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED
+    await gone(lambda: sleeping(duration))
+
+
+async def test_with_two_orchestrators_whichever_runs_the_call_cancels_it(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    sandbox_state_dir: Path,
+    workspace: Path,
+) -> None:
+    """Calls and cancels each go to either replica (a queue group): over eight rounds the
+    cancel reaches the replica not running the call in all but 1 in 256 runs, and every
+    round must end cancelled whichever it reached."""
+    url = bus_settings.nats_url
+    sandbox = SandboxSettings(nats_url=url, state_dir=str(sandbox_state_dir))
+    async with (
+        run_service(policy_service, PolicySettings),
+        run_service(sandbox_service, sandbox),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=url)),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=url)),
+    ):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        for round_ in range(8):
+            await _sleep_cancelled(client, session.session_id, f"r-{round_}")
