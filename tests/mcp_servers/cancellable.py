@@ -1,9 +1,10 @@
 """An MCP server over stdio (standard library only) that records what a client cancels.
 
 wait (read-only): waits the seconds it is given, then says `waited N s`; a
-`notifications/cancelled` naming its request ends the wait unanswered. Each event is a line
-of the file named by the first argument: `started <id>` when a call begins, `cancelled
-<id>` when its cancel comes.
+`notifications/cancelled` naming its request ends the wait unanswered. change (neither
+read-only nor idempotent, so journaled): the same wait, as a tool that changes something.
+Each event is a line of the file named by the first argument: `started <id>` when a call
+begins, `cancelled <id>` when its cancel comes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ TOOLS = [
         "description": "Wait the seconds given, then answer.",
         "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
         "annotations": {"readOnlyHint": True, "openWorldHint": False},
+    },
+    {
+        "name": "change",
+        "description": "Wait the seconds given as a change would, then answer.",
+        "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
+        "annotations": {"readOnlyHint": False, "openWorldHint": False},
     },
 ]
 RECORD = Path(sys.argv[1])

@@ -232,6 +232,16 @@ async def test_a_cancelled_upstream_call_is_cancelled_upstream(
             answer = await cancel(client, sid, "u-1", "http:ops")
         await until(lambda: any(line.startswith("cancelled") for line in lines()), "told")
         quick = await call_with_id(client, sid, "u-2", "waiter_wait", seconds=0)
+        changes: list[CallResult] = []
+
+        async def changing() -> None:
+            changes.append(await call_with_id(client, sid, "u-3", "waiter_change", seconds=600))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(changing)
+            await until(lambda: len([x for x in lines() if x.startswith("started")]) == 3, "3")
+            await cancel(client, sid, "u-3", "cli:tester")
+        identical = await call_with_id(client, sid, "u-4", "waiter_change", seconds=600)
     assert answer.outcome == "cancelled", answer.message
     [result] = results
     assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED
@@ -239,6 +249,12 @@ async def test_a_cancelled_upstream_call_is_cancelled_upstream(
     started = next(line.split()[1] for line in lines() if line.startswith("started"))
     assert f"cancelled {started}" in lines()  # the request the call was, by its id
     assert isinstance(quick, ToolOutput) and "waited 0 s" in quick.text
+    [changed] = changes
+    assert isinstance(changed, ErrorReply) and changed.code == codes.CANCELLED
+    # the journal keeps it cancelled: the identical change under a new call id is not made
+    assert isinstance(identical, ErrorReply) and identical.code == codes.CANCELLED, identical
+    assert "cancelled while it ran" in identical.message and "cli:tester" in identical.message
+    assert len([x for x in lines() if x.startswith("started")]) == 3
 
 
 async def _sleep_cancelled(client: Client, sid: str, call_id: str) -> None:
