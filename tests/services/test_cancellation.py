@@ -31,6 +31,7 @@ from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
+from tests.helpers.approvals import records_of
 from tests.helpers.bus import Plane, ServiceRunner
 from tests.helpers.cancels import call_with_id, cancel, gone, until
 from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
@@ -91,6 +92,11 @@ async def test_a_cancelled_sleep_leaves_no_process_and_its_call_id_answers_cance
         assert ended.outcome == "ended"
         unknown = await cancel(client, sid, "never-made", "cli:tester")
         assert unknown.outcome == "unknown"
+        audited = [record for _, record in await records_of(client, session.tenant, sid)]
+    told = [(r.action, r.by) for r in audited if r.call_id == "c-1" and r.action == "cancel"]
+    assert told == [("cancel", "cli:tester")]  # the no-op cancels are not recorded
+    results_of_c1 = [r.outcome for r in audited if r.call_id == "c-1" and r.action == "result"]
+    assert results_of_c1 == [codes.CANCELLED, codes.CANCELLED]  # its run, then its resending
 
 
 async def test_a_cancel_in_an_unknown_session_is_not_found(client: Client, plane_of: Plane) -> None:

@@ -70,7 +70,7 @@ class Cancels:
         told = CallCancel(session_id=session_id, call_id=ask.call_id, by=ask.by)
         self.running.cancel(told)  # this replica's part at once; the others are told
         await self.client.publish(subjects.CALLS_CANCEL, encode(told))
-        await self.audit.record(session, "cancel", call_id=ask.call_id, summary=f"by {ask.by}")
+        await self.audit.record(session, "cancel", call_id=ask.call_id, by=ask.by)
         with anyio.move_on_after(self.wait_s):
             await self._ended(session_id, ask.call_id)
             return self._answer(
