@@ -13,9 +13,10 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from anyio.abc import ByteReceiveStream
+from anyio.abc import ByteReceiveStream, SocketStream
 from nats.aio.msg import Msg
 
+from bastion.egress.service import egress_service
 from bastion.orchestrator.service import orchestrator_service
 from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
@@ -34,7 +35,9 @@ from bastion.shared.settings import BusSettings
 from tests.helpers.approvals import records_of
 from tests.helpers.bus import Plane, ServiceRunner
 from tests.helpers.cancels import call_with_id, cancel, gone, until
+from tests.helpers.egress import RESOLVER, egress_settings, guard_network
 from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
+from tests.helpers.loopback import serving_on_loopback
 from tests.helpers.mcp_gateway import add, mcp_plane
 from tests.helpers.mcp_upstream import SERVERS, apart, stdio_spec
 from tests.helpers.session import open_session
@@ -305,3 +308,56 @@ async def test_with_two_orchestrators_whichever_runs_the_call_cancels_it(
         session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
         for round_ in range(8):
             await _sleep_cancelled(client, session.session_id, f"r-{round_}")
+
+
+async def _fetch_cancelled(
+    client: Client, sid: str, call_id: str, page: str, asked: list[bytes]
+) -> None:
+    """A fetch of `page` (which never answers) cancelled once the page was asked for."""
+    results: list[CallResult] = []
+    before = len(asked)
+
+    async def fetching() -> None:
+        results.append(await call_with_id(client, sid, call_id, "fetch_url", url=page))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(fetching)
+        await until(lambda: len(asked) > before, "the page was asked for")
+        answer = await cancel(client, sid, call_id, "http:ops")
+    assert answer.outcome == "cancelled", answer.message
+    [result] = results
+    assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED
+    assert "this fetch_url call was cancelled by http:ops" in result.message
+
+
+async def test_with_two_orchestrators_the_one_running_a_fetch_stops_waiting_for_it(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page that never comes: the egress service is not told of cancels, so only the
+    orchestrator running the call can end it. Each round's call and cancel go to either
+    replica; in all but 1 in 64 runs some round's cancel reaches the replica not running
+    the call, which must then be told on `calls.cancel` for the round to end cancelled."""
+    off_loopback = guard_network(monkeypatch)
+    asked: list[bytes] = []
+
+    async def never_answers(stream: SocketStream) -> None:
+        async with stream:
+            asked.append(await stream.receive())
+            await anyio.sleep_forever()
+
+    url = bus_settings.nats_url
+    async with (
+        run_service(policy_service, PolicySettings),
+        run_service(egress_service(RESOLVER), egress_settings(url, "127.0.0.0/8")),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=url)),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=url)),
+        serving_on_loopback(never_answers) as port,
+    ):
+        session = await open_session(client, autonomy="L5", web=True)
+        for round_ in range(6):
+            page = f"http://public.test:{port}/{round_}"
+            await _fetch_cancelled(client, session.session_id, f"f-{round_}", page, asked)
+    assert off_loopback == []
