@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -361,3 +362,32 @@ async def test_with_two_orchestrators_the_one_running_a_fetch_stops_waiting_for_
             page = f"http://public.test:{port}/{round_}"
             await _fetch_cancelled(client, session.session_id, f"f-{round_}", page, asked)
     assert off_loopback == []
+
+
+async def test_a_cancelled_run_tests_kills_the_tests_it_runs(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    duration = unique_duration()
+    tests_file = workspace / "test_slow.py"
+    tests_file.write_text(
+        "import subprocess\nimport unittest\n\n\n"
+        "class Slow(unittest.TestCase):\n"
+        "    def test_slow(self):\n"
+        f"        subprocess.run(['sleep', '{duration}'], check=True)\n"
+    )
+    os.chown(tests_file, 1000, 1000)
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        results: list[CallResult] = []
+
+        async def testing() -> None:
+            results.append(await call_with_id(client, session.session_id, "t-1", "run_tests"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(testing)
+            await until(lambda: bool(sleeping(duration)), "the tests started", tries=1200)
+            answer = await cancel(client, session.session_id, "t-1", "cli:tester")
+        await gone(lambda: sleeping(duration))
+    assert answer.outcome == "cancelled", answer.message
+    [result] = results
+    assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED

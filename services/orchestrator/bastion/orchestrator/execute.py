@@ -151,7 +151,7 @@ async def run_check(call: Call, given: DiagnosticsInput | RunTestsInput) -> str:
     )
     report = await call.ask(
         subjects.SANDBOX_CHECK_CODE,
-        CodeCheck(what=what, **_in_sandbox(call, limits)),
+        CodeCheck(what=what, call_id=call.call_id, **_in_sandbox(call, limits)),
         CodeReport,
         timeout_s=limits.wall_s + call.timeout_s,
     )

@@ -403,7 +403,9 @@ class Sandboxes:
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
         run = await anyio.to_thread.run_sync(skill_script, skills_dir, request.name, request.script)
         command = await anyio.to_thread.run_sync(script_command, run, request.args)
-        return await self._exec(request.exec, command, run.skill_dir)
+        with self.running.scope(request.exec.session_id, request.exec.call_id) as running:
+            return await self._exec(request.exec, command, run.skill_dir)
+        raise running.error(f"this run of skill {request.name}'s script")
 
     async def skill_write(self, request: WriteSkill, _context: RequestContext) -> FileResult:
         """Write a skill's SKILL.md with only its name, description and instructions."""
@@ -504,7 +506,13 @@ class Sandboxes:
         )
 
     async def check_code(self, request: CodeCheck, _context: RequestContext) -> CodeReport:
-        """Run the workspace's checker or tests in the session's sandbox, like a command."""
+        """Run the workspace's checker or tests in the session's sandbox, like a command; a
+        cancel of its call kills it as it kills a command."""
+        with self.running.scope(request.session_id, request.call_id) as running:
+            return await self._check_code(request)
+        raise running.error(f"this {request.what} run")
+
+    async def _check_code(self, request: CodeCheck) -> CodeReport:
         backend, spec = self._spec_of(request)
 
         spec, room = await self._bounded(spec)
