@@ -110,8 +110,9 @@ async def test_a_cancel_in_an_unknown_session_is_not_found(client: Client, plane
     assert raised.value.code == codes.NOT_FOUND
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])  # notifications/cancelled; a closed stream
 async def test_an_mcp_clients_cancel_kills_its_command_and_names_the_agent(
-    client: Client, plane_of: Plane, door_of: DoorOf, workspace: Path
+    client: Client, plane_of: Plane, door_of: DoorOf, workspace: Path, mode: str
 ) -> None:
     duration = unique_duration()
     finished: list[CallFinished] = []
@@ -122,7 +123,7 @@ async def test_an_mcp_clients_cancel_kills_its_command_and_names_the_agent(
     await client.subscribe(subjects.event("call_finished", "*"), cb=seen)
     async with plane_of(), door_of() as url:
         token = await new_token(client, workspace, autonomy="L3", shell=True)
-        async with mcp_client(url, token) as mcp:
+        async with mcp_client(url, token, mode) as mcp:
             async with anyio.create_task_group() as group:
 
                 async def sleeper() -> None:

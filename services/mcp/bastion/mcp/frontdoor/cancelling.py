@@ -14,10 +14,13 @@ from bastion.proto.cancel import CancelAnswer, CancelCall
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError
 
-__all__ = ["CANCEL_WAIT_S", "cancel_call", "peer_cancelled", "send_cancel"]
+__all__ = ["CANCEL_BY_CLOSING", "CANCEL_WAIT_S", "cancel_call", "peer_cancelled", "send_cancel"]
 
 logger = logging.getLogger(__name__)
 
+CANCEL_BY_CLOSING: Final = "2026-07-28"
+"""The first MCP protocol version whose client cancels a request by closing its response
+stream (the handler is then cancelled, as for `notifications/cancelled` before it)."""
 CANCEL_WAIT_S: Final = 15.0
 """How long the front door waits for a cancel's answer (the orchestrator waits 5 s for
 the call to stop)."""
@@ -51,10 +54,14 @@ async def cancel_call(client: Client, session_id: str, call_id: str, by: str) ->
 
 
 def peer_cancelled(ctx: ServerRequestContext[Any, Any]) -> bool:
-    """Whether the client sent `notifications/cancelled` for this request (the SDK then
-    cancels its handler), rather than the handler being cancelled for another reason (the
-    server stopping). The low-level context does not carry the request's dispatch context
-    that knows; its session holds it as the request's outbound channel."""
+    """Whether the client cancelled this request, rather than the handler being cancelled
+    for another reason (the server stopping): it sent `notifications/cancelled` (the SDK
+    then cancels the handler; the low-level context does not carry the request's dispatch
+    context that knows, its session holds it as the request's outbound channel), or, from
+    protocol 2026-07-28 on, where a client cancels by closing the response stream and has
+    no notifications, the stream was closed."""
+    if ctx.protocol_version >= CANCEL_BY_CLOSING:
+        return True
     dispatch = getattr(ctx.session, "_request_outbound", None)
     event = getattr(dispatch, "cancel_requested", None)
     return isinstance(event, anyio.Event) and event.is_set()
