@@ -66,6 +66,8 @@ async def test_a_cancelled_sleep_leaves_no_process_and_its_call_id_answers_cance
     async with plane_of():
         session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
         sid = session.session_id
+        kept = await call_with_id(client, sid, "c-0", "shell", command="echo kept > /tmp/keep")
+        assert isinstance(kept, ToolOutput)
         results: list[CallResult] = []
 
         async def sleeper() -> None:
@@ -89,8 +91,9 @@ async def test_a_cancelled_sleep_leaves_no_process_and_its_call_id_answers_cance
         assert "cli:tester" in again.message
         assert not sleeping(duration)  # answered from its record: not made again
 
-        nxt = await call_with_id(client, sid, "c-2", "shell", command="echo still-here")
-        assert isinstance(nxt, ToolOutput) and "still-here" in nxt.text
+        nxt = await call_with_id(client, sid, "c-2", "shell", command="cat /tmp/keep")
+        # the next call runs, in the same warm sandbox: only the command was ended
+        assert isinstance(nxt, ToolOutput) and "kept" in nxt.text, nxt
 
         ended = await cancel(client, sid, "c-2", "cli:tester")
         assert ended.outcome == "ended"
