@@ -38,10 +38,11 @@ from tests.helpers.bus import Plane, ServiceRunner
 from tests.helpers.cancels import call_with_id, cancel, gone, until
 from tests.helpers.egress import RESOLVER, egress_settings, guard_network
 from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
+from tests.helpers.hookgate import HookGate, send
 from tests.helpers.loopback import serving_on_loopback
 from tests.helpers.mcp_gateway import add, mcp_plane
 from tests.helpers.mcp_upstream import SERVERS, apart, stdio_spec
-from tests.helpers.session import open_session
+from tests.helpers.session import open_session, orchestrator
 from tests.helpers.sleepers import sleeping, unique_duration
 
 pytestmark = pytest.mark.anyio
@@ -395,3 +396,29 @@ async def test_a_cancelled_run_tests_kills_the_tests_it_runs(
     assert answer.outcome == "cancelled", answer.message
     [result] = results
     assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED
+
+
+async def test_a_cancel_told_before_the_call_runs_stops_it_as_it_begins(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    plane: None,
+    workspace: Path,
+) -> None:
+    """Held at its before-tool hook the call has a record but nothing runs yet: the cancel
+    is answered `cancelling`, and once the hook lets it go it is stopped as it begins."""
+    gate = HookGate()
+    await gate.register(client)
+    async with orchestrator(run_service, bus_settings):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        with anyio.fail_after(60):
+            sent = await send(client, sid, "shell", call_id="g-1", command="touch ran-anyway")
+            await gate.until_held(1)
+            answer = await cancel(client, sid, "g-1", "mcp:claude")
+            await gate.release()
+            result = await sent.answer()
+    assert answer.outcome == "cancelling", answer.message
+    assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED, result
+    assert "cancelled by mcp:claude" in result.message
+    assert not (workspace / "ran-anyway").exists()

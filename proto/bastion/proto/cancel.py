@@ -12,7 +12,7 @@ from bastion.proto._base import Ingress, Message, SessionId
 __all__ = ["CallCancel", "CancelAnswer", "CancelCall", "CancelOutcome", "CancelledBy"]
 
 CancelledBy = Annotated[
-    str, msgspec.Meta(min_length=5, max_length=160, pattern=r"^(mcp|http|cli):[^\s]+$")
+    str, msgspec.Meta(min_length=5, max_length=160, pattern=r"^(mcp|http|cli):.+$")
 ]
 """Who cancels: `mcp:<agent>`, `http:<label>` or `cli:<user>`."""
 

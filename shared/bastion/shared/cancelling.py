@@ -9,9 +9,11 @@ that runs the call named cancels its scope. A replica that runs nothing of it ig
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Final
 
 import anyio
 from nats.aio.msg import Msg
@@ -22,9 +24,12 @@ from bastion.shared.bus import Client
 from bastion.shared.codec import decode
 from bastion.shared.errors import BadRequest, Cancelled
 
-__all__ = ["Cancellable", "Running", "listen"]
+__all__ = ["KEPT_S", "Cancellable", "Running", "listen"]
 
 logger = logging.getLogger(__name__)
+
+KEPT_S: Final = 60.0
+"""How long a cancel told before the call's part here began is kept for it."""
 
 
 @dataclass
@@ -48,10 +53,13 @@ class Cancellable:
 
 
 class Running:
-    """The calls this process runs a part of now, by (session id, call id)."""
+    """The calls this process runs a part of now, by (session id, call id), and the cancels
+    told for a call before its part here began (kept `KEPT_S`: that part is cancelled as
+    it begins)."""
 
     def __init__(self) -> None:
         self._calls: dict[tuple[str, str], list[Cancellable]] = {}
+        self._told: dict[tuple[str, str], tuple[str, float]] = {}
 
     @contextmanager
     def scope(self, session_id: str, call_id: str) -> Iterator[Cancellable]:
@@ -60,6 +68,10 @@ class Running:
         key = (session_id, call_id)
         running = Cancellable()
         self._calls.setdefault(key, []).append(running)
+        told = self._told.pop(key, None)
+        if told is not None and told[1] > time.monotonic():
+            running.by = told[0]
+            running.scope.cancel()
         try:
             with running.scope:
                 yield running
@@ -74,11 +86,17 @@ class Running:
         return (session_id, call_id) in self._calls
 
     def cancel(self, told: CallCancel) -> bool:
-        """Cancel every part of the call this process runs; whether there was one."""
-        found = self._calls.get((told.session_id, told.call_id), [])
+        """Cancel every part of the call this process runs; whether there was one. Without
+        one, the cancel is kept a while: a part that begins meanwhile is cancelled."""
+        key = (told.session_id, told.call_id)
+        found = self._calls.get(key, [])
         for running in found:
             running.by = running.by or told.by
             running.scope.cancel()
+        if not found:
+            now = time.monotonic()
+            self._told = {k: v for k, v in self._told.items() if v[1] > now}
+            self._told[key] = (told.by, now + KEPT_S)
         return bool(found)
 
 
