@@ -16,6 +16,7 @@ import bastion.proto
 from bastion.proto import (
     approvals,
     audit,
+    cancel,
     egress,
     events,
     frontdoor,
@@ -256,6 +257,11 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         always=True,
         rule="Write(notes/*)",
         reason="fine",
+    ),
+    cancel.CancelCall: cancel.CancelCall(call_id="c-1", by="mcp:claude"),
+    cancel.CallCancel: cancel.CallCancel(session_id=SID, call_id="c-1", by="http:ops"),
+    cancel.CancelAnswer: cancel.CancelAnswer(
+        session_id=SID, call_id="c-1", outcome="cancelled", message="call 'c-1' was cancelled"
     ),
     approvals.ApprovalAnswered: approvals.ApprovalAnswered(
         approval=PARKED, result=ErrorReply(code="declined", message="no")
@@ -642,6 +648,9 @@ TAGS: dict[type[msgspec.Struct], str] = {
     approvals.ApprovalList: "approval.list",
     approvals.ApprovalAnswer: "approval.answer",
     approvals.ApprovalAnswered: "approval.answered",
+    cancel.CancelCall: "call.cancel",
+    cancel.CallCancel: "call.cancel.told",
+    cancel.CancelAnswer: "call.cancel.answer",
     sandbox.ReadSkill: "sandbox.skill_read",
     sandbox.SkillDocument: "sandbox.skill_document",
     sandbox.RunSkill: "sandbox.skill_run",
@@ -757,6 +766,7 @@ def wire_structs() -> set[type[msgspec.Struct]]:
     modules = (
         approvals,
         audit,
+        cancel,
         egress,
         events,
         frontdoor,
@@ -895,6 +905,7 @@ INGRESS = [
     hooks.RunMark,
     approvals.ApprovalQuery,
     approvals.ApprovalAnswer,
+    cancel.CancelCall,
     mcp.EffectOverride,
     mcp.SamplingAllowance,
     mcp.McpServerSpec,

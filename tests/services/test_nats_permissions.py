@@ -41,7 +41,7 @@ from bastion.shared.codec import decode, encode
 from bastion.shared.errors import RemoteError
 from bastion.shared.leasing import redaction_context
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, service_env, write_nats_config
-from bastion.shared.natsperms import GRANTS, STREAM_SUBJECTS
+from bastion.shared.natsperms import GRANTS, STREAM_SUBJECTS, permissions
 from bastion.shared.sealing import open_sealed, public_bytes
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.vault.leasing import lease_context
@@ -190,6 +190,45 @@ async def test_only_the_front_door_can_read_a_calls_streamed_output_and_the_sand
                 await door.client.flush()
                 await anyio.sleep(0.01)
     assert received == [b"chunk"] and sandbox.errors == [] and door.errors == []
+
+
+async def test_a_cancel_is_allowed_exactly_where_a_call_is_and_only_the_orchestrator_tells(
+    secured: Secured,
+) -> None:
+    """Whoever may call in a session may cancel there; `calls.cancel`, which every replica
+    acts on, is told by the orchestrator alone (it has checked the session and the call)."""
+    for user in GRANTS:
+        perms = permissions(user)
+        for kind in ("publish", "subscribe"):
+            allowed = getattr(perms, kind)
+            assert (subjects.SESSION_CALL_ANY in allowed) == (
+                subjects.SESSION_CANCEL_ANY in allowed
+            ), (user, kind)
+        assert (subjects.CALLS_CANCEL in perms.publish) == (user == "orchestrator"), user
+    received: list[str] = []
+
+    async def keep(message: nats.aio.msg.Msg) -> None:
+        received.append(message.subject)
+
+    async with (
+        as_user(secured, "sandbox") as sandbox,
+        as_user(secured, "mcp") as mcp,
+        as_user(secured, "operator") as operator,
+    ):
+        await sandbox.client.subscribe(subjects.CALLS_CANCEL, cb=keep)
+        await sandbox.client.flush()
+        for forger in (mcp, operator):
+            await forger.client.publish(subjects.CALLS_CANCEL, b"x")
+            await forger.client.flush()
+        with anyio.fail_after(5):
+            while not all(
+                any("permissions violation for publish" in e for e in forger.errors)
+                for forger in (mcp, operator)
+            ):
+                await mcp.client.flush()
+                await anyio.sleep(0.05)
+        await sandbox.client.flush()
+    assert received == []
 
 
 async def test_no_user_can_read_another_users_replies(secured: Secured) -> None:

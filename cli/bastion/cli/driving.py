@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 
 from bastion.cli import exits
+from bastion.cli.interrupting import Interrupted, cancellable
 from bastion.cli.runrecord import RunRecord
 from bastion.cli.runs import KeptRun, forget_run, keep_run
 from bastion.cli.script import Step
@@ -46,9 +47,18 @@ def is_error(result: CallResult) -> bool:
 async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
     """The step's call; one that got no answer (its orchestrator died, none answered yet) is
     sent again, with the same call_id, up to `RETRIES` times: the call's record answers
-    with the outcome of its one run, or says it is uncertain; it never runs twice."""
+    with the outcome of its one run, or says it is uncertain; it never runs twice. Ctrl-C
+    meanwhile cancels it (`interrupting`)."""
     assert step.tool is not None
     call = ToolCall(tool=step.tool, input=step.input, call_id=secrets.token_hex(8))
+    assert call.call_id is not None
+    return await cancellable(
+        client, session.session_id, call.call_id, lambda: _sent(client, session, call)
+    )
+
+
+async def _sent(client: Client, session: SessionInfo, call: ToolCall) -> CallResult:
+    """`call`'s answer, sent again as `_call` says when it got none."""
     for attempt in range(RETRIES + 1):
         try:
             result: CallResult = await request(
@@ -56,7 +66,7 @@ async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
                 subjects.session_call(session.session_id),
                 call,
                 CallResult,
-                timeout_s=call_wait_s(session, step.tool, step.input),
+                timeout_s=call_wait_s(session, call.tool, call.input),
             )
         except BastionError as error:
             result = error.to_reply()
@@ -65,6 +75,34 @@ async def _call(client: Client, session: SessionInfo, step: Step) -> CallResult:
             break
         await anyio.sleep(RETRY_PAUSE_S)
     return result
+
+
+async def _stopped(
+    client: Client, step: Step, stopped: Interrupted, session: SessionInfo, record: RunRecord
+) -> int:
+    """Ctrl-C during the step's call: what the call and its cancel answered, said, the run
+    ended and the session closed (the rest of the script is not run); 130."""
+    if stopped.result is not None:
+        say(show_result(stopped.result))
+        record.called(step, stopped.result)
+    told = stopped.cancel.message if stopped.cancel is not None else "its cancel got no answer"
+    sys.stderr.write(f"interrupted: {told}; the rest of the script was not run\n")
+    await _end(client, session, "interrupted")
+    return exits.INTERRUPTED
+
+
+async def _end(client: Client, session: SessionInfo, ended: str) -> None:
+    """The run marked ended (`ended`), and the session closed."""
+    await mark_run(
+        client, RunMark(session_id=session.session_id, event="run_end", ended=ended), CALL_MARGIN_S
+    )
+    await request(
+        client,
+        subjects.SESSION_CLOSE,
+        SessionRef(session_id=session.session_id),
+        SessionInfo,
+        timeout_s=CALL_MARGIN_S,
+    )
 
 
 async def parked_calls(
@@ -109,7 +147,8 @@ async def drive(
     The exit status (`bastion.cli.exits`): 1 if a step (or, with `failed`, the call
     answered before) ended in an error of Bastion's — a refusal, an unknown tool, a
     timeout; a command's own non-zero exit and a person's decline are answers — else 3 for
-    a run stopped to wait for a person, else 0.
+    a run stopped to wait for a person, else 0; 130 for Ctrl-C during a call, which is
+    cancelled (`interrupting`), the session closed and the rest of the script not run.
     """
     errors = int(failed)
     for index, step in enumerate(steps):
@@ -118,7 +157,10 @@ async def drive(
             record.said(step.say)
             continue
         say(f"→ {step.tool} {show_input(step.input)}")
-        result = await _call(client, session, step)
+        try:
+            result = await _call(client, session, step)
+        except Interrupted as stopped:
+            return await _stopped(client, step, stopped, session, record)
         parked = await _waiting_on(client, session, result)
         if parked is None:
             say(show_result(result))
@@ -136,18 +178,7 @@ async def drive(
         show_waiting(parked)
         record.waiting = parked
         return exits.ERROR if errors else exits.WAITING
-    await mark_run(
-        client,
-        RunMark(session_id=session.session_id, event="run_end", ended="done"),
-        CALL_MARGIN_S,
-    )
-    await request(
-        client,
-        subjects.SESSION_CLOSE,
-        SessionRef(session_id=session.session_id),
-        SessionInfo,
-        timeout_s=CALL_MARGIN_S,
-    )
+    await _end(client, session, "done")
     forget_run(state_dir, session.session_id)
     say(f"session {session.session_id}: done")
     if errors:

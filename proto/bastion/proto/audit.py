@@ -24,10 +24,11 @@ class AuditRecord(Message, frozen=True, kw_only=True, tag="audit.record"):
     """One thing that happened to a session's call, for people who review it later.
 
     `action` says what: `session_opened`, `decision`, `call`, `result`, `journal`, `hook`,
-    `run_start`, `run_end`, `session_closed`, `approval` (new actions may be added; one
-    never changes meaning). `outcome` is the action's own: allow / ask / deny for a
-    decision, `ok` or an error code for a result, `answered` / `uncertain` for the journal,
-    `blocked` for a hook, approved / declined for an approval.
+    `run_start`, `run_end`, `session_closed`, `approval`, `cancel` (a running call told to
+    stop, `by` whom) (new actions may be added; one never changes meaning). `outcome` is
+    the action's own: allow / ask / deny for a decision, `ok` or an error code for a
+    result, `answered` / `uncertain` for the journal, `blocked` for a hook, approved /
+    declined for an approval.
     """
 
     action: Annotated[str, msgspec.Meta(max_length=64)]
@@ -40,6 +41,6 @@ class AuditRecord(Message, frozen=True, kw_only=True, tag="audit.record"):
     rule: Annotated[str, msgspec.Meta(max_length=256)] = ""
     summary: Annotated[str, msgspec.Meta(max_length=MAX_SUMMARY)] = ""
     by: Annotated[str, msgspec.Meta(max_length=128)] = ""
-    """Who acted, when a person or a hook did (an approver, `hook guard`)."""
+    """Who acted, when a person or a hook did (an approver, `hook guard`, who cancelled)."""
     parent_call_id: Annotated[str, msgspec.Meta(max_length=64)] = ""
     """For a call a `run_code` program made: the run_code call's id."""

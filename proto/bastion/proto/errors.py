@@ -10,6 +10,7 @@ from bastion.proto._base import Message
 
 __all__ = [
     "BAD_REQUEST",
+    "CANCELLED",
     "CONFLICT",
     "DECLINED",
     "DENIED",
@@ -84,6 +85,9 @@ UPSTREAM_ERROR: Final = "upstream_error"
 PROGRAM_FAILED: Final = "program_failed"
 """A `run_code` program failed (an exception, a status other than 0): the message is its
 output and its traceback."""
+CANCELLED: Final = "cancelled"
+"""Someone cancelled the call while it ran (the message names who): what it did before it
+stopped stays done, so it is not made again under its call id."""
 HOOK_BLOCKED: Final = "hook_blocked"
 """An operator's before-tool hook blocked the call (or failed to answer, which blocks too)."""
 

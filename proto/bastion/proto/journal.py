@@ -12,10 +12,11 @@ from bastion.proto.policy import Effect, PolicyDecision
 
 __all__ = ["CallRecord", "CallState", "JournalEntry", "JournalState"]
 
-JournalState = Literal["started", "done", "uncertain"]
+JournalState = Literal["started", "done", "uncertain", "cancelled"]
 """`started`: sent to the service that runs it, no answer yet; `done`: answered, its text
 kept; `uncertain`: no answer came (a timeout, a service died), so it may or may not have
-taken effect."""
+taken effect; `cancelled`: someone cancelled it while it ran (`why` says who), so it may
+have taken effect in part."""
 
 
 class JournalEntry(Message, frozen=True, kw_only=True, tag="journal.entry"):
@@ -32,7 +33,8 @@ class JournalEntry(Message, frozen=True, kw_only=True, tag="journal.entry"):
     decision: PolicyDecision | None = None
     """The decision that let the call run, shown again when the journal answers."""
     why: str = ""
-    """Why an `uncertain` call got no answer, in words (`no answer within 10 s`)."""
+    """Why an `uncertain` call got no answer, in words (`no answer within 10 s`), or who
+    cancelled a `cancelled` one."""
 
 
 CallState = Literal["running", "done"]

@@ -272,6 +272,8 @@ class CodeCheck(Message, frozen=True, kw_only=True, tag="sandbox.check_code"):
     limits: Limits = Limits()
     read_only_dirs: ReadOnlyDirs = ()
     tenant: Identifier = "default"
+    call_id: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    """The call it runs for: a cancel of that call kills what it runs."""
 
 
 class CodeReport(Message, frozen=True, kw_only=True, tag="sandbox.code_report"):

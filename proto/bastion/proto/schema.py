@@ -9,6 +9,7 @@ import msgspec
 from bastion.proto import (
     approvals,
     audit,
+    cancel,
     egress,
     events,
     frontdoor,
@@ -47,6 +48,9 @@ MESSAGES: dict[str, Any] = {
     "ApprovalList": approvals.ApprovalList,
     "ApprovalAnswer": approvals.ApprovalAnswer,
     "ApprovalAnswered": approvals.ApprovalAnswered,
+    "CancelCall": cancel.CancelCall,
+    "CancelAnswer": cancel.CancelAnswer,
+    "CallCancel": cancel.CallCancel,
     "ExecRequest": sandbox.ExecRequest,
     "ExecResult": sandbox.ExecResult,
     "OutputChunk": sandbox.OutputChunk,

@@ -11,6 +11,7 @@ __all__ = [
     "AUDIT_ALL",
     "AUDIT_STREAM",
     "CALLS_BUCKET",
+    "CALLS_CANCEL",
     "CALLS_OUTPUT_ANY",
     "EGRESS_CONNECTIONS",
     "EGRESS_CONNECTIONS_BUCKET",
@@ -55,6 +56,7 @@ __all__ = [
     "SANDBOX_SLOTS_BUCKET",
     "SESSIONS_BUCKET",
     "SESSION_CALL_ANY",
+    "SESSION_CANCEL_ANY",
     "SESSION_CHECK",
     "SESSION_CLOSE",
     "SESSION_GET",
@@ -79,6 +81,7 @@ __all__ = [
     "mcp_sample",
     "reply_subject",
     "session_call",
+    "session_cancel",
     "session_nested",
 ]
 
@@ -93,6 +96,12 @@ SESSION_CALL_ANY: Final = f"{PREFIX}.session.*.call"
 """The orchestrator listens here; the `*` is the session id."""
 SESSION_NESTED_ANY: Final = f"{PREFIX}.session.*.nested"
 """A `run_code` program's calls, relayed by the sandbox service alone; `*` is the session id."""
+SESSION_CANCEL_ANY: Final = f"{PREFIX}.session.*.cancel"
+"""Cancel one running call of the session (the `*`): whoever may call in a session may
+cancel there, and only there."""
+CALLS_CANCEL: Final = f"{PREFIX}.calls.cancel"
+"""The orchestrator tells every replica of itself, the sandbox and the mcp service to stop
+one call: each stops what it runs of it (a broadcast, no answer)."""
 
 APPROVALS_LIST: Final = f"{PREFIX}.approvals.list"
 """The orchestrator answers with the parked calls (all, or of one session or tenant)."""
@@ -232,6 +241,11 @@ def call_output(session_id: str, call_id: str) -> str:
 def session_nested(session_id: str) -> str:
     """The subject a `run_code` program's call of one of `session_id`'s tools is sent to."""
     return f"{PREFIX}.session.{session_id}.nested"
+
+
+def session_cancel(session_id: str) -> str:
+    """The subject a cancel of one of `session_id`'s calls is sent to."""
+    return f"{PREFIX}.session.{session_id}.cancel"
 
 
 def mcp_elicit(session_id: str) -> str:

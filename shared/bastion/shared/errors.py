@@ -35,6 +35,7 @@ from bastion.proto.errors import ErrorReply
 __all__ = [
     "BadRequest",
     "BastionError",
+    "Cancelled",
     "InvalidInput",
     "NotFound",
     "NotImplementedYet",
@@ -62,6 +63,10 @@ class BastionError(Exception):
 
 class BadRequest(BastionError):
     code = codes.BAD_REQUEST
+
+
+class Cancelled(BastionError):
+    code = codes.CANCELLED
 
 
 class InvalidInput(BastionError):

@@ -103,6 +103,7 @@ SESSION_ENDPOINTS: Final = (
     s.SESSION_GET,
     s.SESSION_CLOSE,
     s.SESSION_CALL_ANY,
+    s.SESSION_CANCEL_ANY,
     s.SESSION_RUN,
 )
 APPROVAL_ENDPOINTS: Final = (s.APPROVALS_LIST, s.APPROVALS_ANSWER)
@@ -141,7 +142,9 @@ GRANTS: Final[dict[str, Grant]] = {
             s.MCP_CALL,
             HOOKS_ALL,
             s.EVENTS_ALL,
+            s.CALLS_CANCEL,
         ),
+        listens=(s.CALLS_CANCEL,),
         buckets=(
             s.SESSIONS_BUCKET,
             s.JOURNAL_BUCKET,
@@ -167,6 +170,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.CALLS_OUTPUT_ANY,  # a streamed call's output, as its command writes it
             s.SESSION_NESTED_ANY,  # a run_code program's calls, relayed: no one else may
         ),
+        listens=(s.CALLS_CANCEL,),
         buckets=(s.SANDBOX_SLOTS_BUCKET,),
     ),
     "egress": Grant(
@@ -196,7 +200,7 @@ GRANTS: Final[dict[str, Grant]] = {
             *FRONTDOOR_TOKEN_ENDPOINTS,  # the HTTP API's token routes ask the bus endpoints
         ),
         # the front door reads the output of the calls it streams; no other user may
-        listens=(s.event("session_closed", "*"), s.CALLS_OUTPUT_ANY),
+        listens=(s.event("session_closed", "*"), s.CALLS_OUTPUT_ANY, s.CALLS_CANCEL),
         buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),
         reads_buckets=(s.APPROVALS_BUCKET,),  # the front door watches a parked call's answer
         reads_streams=(s.AUDIT_STREAM,),  # a front-door session's record, as a resource

@@ -31,6 +31,7 @@ from bastion.proto.mcp import (
     ReviewServer,
 )
 from bastion.shared.bus import Client
+from bastion.shared.cancelling import listen
 from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError
 from bastion.shared.leasing import LeaseClient, lease_key
@@ -73,6 +74,7 @@ async def mcp_service(client: Client, settings: McpSettings) -> AsyncIterator[Se
             grant_ttl_s=settings.mcp_idle_s + 60,
             state_dir=settings.state_dir,
         )
+        await listen(client, gateway.running)
 
         async def session_closed(message: Msg) -> None:
             try:

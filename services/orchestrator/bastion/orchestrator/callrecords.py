@@ -33,7 +33,7 @@ import msgspec
 from bastion.orchestrator.callorder import NeedsTurnAlone
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
-from bastion.proto.journal import CallRecord
+from bastion.proto.journal import CallRecord, CallState
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.tools import ToolOutput
@@ -84,6 +84,11 @@ class CallRecords:
         """The records on `bucket` (created if missing, entries kept `ttl_s`), started as
         `holder` (this orchestrator's turn holder)."""
         return cls(await TypedBucket.open(client, bucket, CallRecord, ttl_s=ttl_s), holder)
+
+    async def state(self, session_id: str, call_id: str) -> CallState | None:
+        """The state of the call made with this call id, or None if none was."""
+        found = await self._bucket.find(record_key(session_id, call_id))
+        return None if found is None else found.value.state
 
     async def running(self, session_id: str, call_id: str) -> bool:
         """Whether the call made with this call id has no outcome yet."""

@@ -128,10 +128,14 @@ async def run_shell(call: Call, given: ShellInput) -> str:
     published as it comes too (`bastion.sandbox.streaming`)."""
     session = call.session
     limits = msgspec.structs.replace(session.limits, wall_s=shell_wall_s(session, given.timeout_s))
-    streamed: dict[str, Any] = {"call_id": call.call_id, "stream": True} if call.stream else {}
     result = await call.ask(
         subjects.SANDBOX_EXEC,
-        ExecRequest(command=given.command, **_in_sandbox(call, limits), **streamed),
+        ExecRequest(
+            command=given.command,
+            call_id=call.call_id,
+            stream=call.stream,
+            **_in_sandbox(call, limits),
+        ),
         ExecResult,
         timeout_s=limits.wall_s + call.timeout_s,
     )
@@ -153,7 +157,7 @@ async def run_check(call: Call, given: DiagnosticsInput | RunTestsInput) -> str:
     )
     report = await call.ask(
         subjects.SANDBOX_CHECK_CODE,
-        CodeCheck(what=what, **_in_sandbox(call, limits)),
+        CodeCheck(what=what, call_id=call.call_id, **_in_sandbox(call, limits)),
         CodeReport,
         timeout_s=limits.wall_s + call.timeout_s,
     )

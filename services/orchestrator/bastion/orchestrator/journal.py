@@ -7,7 +7,8 @@ one call). The entry is created (compare-and-set: only if absent) before the cal
 and holds its answer once one comes. Then an identical call is answered from the entry,
 and one whose entry is still `started` or `uncertain` — the earlier call never got an
 answer — is refused as uncertain: it may or may not have taken effect, and nothing here
-retries it.
+retries it. One whose entry is `cancelled` — someone cancelled it while it ran — is
+refused as `cancelled`, saying who, for the same reason.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.proto.tools import ToolOutput
 from bastion.shared.bus import Client
-from bastion.shared.errors import BastionError, Unavailable
+from bastion.shared.errors import BastionError, Cancelled, Unavailable
 from bastion.shared.kv import AlreadyStored, ChangedSince, TypedBucket
 
 __all__ = ["MAX_KEPT_TEXT", "Journal", "UncertainCall", "call_key"]
@@ -100,6 +101,7 @@ class Journal:
 
         Raises:
             UncertainCall: an identical call was made and got no answer.
+            Cancelled: an identical call was made and cancelled while it ran.
         """
         if not is_journaled(tool):
             return None
@@ -108,6 +110,12 @@ class Journal:
         if found is None:
             return None
         entry, revision = found.value, found.revision
+        if entry.state == "cancelled":
+            raise Cancelled(
+                f"an identical {tool.name} call was made at {_when(entry.started_at)} and "
+                f"cancelled while it ran ({entry.why}): it may have taken effect in part, "
+                f"{_not_again(tool)}"
+            )
         if entry.state != "done":
             if entry.state == "started":
                 # Nobody is waiting on it any more (a session's journaled calls run alone, in
@@ -151,6 +159,7 @@ class Journal:
 
         Raises:
             UncertainCall: the call got no answer (or an identical one is in flight).
+            Cancelled: it was cancelled while it ran (its entry says so from then on).
         """
         if not is_journaled(tool):
             try:
@@ -181,6 +190,12 @@ class Journal:
         try:
             text = await make()
         except BastionError as error:
+            if error.code == codes.CANCELLED:  # stopped midway: it may have done a part
+                entry = msgspec.structs.replace(
+                    entry, state="cancelled", finished_at=datetime.now(UTC), why=error.message
+                )
+                await self._write(key, entry, revision)
+                raise
             if not _unanswered(error):
                 # An answer, though a refusal: the call changed nothing, so the same call
                 # may be made again once the model has changed what made it fail.

@@ -7,7 +7,7 @@ once however often it is sent) are kept the same way for both.
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.shared.bus import Client
+from bastion.shared.cancelling import Running
 from bastion.shared.errors import BastionError, RemoteError
 from bastion.shared.telemetry import span
 
@@ -46,6 +47,8 @@ class Runner:
     audit: AuditLog
     hooks: Hooks
     records: CallRecords
+    running: Running = field(default_factory=Running)
+    """The calls running here, each cancelled by `calls.cancel` (`cancelling`)."""
 
     async def run(
         self,
@@ -97,7 +100,7 @@ class Runner:
             with span("orchestrator.hooks.after_tool"):
                 text = await self.hooks.after_tool(session, tool.name, call_input, text)
         except BastionError as error:
-            if error.code == codes.UNCERTAIN:
+            if error.code in (codes.UNCERTAIN, codes.CANCELLED):  # it may have done something
                 await self.records.finish(started, error=error.to_reply())
             else:  # answered, though with an error: nothing changed, it may be made again
                 await self.records.drop(started)
@@ -119,7 +122,9 @@ class Runner:
         call = Call(self.client, self.store, session, tool, call_id, self.timeout_s, stream)
         with span("orchestrator.execute", tool=tool.name):
             try:
-                return await route_of(tool).run(call, tool_input)
+                with self.running.scope(session.session_id, call_id) as running:
+                    return await route_of(tool).run(call, tool_input)
+                raise running.error(f"this {tool.name} call")
             finally:
                 if from_outside(tool):
                     now = datetime.now(UTC)

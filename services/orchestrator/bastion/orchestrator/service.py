@@ -1,6 +1,6 @@
 """The orchestrator's endpoints: `session.open|check|get|close|run`, `session.<id>.call`,
-`session.<id>.nested` (a run_code program's calls, from the sandbox service) and
-`approvals.list|answer`."""
+`session.<id>.nested` (a run_code program's calls, from the sandbox service),
+`session.<id>.cancel` and `approvals.list|answer`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import anyio
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.audit import AuditLog
 from bastion.orchestrator.callrecords import CallRecords
+from bastion.orchestrator.cancelling import Cancels
 from bastion.orchestrator.hooks import Hooks
 from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.opencaps import OpenCaps
@@ -22,10 +23,12 @@ from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.turns import Turns
 from bastion.proto import subjects
 from bastion.proto.approvals import ApprovalAnswer, ApprovalAnswered, ApprovalList, ApprovalQuery
+from bastion.proto.cancel import CancelAnswer, CancelCall
 from bastion.proto.hooks import RunMark, RunMarked
 from bastion.proto.session import OpeningChecked, OpenSession, SessionInfo, SessionRef
 from bastion.proto.tools import CallResult, NestedCall, NestedResult, ToolCall
 from bastion.shared.bus import Client
+from bastion.shared.cancelling import listen
 from bastion.shared.errors import InvalidInput
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.version import VERSION
@@ -34,7 +37,7 @@ __all__ = ["orchestrator_service"]
 
 
 def _session_of(context: RequestContext) -> str:
-    # subject: bastion.v1.session.<id>.call (or .nested)
+    # subject: bastion.v1.session.<id>.call (or .nested, .cancel)
     session_id = context.subject.split(".")[3]
     if len(session_id) != 16 or not all(c in "0123456789abcdef" for c in session_id):
         raise InvalidInput(f"{session_id!r} is not a session id (16 lowercase hex digits)")
@@ -78,6 +81,8 @@ async def orchestrator_service(
         parallel_reads=settings.session_parallel_reads,
     )
     await sessions.recover()
+    cancels = Cancels(client, store, records, sessions.running, audit)
+    await listen(client, sessions.running)
 
     async def open_session(ask: OpenSession, _: RequestContext) -> SessionInfo:
         return await sessions.open(ask)
@@ -98,6 +103,9 @@ async def orchestrator_service(
     async def nested(nested_call: NestedCall, context: RequestContext) -> NestedResult:
         return await sessions.nested.call(_session_of(context), nested_call)
 
+    async def cancel(ask: CancelCall, context: RequestContext) -> CancelAnswer:
+        return await cancels.cancel(_session_of(context), ask)
+
     async def run_mark(mark: RunMark, _: RequestContext) -> RunMarked:
         session = await sessions.get(mark.session_id)
         await audit.record(session, mark.event, outcome=mark.ended, summary=mark.task)
@@ -116,6 +124,7 @@ async def orchestrator_service(
     service.add_endpoint("close", subjects.SESSION_CLOSE, SessionRef, close_session)
     service.add_endpoint("call", subjects.SESSION_CALL_ANY, ToolCall, call)
     service.add_endpoint("nested", subjects.SESSION_NESTED_ANY, NestedCall, nested)
+    service.add_endpoint("cancel", subjects.SESSION_CANCEL_ANY, CancelCall, cancel)
     service.add_endpoint("run", subjects.SESSION_RUN, RunMark, run_mark)
     service.add_endpoint("approvals_list", subjects.APPROVALS_LIST, ApprovalQuery, list_approvals)
     service.add_endpoint(

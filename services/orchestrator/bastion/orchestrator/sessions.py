@@ -52,6 +52,7 @@ from bastion.proto.sandbox import (
 from bastion.proto.session import OpenSession, SessionInfo, SessionLimits
 from bastion.proto.tools import CallParked, CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
+from bastion.shared.cancelling import Running
 from bastion.shared.carry import carried
 from bastion.shared.codec import describe_decode_error, encode
 from bastion.shared.deadlines import call_wait_s
@@ -153,6 +154,8 @@ class Sessions:
         self._calls_in: Counter[tuple[str, str]] = Counter()
         """(session, call id) of the calls here now: one sent again while its first
         sending is still here is made alone, after it."""
+        self.running = Running()
+        """The calls running here, by session and call id: what a cancel stops."""
         self._runner = Runner(
             client,
             store,
@@ -162,6 +165,7 @@ class Sessions:
             audit=audit,
             hooks=hooks,
             records=records,
+            running=self.running,
         )
         self.nested = NestedCalls(
             client,

@@ -72,6 +72,7 @@ from bastion.sandbox.workspace import (
     checked_workspace,
 )
 from bastion.shared.bus import Client, request
+from bastion.shared.cancelling import Running, listen
 from bastion.shared.errors import BastionError, InvalidInput, NotImplementedYet
 from bastion.shared.leasing import LeaseClient, lease_key
 from bastion.shared.metrics import sandboxes_running
@@ -201,6 +202,8 @@ class Sandboxes:
     ) -> None:
         self._client = client
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
+        self.running = Running()
+        """The commands running here by session and call id: what `calls.cancel` kills."""
         self._backend = backend or BwrapBackend(
             settings.bwrap,
             settings.prlimit,
@@ -302,8 +305,12 @@ class Sandboxes:
         return sandbox_ids(workspace, self._host_ids, f"the workspace {workspace}")
 
     async def exec(self, request: ExecRequest, _context: RequestContext) -> ExecResult:
-        """Run one shell command in the session's sandbox; a failing command is a result too."""
-        return await self._exec(request, request.command)
+        """Run one shell command in the session's sandbox; a failing command is a result too.
+        A cancel of its call kills it (every process of it: the warm sandbox's init ends the
+        command's pid namespace, a container's exec is killed) and answers `cancelled`."""
+        with self.running.scope(request.session_id, request.call_id) as running:
+            return await self._exec(request, request.command)
+        raise running.error("this command")
 
     async def _cut_error(self, error: BastionError, tenant: str, session_id: str) -> None:
         """Cut the tenant's values out of an error's message (a file's lines it quotes)."""
@@ -435,7 +442,9 @@ class Sandboxes:
         skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
         run = await anyio.to_thread.run_sync(skill_script, skills_dir, request.name, request.script)
         command = await anyio.to_thread.run_sync(script_command, run, request.args)
-        return await self._exec(request.exec, command, run.skill_dir)
+        with self.running.scope(request.exec.session_id, request.exec.call_id) as running:
+            return await self._exec(request.exec, command, run.skill_dir)
+        raise running.error(f"this run of skill {request.name}'s script")
 
     async def run_code(self, asked: RunCode, _context: RequestContext) -> ExecResult:
         """Run a `run_code` program in a cold sandbox with no workspace and no network, as
@@ -581,7 +590,13 @@ class Sandboxes:
         )
 
     async def check_code(self, request: CodeCheck, _context: RequestContext) -> CodeReport:
-        """Run the workspace's checker or tests in the session's sandbox, like a command."""
+        """Run the workspace's checker or tests in the session's sandbox, like a command; a
+        cancel of its call kills it as it kills a command."""
+        with self.running.scope(request.session_id, request.call_id) as running:
+            return await self._check_code(request)
+        raise running.error(f"this {request.what} run")
+
+    async def _check_code(self, request: CodeCheck) -> CodeReport:
         backend, spec = self._spec_of(request)
 
         spec, room = await self._bounded(spec)
@@ -688,6 +703,7 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
         client=client,
     )
     await sandboxes.sweep()
+    await listen(client, sandboxes.running)
     service = Service(
         "sandbox", VERSION, "Runs shell commands and file tools inside a session's workspace."
     )

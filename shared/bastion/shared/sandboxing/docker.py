@@ -79,6 +79,8 @@ INIT: Final = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wa
 """The container's pid 1: it survives `kill -9 -1` from inside and reaps every orphan."""
 
 KILL_ALL: Final = ("/bin/sh", "-c", "kill -9 -1")
+_KILL_S: Final = 20.0
+"""How long a cancelled exec's `KILL_ALL` may take before the cancel goes on without it."""
 _CONTROL_DEADLINE_S: Final = 60.0
 _CHECK_LIMITS: Final = Limits(wall_s=30.0, cpu_s=10)
 _SIGNAL_STATUSES: Final = range(129, 129 + 64)
@@ -432,6 +434,12 @@ class DockerSandboxes:
                 self._removed.add(container_id)
                 await self.call(partial(engine.remove, container_id))
                 group.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            # The call was cancelled (`bastion.shared.cancelling`): the exec'd command ends
+            # as one whose time ran out does, with every process of it.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_S):
+                await self._kill_all(container_id, user)
+            raise
         finally:
             output.close()
         if failed:

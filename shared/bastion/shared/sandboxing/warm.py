@@ -56,6 +56,8 @@ MARKER_PREFIX: Final = "bastion-warm-"
 _READY_S: Final = 30.0
 """How long a new sandbox may take to say it is ready."""
 _CLOSE_S: Final = 5.0
+_KILL_S: Final = 10.0
+"""How long a cancelled command's init may take to end it before the sandbox is closed."""
 _PIDFILES: Final = "sandboxes"
 
 GitSignature = tuple[tuple[str, bool, int, int], ...]
@@ -364,8 +366,13 @@ class WarmSandbox:
                         self._send({"op": "kill"})
                         reply = await self._receive()
                 readers.cancel_scope.deadline = anyio.current_time() + DRAIN_GRACE_S
+        except anyio.get_cancelled_exc_class():
+            # The call was cancelled (`bastion.shared.cancelling`): the init ends the command,
+            # its pid namespace and every process in it, and the sandbox serves the next one.
+            self.gone = not await self._killed(reply)
+            raise
         except BaseException:
-            self.gone = True  # cancelled or failed mid-command: the sandbox is not reused
+            self.gone = True  # failed mid-command: the sandbox is not reused
             raise
         if reply is None:
             self.gone = True
@@ -373,6 +380,23 @@ class WarmSandbox:
         if reply.get("op") == "failed":
             raise SandboxFailed(f"{reply.get('why', 'the init did not say why')}: {_AGAIN}")
         return int(reply.get("status", 1)), timed_out
+
+    async def _killed(self, reply: dict[str, Any] | None) -> bool:
+        """Have the init kill a command still running (`reply`: the last one read) and read
+        its end; whether it ended within `_KILL_S`, the init still answering."""
+        if reply is not None and reply.get("op") != "started":
+            return True  # it had ended already
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_S):
+            try:
+                self._send({"op": "kill"})
+            except InitGone:
+                return False
+            while reply is None or reply.get("op") == "started":
+                reply = await self._receive()
+                if reply is None:
+                    return False
+            return True
+        return False
 
     async def aclose(self) -> None:
         """End the sandbox: its channel closed, the init and every process in it end."""

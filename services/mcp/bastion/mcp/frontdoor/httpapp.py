@@ -1,15 +1,16 @@
-"""The front door's HTTP routes: probes, approvals forwarded to the orchestrator, agents'
-tokens (`bastion.mcp.frontdoor.httptokens`), and MCP.
+"""The front door's HTTP routes: probes, approvals and call cancels forwarded to the
+orchestrator, agents' tokens (`bastion.mcp.frontdoor.httptokens`), and MCP.
 
 Listing and answering approvals are requests to the orchestrator's `approvals.list` /
-`approvals.answer` endpoints, their answers sent back as the JSON of the same proto
-structs. `/mcp` is the MCP endpoint (`bastion.mcp.frontdoor`), its session manager run in
-the app's lifespan.
+`approvals.answer` endpoints, cancelling a call one to `session.<id>.cancel`, their answers
+sent back as the JSON of the same proto structs. `/mcp` is the MCP endpoint
+(`bastion.mcp.frontdoor`), its session manager run in the app's lifespan.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bastion.mcp.frontdoor.cancelling import send_cancel
 from bastion.mcp.frontdoor.httperrors import HttpError, error_response, response_of
 from bastion.mcp.frontdoor.httpguard import check_origin, label_of
 from bastion.mcp.frontdoor.httpsettings import FrontDoor
@@ -43,10 +45,13 @@ _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
 _ROUTE_ERRORS = {
     404: (
         "not_found",
-        "no such route: the API has /mcp, /v1/approvals, /v1/tokens, /livez and /readyz",
+        "no such route: the API has /mcp, /v1/approvals, /v1/tokens, /v1/sessions/{session}/"
+        "calls/{call_id}/cancel, /livez and /readyz",
     ),
     405: ("method_not_allowed", "this route does not take that method"),
 }
+_SESSION_ID = re.compile(r"[0-9a-f]{16}")
+_MAX_CALL_ID = 64
 _QUERY_FIELDS = {"session": "session_id", "tenant": "tenant", "all": "every_state"}
 
 
@@ -137,6 +142,29 @@ def _orchestrator_sentence(error: Unavailable) -> Unavailable:
         f"the orchestrator does not answer ({error.message}): is Bastion running? "
         "(`bastion status` says)"
     )
+
+
+def _cancelling(client: Client) -> Callable[[Request, str], Awaitable[Response]]:
+    """`POST /v1/sessions/{session}/calls/{call_id}/cancel`: the cancel sent by `http:<label>`;
+    404 for a session or call there is none of, the answer's JSON otherwise."""
+
+    async def cancel_call(request: Request, label: str) -> Response:
+        session_id = request.path_params["session"]
+        call_id = request.path_params["call_id"]
+        if not _SESSION_ID.fullmatch(session_id):
+            raise HttpError(404, "not_found", f"there is no session {session_id[:40]!r}")
+        if not 1 <= len(call_id) <= _MAX_CALL_ID:
+            raise HttpError(404, "not_found", f"there is no call {call_id[:40]!r}")
+        answer = await send_cancel(client, session_id, call_id, f"http:{label}")
+        if answer.outcome == "unknown":
+            raise HttpError(404, "not_found", answer.message)
+        logger.info(
+            "call cancelled over http",
+            extra={"session": session_id, "by": f"http:{label}", "outcome": answer.outcome},
+        )
+        return _json(answer)
+
+    return cancel_call
 
 
 def build_app(client: Client, door: FrontDoor, mcp: McpEndpoint | None = None) -> Starlette:
@@ -230,6 +258,11 @@ def build_app(client: Client, door: FrontDoor, mcp: McpEndpoint | None = None) -
             methods=["POST"],
         ),
         *token_routes(guarded, client, door.max_body_bytes, _body),
+        Route(
+            "/v1/sessions/{session}/calls/{call_id}/cancel",
+            guarded("/v1/sessions/{session}/calls/{call_id}/cancel", _cancelling(client)),
+            methods=["POST"],
+        ),
     ]
     if mcp is not None:
         routes.append(Route("/mcp", mcp.app, methods=["GET", "POST", "DELETE"]))

@@ -1,6 +1,7 @@
 """`tools/list` and `tools/call`: the Bastion session's tools, and its calls' answers as MCP.
 
-A tool's effect becomes its annotations. A call goes to `session.<id>.call`; its output is
+A tool's effect becomes its annotations. A call goes to `session.<id>.call` (a client's
+`notifications/cancelled` of it sends `session.<id>.cancel`); its output is
 text content, a refusal (denied, declined, uncertain...) a result with `isError` and the
 sentence, so the model can read it; what is wrong with the request itself (an unknown tool,
 Bastion unreachable) is a JSON-RPC error.
@@ -13,6 +14,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Final
 
+import anyio
 import msgspec
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -31,6 +33,7 @@ from mcp_types import (
 
 from bastion.mcp.frontdoor.asking import Asking
 from bastion.mcp.frontdoor.binding import Binding
+from bastion.mcp.frontdoor.cancelling import cancel_call, peer_cancelled
 from bastion.mcp.frontdoor.guard import Agent, agent_of
 from bastion.mcp.frontdoor.relay import relaying
 from bastion.mcp.frontdoor.streaming import reporting, wants_progress
@@ -211,6 +214,14 @@ class ToolHandlers:
                 CallResult,
                 timeout_s=self.call_timeout_s,
             )
+        except anyio.get_cancelled_exc_class():
+            if peer_cancelled(ctx):  # the client's `notifications/cancelled`, not a hang-up
+                assert call.call_id is not None
+                with anyio.CancelScope(shield=True):
+                    await cancel_call(
+                        self.client, session_id, call.call_id, f"mcp:{agent.info.agent}"
+                    )
+            raise
         except RemoteError as refused:
             return refused.to_reply()
         if isinstance(result, CallParked):

@@ -64,6 +64,7 @@ from bastion.proto.mcp import (
     ToolOffer,
 )
 from bastion.shared.bus import Client, request
+from bastion.shared.cancelling import Running
 from bastion.shared.dirchecks import (
     check_apart_from_state,
     check_not_showing_state,
@@ -187,6 +188,8 @@ class Gateway:
         """The values each connection was given: cut out of what its server answers, with
         every value of the tenant's (`SecretCuts`)."""
         self._cuts = SecretCuts(values.leases)
+        self.running = Running()
+        """The upstream calls running here by session and call id: what `calls.cancel` stops."""
 
     def _sampler(
         self, server: str, allowance: SamplingAllowance | None, session_id: str
@@ -416,8 +419,12 @@ class Gateway:
         return ToolOffer(tools=tuple(tools), notices=tuple(notices))
 
     async def call(self, ask: McpCall, _context: RequestContext) -> McpCallResult:
+        """The upstream tool's answer; a cancel of the call cancels the upstream request
+        (the SDK then sends the server `notifications/cancelled`)."""
         try:
-            return await self._call(ask)
+            with self.running.scope(ask.session_id, ask.call_id) as running:
+                return await self._call(ask)
+            raise running.error(f"this call of MCP server {ask.server}")
         except BastionError as error:
             error.message = await self._redacted(
                 ask.tenant, ask.server, ask.session_id, error.message
