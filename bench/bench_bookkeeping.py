@@ -84,7 +84,9 @@ def counting(client: Client, counts: Counter[str]) -> None:
 
 
 @asynccontextmanager
-async def serving(setup: Any, settings: BusSettings, counts: Counter[str] | None) -> AsyncIterator[None]:
+async def serving(
+    setup: Any, settings: BusSettings, counts: Counter[str] | None
+) -> AsyncIterator[None]:
     async with (
         connect(settings, "bench-service") as client,
         setup(client, settings) as service,

@@ -57,6 +57,7 @@ class Runner:
         call_id: str,
         decision: PolicyDecision,
         alone: bool = True,
+        record: bool = True,
     ) -> str:
         """The call's text, in the order of docs/architecture.md §2: before-tool hooks (which
         may block), the audit record, the call itself through the journal, then after-tool
@@ -68,8 +69,8 @@ class Runner:
             NeedsTurnAlone: in a shared turn (not `alone`), its call id's first sending
                 still runs.
         """
-        started = await self.records.start(session, tool, call_id, decision)
-        if started is None:  # sent again with its call id: it ran, or runs, once
+        started = await self.records.start(session, tool, call_id, decision) if record else None
+        if record and started is None:  # sent again with its call id: it ran, or runs, once
             recorded = await self.records.recall(session.session_id, call_id, alone=alone)
             if isinstance(recorded, ErrorReply):
                 raise RemoteError(recorded.code, recorded.message)
@@ -92,12 +93,13 @@ class Runner:
             with span("orchestrator.hooks.after_tool"):
                 text = await self.hooks.after_tool(session, tool.name, call_input, text)
         except BastionError as error:
-            if error.code == codes.UNCERTAIN:
+            if started is not None and error.code == codes.UNCERTAIN:
                 await self.records.finish(started, error=error.to_reply())
-            else:  # answered, though with an error: nothing changed, it may be made again
+            elif started is not None:  # answered with an error: nothing changed, made again
                 await self.records.drop(started)
             raise
-        await self.records.finish(started, text=text)
+        if started is not None:
+            await self.records.finish(started, text=text)
         return text
 
     async def _execute(
