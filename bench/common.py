@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
@@ -29,7 +30,10 @@ def bastion_up(
 ) -> Iterator[BusSettings]:
     """`bastion up` on `state_dir` (with `args`, in `env`: this process's environment by
     default), as a user runs it; yields how its operator connects (the URL, and the
-    operator's NATS user `bastion up` wrote); stopped on exit."""
+    operator's NATS user `bastion up` wrote); stopped on exit. Its front door listens on a
+    free port unless `args` name one (other runs may hold the default)."""
+    if "--http-port" not in args:
+        args = (*args, "--http-port", str(free_port()))
     up = subprocess.Popen(
         [sys.executable, "-m", "bastion.cli", "up", "--state-dir", str(state_dir), *args],
         stdout=subprocess.PIPE,
