@@ -15,9 +15,16 @@ from bastion.proto import subjects
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
-from bastion.shared.statedir import find_bus_settings
+from bastion.shared.statedir import find_bus_settings, read_run_record
 
-__all__ = ["bastion_up", "call", "percentile", "raw_bwrap_argv", "sandbox_workspace"]
+__all__ = [
+    "bastion_up",
+    "call",
+    "cpu_ms",
+    "percentile",
+    "raw_bwrap_argv",
+    "sandbox_workspace",
+]
 
 BENCH_UID = 1000
 """The unprivileged host user a root run gives its workspaces to: a root service runs each
@@ -88,6 +95,18 @@ def raw_bwrap_argv(workspace: Path) -> list[str]:
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     argv += ["--bind", str(workspace), "/workspace", "--chdir", "/workspace", "true"]
     return argv
+
+
+def cpu_ms(state_dir: Path) -> dict[str, float]:
+    """The CPU time (user and system, ms) each service instance of `bastion up` on
+    `state_dir` has used so far, from /proc: what a call cost each, whatever the load."""
+    record = read_run_record(state_dir)
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    used = {}
+    for name, pid in sorted((record.children if record else {}).items()):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        used[name] = (int(fields[11]) + int(fields[12])) * tick_ms
+    return used
 
 
 def percentile(samples: list[float], fraction: float) -> float:
