@@ -10,7 +10,9 @@ It starts `bastion up` on a temporary state dir, opens a session, and times:
 
 It prints the session's first `shell` call on its own line (cold: it makes the session's
 warm sandbox), then the median and p99 of each measure in milliseconds and the ratio of
-the medians, and last the warm `shell true` median against the raw cold bwrap's.
+the medians, and last the warm `shell true` median against the raw cold bwrap's, and the
+CPU time each service spent per `read_file` (from /proc: a figure the machine's load
+hardly moves).
 Usage: python -m bench.bench_calls [--calls N]   (from the repository root)
 """
 
@@ -32,7 +34,14 @@ from bastion.proto.session import OpenSession, SessionInfo
 from bastion.shared.bus import connect, request
 from bastion.shared.sandboxing import BwrapBackend, SandboxSpec
 from bastion.shared.settings import BusSettings
-from bench.common import bastion_up, call, percentile, raw_bwrap_argv, sandbox_workspace
+from bench.common import (
+    bastion_up,
+    call,
+    cpu_ms,
+    percentile,
+    raw_bwrap_argv,
+    sandbox_workspace,
+)
 
 
 async def timed(calls: int, one: Callable[[], Awaitable[None]]) -> list[float]:
@@ -46,9 +55,12 @@ async def timed(calls: int, one: Callable[[], Awaitable[None]]) -> list[float]:
     return samples
 
 
+Rows = list[tuple[str, list[float], list[float]]]
+
+
 async def measure(
-    bus: BusSettings, workspace: Path, calls: int
-) -> tuple[float, list[tuple[str, list[float], list[float]]]]:
+    bus: BusSettings, workspace: Path, calls: int, state_dir: Path
+) -> tuple[float, Rows, dict[str, float]]:
     target = workspace / "notes.txt"
     target.write_text("a line of notes\n" * 64)
     argv = raw_bwrap_argv(workspace)
@@ -87,22 +99,26 @@ async def measure(
             alone = await timed(calls, backend_alone)
         finally:
             await backend.aclose()
-        return first, [
-            (
-                "read_file (vs direct read)",
-                await timed(calls, read_through_bastion),
-                await timed(calls, read_directly),
-            ),
-            (
-                "shell true (vs raw bwrap true)",
-                await timed(calls, shell_through_bastion),
-                await timed(calls, raw_bwrap),
-            ),
-            ("backend alone: true (vs raw bwrap)", alone, await timed(calls, raw_bwrap)),
-        ]
+        before = cpu_ms(state_dir)
+        reads = await timed(calls, read_through_bastion)
+        after = cpu_ms(state_dir)
+        per_read = {name: (after[name] - used) / (calls + 5) for name, used in before.items()}
+        return (
+            first,
+            [
+                ("read_file (vs direct read)", reads, await timed(calls, read_directly)),
+                (
+                    "shell true (vs raw bwrap true)",
+                    await timed(calls, shell_through_bastion),
+                    await timed(calls, raw_bwrap),
+                ),
+                ("backend alone: true (vs raw bwrap)", alone, await timed(calls, raw_bwrap)),
+            ],
+            per_read,
+        )
 
 
-def report(rows: list[tuple[str, list[float], list[float]]], first: float | None = None) -> None:
+def report(rows: Rows, first: float | None = None) -> None:
     """The table of `rows`; with `first` (the session's first shell call), that call on its
     own line first and the warm shell's ratio to raw cold bwrap last."""
     if first is not None:
@@ -132,8 +148,11 @@ def main() -> None:
         workspace = sandbox_workspace(Path(tmp) / "work")
         with bastion_up(Path(tmp) / "state") as bus:
             print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {bus.nats_url}")
-            first, rows = anyio.run(measure, bus, workspace, args.calls)
+            first, rows, per_read = anyio.run(
+                measure, bus, workspace, args.calls, Path(tmp) / "state"
+            )
             report(rows, first)
+            print("CPU ms per read_file: " + ", ".join(f"{k} {v:.2f}" for k, v in per_read.items()))
 
 
 if __name__ == "__main__":

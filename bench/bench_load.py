@@ -3,7 +3,9 @@
 It starts `bastion up` (`--replicas N` instances of each service), opens `--sessions`
 sessions over `--tenants` tenants, and has them all make `--calls` calls at once, in turn
 `read_file`, `write_file` (a new file each time) and `shell` (`echo`). It prints the
-throughput, the p50 and p99 latency of each tool, and the resident memory (now and at its
+throughput, the p50 and p99 latency of all calls and of each tool, the CPU time each
+service spent per call (from /proc: a figure the machine's load hardly moves), and the
+resident memory (now and at its
 peak) of every service instance, read from /proc for the pids in `bastion up`'s run
 record. Then fairness: with `--tenant-rate` calls per second per tenant, a greedy tenant's
 `--greedy` sessions call as fast as they can while a modest tenant calls within its rate
@@ -32,7 +34,7 @@ from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import BastionError
 from bastion.shared.settings import BusSettings
 from bastion.shared.statedir import read_run_record
-from bench.common import bastion_up, percentile, sandbox_workspace
+from bench.common import bastion_up, cpu_ms, percentile, sandbox_workspace
 
 TOOLS = ("read_file", "write_file", "shell")
 
@@ -149,17 +151,21 @@ async def measure(
     tuple[dict[str, list[float]], Counter[str], float],
     list[tuple[str, int, int]],
     dict[str, Counter[str]],
+    dict[str, float],
 ]:
     async with connect(bus, "bench") as client:
-        measured = await load(
-            client, workspaces(root, args.sessions, "work"), args.tenants, args.calls
-        )
+        paths = workspaces(root, args.sessions, "work")
+        before = cpu_ms(state_dir)
+        measured = await load(client, paths, args.tenants, args.calls)
+        after = cpu_ms(state_dir)
+        made = args.sessions * args.calls
+        per_call = {name: (after[name] - used) / made for name, used in before.items()}
         rows = memory(state_dir)
         fair = await fairness(
             client, workspaces(root, args.greedy, "greedy"),
             workspaces(root, 1, "modest")[0], args.tenant_rate, args.fair_s,
         )  # fmt: skip
-    return measured, rows, fair
+    return measured, rows, fair, per_call
 
 
 def report(
@@ -167,6 +173,7 @@ def report(
     measured: tuple[dict[str, list[float]], Counter[str], float],
     rows: list[tuple[str, int, int]],
     fair: dict[str, Counter[str]],
+    per_call: dict[str, float],
 ) -> None:
     latencies, refused, wall = measured
     total = sum(len(v) for v in latencies.values()) + sum(refused.values())
@@ -176,6 +183,12 @@ def report(
     )
     print(f"throughput: {total / wall:.1f} calls/s ({wall:.2f} s); refused: {dict(refused) or 0}")
     print(f"{'tool':<12} {'calls':>6} {'p50 ms':>9} {'p99 ms':>9}")
+    every = [ms for samples in latencies.values() for ms in samples]
+    if every:
+        print(
+            f"{'all':<12} {len(every):>6} {percentile(every, 0.5):>9.1f} "
+            f"{percentile(every, 0.99):>9.1f}"
+        )
     for tool in TOOLS:
         samples = latencies[tool]
         if samples:
@@ -187,6 +200,9 @@ def report(
     for name, rss, peak in rows:
         print(f"{name:<16} {rss / 1024:>8.1f} {peak / 1024:>9.1f}")
     print(f"{'all':<16} {sum(r[1] for r in rows) / 1024:>8.1f}")
+    print("CPU ms per call (opening the sessions included): " + ", ".join(
+        f"{name} {ms:.2f}" for name, ms in per_call.items()
+    ))  # fmt: skip
     print(
         f"fairness ({args.fair_s:g} s, {args.tenant_rate:g} calls/s per tenant): "
         f"greedy tenant ({args.greedy} sessions flat out) {fair['greedy']['ok']} done, "
@@ -212,8 +228,8 @@ def main() -> None:
         state_dir = Path(tmp) / "state"
         flags = ("--replicas", str(args.replicas), "--http-port", str(free_port()))
         with bastion_up(state_dir, *flags, env=env) as bus:
-            measured, rows, fair = anyio.run(measure, bus, state_dir, Path(tmp), args)
-    report(args, measured, rows, fair)
+            measured, rows, fair, per_call = anyio.run(measure, bus, state_dir, Path(tmp), args)
+    report(args, measured, rows, fair, per_call)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ request/reply echo (the baseline: what the bus alone costs), the policy service 
 operator policies, and the policy service with a small Cedar set. Each is timed with
 sequential requests and with `--callers` concurrent callers. Then the in-process
 decision function is timed with and without the Cedar set, to show what Cedar itself
-costs. It prints medians (µs per decision), decisions per second, and ratios.
+costs. It prints medians (µs per decision), decisions per second, the responder's CPU
+time per request (from /proc: a figure the machine's load hardly moves), and ratios.
 Usage: python -m bench.bench_policy [--calls N] [--callers 50]   (from the repository root)
 """
 
@@ -85,10 +86,11 @@ async def echo(nats_url: str) -> None:
 
 
 @contextmanager
-def responder(argv: list[str], env: dict[str, str]) -> Iterator[None]:
+def responder(argv: list[str], env: dict[str, str]) -> Iterator[int]:
+    """The responder run as its own process; yields its pid."""
     process = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
     try:
-        yield
+        yield process.pid
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -131,7 +133,25 @@ async def concurrent(calls: int, callers: int, one: Callable[[], Awaitable[objec
     return each * callers / (time.perf_counter() - started)
 
 
-Row = tuple[str, list[float], float]
+Row = tuple[str, list[float], float, float]
+"""A responder's latencies (µs), requests per second concurrently, CPU µs per request."""
+
+
+def cpu_us(pid: int) -> float:
+    """The CPU time (user and system, µs) process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1e6 / os.sysconf("SC_CLK_TCK")
+
+
+async def timed_both(
+    pid: int, calls: int, callers: int, one: Callable[[], Awaitable[object]]
+) -> tuple[list[float], float, float]:
+    """`sequential` and `concurrent` of `one`, and the responder's CPU µs per request."""
+    before = cpu_us(pid)
+    samples = await sequential(calls, one)
+    per_second = await concurrent(calls, callers, one)
+    made = min(50, calls) + calls + max(1, calls // callers) * callers
+    return samples, per_second, (cpu_us(pid) - before) / made
 
 
 async def through_the_bus(nats_url: str, policy_dir: Path, calls: int, callers: int) -> list[Row]:
@@ -151,29 +171,19 @@ async def through_the_bus(nats_url: str, policy_dir: Path, calls: int, callers: 
                 client, subjects.POLICY_STATUS, PolicyStatusQuery(), PolicyStatus, timeout_s=10
             )
 
-        with responder([sys.executable, "-m", "bench.bench_policy", "--echo", nats_url], {}):
+        with responder([sys.executable, "-m", "bench.bench_policy", "--echo", nats_url], {}) as pid:
             await until_answered(client, echoed)
             rows.append(
-                (
-                    "bare NATS echo (baseline)",
-                    await sequential(calls, echoed),
-                    await concurrent(calls, callers, echoed),
-                )
+                ("bare NATS echo (baseline)", *await timed_both(pid, calls, callers, echoed))
             )
         for label, directory in (
             ("policy, no operator policies", policy_dir / "none"),
             ("policy, 5 Cedar policies", policy_dir),
         ):
             env = {"BASTION_NATS_URL": nats_url, "BASTION_POLICY_DIR": str(directory)}
-            with responder([sys.executable, "-m", "bastion.policy"], env):
+            with responder([sys.executable, "-m", "bastion.policy"], env) as pid:
                 await until_answered(client, status)
-                rows.append(
-                    (
-                        label,
-                        await sequential(calls, decided),
-                        await concurrent(calls, callers, decided),
-                    )
-                )
+                rows.append((label, *await timed_both(pid, calls, callers, decided)))
     return rows
 
 
@@ -199,14 +209,14 @@ def in_process(policy_dir: Path, calls: int) -> list[tuple[str, list[float]]]:
 def report(bus: list[Row], local: list[tuple[str, list[float]]]) -> None:
     print(
         f"{'through the bus':<32} {'median µs':>10} {'p99 µs':>10} {'seq/s':>9} "
-        f"{'conc/s':>9} {'ratio':>7}"
+        f"{'conc/s':>9} {'ratio':>7} {'CPU µs':>7}"
     )
     base = statistics.median(bus[0][1])
-    for name, samples, per_second in bus:
+    for name, samples, per_second, cpu in bus:
         median = statistics.median(samples)
         print(
             f"{name:<32} {median:>10.0f} {percentile(samples, 0.99):>10.0f} "
-            f"{1e6 / median:>9.0f} {per_second:>9.0f} {median / base:>6.2f}x"
+            f"{1e6 / median:>9.0f} {per_second:>9.0f} {median / base:>6.2f}x {cpu:>7.0f}"
         )
     print(f"\n{'in process':<32} {'median µs':>10} {'p99 µs':>10} {'per s':>9} {'ratio':>7}")
     local_base = statistics.median(local[0][1])

@@ -10,13 +10,21 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from bastion.cli.natsserver import free_port
 from bastion.proto import subjects
 from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
-from bastion.shared.statedir import find_bus_settings
+from bastion.shared.statedir import find_bus_settings, read_run_record
 
-__all__ = ["bastion_up", "call", "percentile", "raw_bwrap_argv", "sandbox_workspace"]
+__all__ = [
+    "bastion_up",
+    "call",
+    "cpu_ms",
+    "percentile",
+    "raw_bwrap_argv",
+    "sandbox_workspace",
+]
 
 BENCH_UID = 1000
 """The unprivileged host user a root run gives its workspaces to: a root service runs each
@@ -29,7 +37,10 @@ def bastion_up(
 ) -> Iterator[BusSettings]:
     """`bastion up` on `state_dir` (with `args`, in `env`: this process's environment by
     default), as a user runs it; yields how its operator connects (the URL, and the
-    operator's NATS user `bastion up` wrote); stopped on exit."""
+    operator's NATS user `bastion up` wrote); stopped on exit. Its front door listens on a
+    free port unless `args` name one (other runs may hold the default)."""
+    if "--http-port" not in args:
+        args = (*args, "--http-port", str(free_port()))
     up = subprocess.Popen(
         [sys.executable, "-m", "bastion.cli", "up", "--state-dir", str(state_dir), *args],
         stdout=subprocess.PIPE,
@@ -84,6 +95,18 @@ def raw_bwrap_argv(workspace: Path) -> list[str]:
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     argv += ["--bind", str(workspace), "/workspace", "--chdir", "/workspace", "true"]
     return argv
+
+
+def cpu_ms(state_dir: Path) -> dict[str, float]:
+    """The CPU time (user and system, ms) each service instance of `bastion up` on
+    `state_dir` has used so far, from /proc: what a call cost each, whatever the load."""
+    record = read_run_record(state_dir)
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    used = {}
+    for name, pid in sorted((record.children if record else {}).items()):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        used[name] = (int(fields[11]) + int(fields[12])) * tick_ms
+    return used
 
 
 def percentile(samples: list[float], fraction: float) -> float:

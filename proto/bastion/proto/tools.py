@@ -43,7 +43,7 @@ class ToolCall(Ingress, frozen=True, kw_only=True, tag="tool.call"):
 class NestedCall(Message, frozen=True, kw_only=True, tag="tool.nested_call"):
     """A call a `run_code` program makes of one of the session's tools, relayed by the
     sandbox service (the only one that may send it) on `session.<id>.nested`: the parent is
-    the run_code call whose program made it (docs/architecture.md §2.1)."""
+    the run_code call whose program made it (docs/architecture.md §2.2)."""
 
     parent_call_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
     tool: ToolName

@@ -5,15 +5,20 @@ answers on `bastion.v1.reply.<its user>.<inbox>`, which only the caller may read
 no response window bounds, so an answer gets back however long the work ran (a command
 of an hour, an upstream tool waiting for a person). Answers on the request's own reply
 subject are taken too: the "no responders" status, the vault's across accounts
-(`natsperms.answered_on_inbox`), and services that do not read the header.
+(`natsperms.answered_on_inbox`), and services that do not read the header. A client's
+answers all come to two subscriptions it makes at its first request (its inbox prefix and
+the reply subjects under it, each request one token below them), so a request costs its
+publish and its answer, not four subscription changes too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -156,6 +161,45 @@ def _too_large(subject: str, size: int, limit: int) -> TooLarge:
     )
 
 
+class _Answers:
+    """Where one client's requests are answered: `<prefix>.<n>` (its inbox) and
+    `bastion.v1.reply.<responder>.<prefix>.<n>`, each taken by one wildcard subscription
+    made at its first request; the request `n` waits on its own future."""
+
+    def __init__(self, client: Client) -> None:
+        self.prefix = client.new_inbox()
+        self._numbers = itertools.count()
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._listening: list[Subscription] = []
+        self._starting = asyncio.Lock()
+
+    async def _take(self, msg: Msg) -> None:
+        answer = self._waiting.pop(msg.subject.rsplit(".", 1)[1], None)
+        if answer is not None and not answer.done():
+            answer.set_result(msg)
+
+    async def waiting(self, client: Client) -> tuple[str, asyncio.Future[Msg]]:
+        """A new request's inbox and the future its answer comes to (`forget` it after)."""
+        if not self._listening:
+            async with self._starting:
+                if not self._listening:
+                    inboxes = f"{self.prefix}.*"
+                    self._listening = [
+                        await client.subscribe(inboxes, cb=self._take),
+                        await client.subscribe(subjects.reply_subject("*", inboxes), cb=self._take),
+                    ]
+        number = str(next(self._numbers))
+        answer: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        self._waiting[number] = answer
+        return f"{self.prefix}.{number}", answer
+
+    def forget(self, inbox: str) -> None:
+        self._waiting.pop(inbox.rsplit(".", 1)[1], None)
+
+
+_answers: weakref.WeakKeyDictionary[Client, _Answers] = weakref.WeakKeyDictionary()
+
+
 async def _exchange(
     client: Client, subject: str, payload: bytes, headers: dict[str, str], timeout_s: float
 ) -> Msg:
@@ -164,17 +208,11 @@ async def _exchange(
     Raises the nats-py errors (`NoRespondersError`, `TimeoutError`, …) for `request` to
     turn into Bastion's.
     """
-    inbox = client.new_inbox()
-    answer: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
-
-    async def take(msg: Msg) -> None:
-        if not answer.done():
-            answer.set_result(msg)
-
-    listening: list[Subscription] = [await client.subscribe(inbox, cb=take, max_msgs=1)]
+    answers = _answers.get(client)
+    if answers is None:
+        answers = _answers[client] = _Answers(client)
+    inbox, answer = await answers.waiting(client)
     if subject not in _ON_INBOX:
-        late = subjects.reply_subject("*", inbox)
-        listening.append(await client.subscribe(late, cb=take, max_msgs=1))
         headers = {**headers, subjects.REPLY_INBOX_HEADER: inbox}
     try:
         await client.publish(subject, payload, reply=inbox, headers=headers)
@@ -183,9 +221,7 @@ async def _exchange(
         except TimeoutError:
             raise nats.errors.TimeoutError from None
     finally:
-        for subscription in listening:
-            with contextlib.suppress(nats.errors.Error):  # closed: gone with the connection
-                await subscription.unsubscribe()
+        answers.forget(inbox)
     if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS and not msg.data:
         raise nats.errors.NoRespondersError
     return msg

@@ -14,6 +14,7 @@ from functools import cache
 from typing import Any, Final, get_args
 
 import msgspec
+import msgspec.inspect
 
 from bastion.shared.errors import BadRequest
 
@@ -44,9 +45,52 @@ def decode(data: bytes, message_type: Any) -> Any:
     except RecursionError:
         # Deeper than the interpreter's stack, so deeper than the bound too.
         raise BadRequest(_too_deep(message_type)) from None
-    if len(data) > MAX_NESTING and _deeper_than(message, MAX_NESTING):
+    if (
+        len(data) > MAX_NESTING
+        and _nests_freely(message_type)
+        and _deeper_than(message, MAX_NESTING)
+    ):
         raise BadRequest(_too_deep(message_type))
     return message
+
+
+_SEQUENCES = (
+    msgspec.inspect.ListType,
+    msgspec.inspect.VarTupleType,
+    msgspec.inspect.SetType,
+    msgspec.inspect.FrozenSetType,
+)
+
+
+@cache
+def _nests_freely(message_type: Any) -> bool:
+    """Whether a `message_type` may nest deeper than the bound: it holds arbitrary data
+    somewhere (a field typed `Any`), or holds itself, or its schema is that deep. Only
+    such a message is walked after decoding."""
+    depth = _schema_depth(msgspec.inspect.type_info(message_type), ())
+    return depth is None or depth >= MAX_NESTING
+
+
+def _schema_depth(info: msgspec.inspect.Type, within: tuple[type, ...]) -> int | None:
+    """How deep containers nest in values of `info`, or None if without bound."""
+    if isinstance(info, msgspec.inspect.AnyType):
+        return None
+    if isinstance(info, msgspec.inspect.StructType | msgspec.inspect.DataclassType):
+        if info.cls in within:
+            return None
+        inner = [_schema_depth(f.type, (*within, info.cls)) for f in info.fields]
+    elif isinstance(info, msgspec.inspect.UnionType):
+        inner = [_schema_depth(member, within) for member in info.types]
+        return None if None in inner else max(inner, default=0)  # type: ignore[type-var]
+    elif isinstance(info, msgspec.inspect.DictType):
+        inner = [_schema_depth(info.key_type, within), _schema_depth(info.value_type, within)]
+    elif isinstance(info, msgspec.inspect.TupleType):
+        inner = [_schema_depth(item, within) for item in info.item_types]
+    elif isinstance(info, _SEQUENCES):
+        inner = [_schema_depth(info.item_type, within)]
+    else:
+        return 0
+    return None if None in inner else 1 + max(inner, default=0)  # type: ignore[type-var,operator]
 
 
 def _too_deep(message_type: Any) -> str:

@@ -4,8 +4,10 @@
 module closes: it answers an unhandled exception with `repr(exception)` (which may hold
 secrets or input), and each subscription handles one message at a time. So a handler here
 never runs inside the subscription callback: the callback hands the request to the
-service's task group and returns. The work then decodes the payload (a payload of the
-wrong shape gets a `bad_request` reply), opens a CONSUMER span `process <subject>` (the
+service's task group and returns — unless its endpoint is `inline`, for a handler that
+never waits (a policy decision): it runs in the callback, one request after another,
+which saves a task per request. The work then decodes the payload (a payload of the wrong
+shape gets a `bad_request` reply), opens a CONSUMER span `process <subject>` (the
 endpoint's subject, wildcards and all; OpenTelemetry's messaging conventions) that continues
 the caller's `traceparent` (with the session, tenant and tool the message names), runs
 the typed handler, and answers with its result or a typed `ErrorReply`; an unexpected
@@ -88,6 +90,9 @@ class Endpoint(Generic[Req]):
     last_error: str = ""
     processing_ns: int = 0
     in_flight: int = field(default=0)
+    inline: bool = False
+    """The handler never waits (nothing it awaits suspends): run in the subscription's
+    callback, one request after another, instead of a task each."""
 
 
 class Service:
@@ -109,10 +114,17 @@ class Service:
         self._client: Client | None = None
 
     def add_endpoint(
-        self, name: str, subject: str, request_type: Any, handler: Handler[Req]
+        self,
+        name: str,
+        subject: str,
+        request_type: Any,
+        handler: Handler[Req],
+        *,
+        inline: bool = False,
     ) -> None:
-        """Serve `handler` on `subject`; it takes a decoded `request_type` and returns a message."""
-        self.endpoints[name] = Endpoint(name, subject, request_type, handler)
+        """Serve `handler` on `subject`; it takes a decoded `request_type` and returns a
+        message. `inline`: a handler that never waits is run in the subscription's callback."""
+        self.endpoints[name] = Endpoint(name, subject, request_type, handler, inline=inline)
 
     @asynccontextmanager
     async def running(self, client: Client, drain_timeout_s: float = 30.0) -> AsyncIterator[None]:
@@ -161,7 +173,10 @@ class Service:
             endpoint.in_flight += 1
             if self._idle.is_set():
                 self._idle = anyio.Event()
-            work.start_soon(self._answer, endpoint, request)
+            if endpoint.inline:
+                await self._answer(endpoint, request)
+            else:
+                work.start_soon(self._answer, endpoint, request)
 
         return dispatch
 

@@ -5,18 +5,27 @@ Records go to the JetStream stream `bastion_audit` on `bastion.v1.audit.<tenant>
 refuses deletes and purges. A record holds summaries, bounded to 200 characters: a call's
 input with every file content replaced by its size, a result's size or error code — never
 a tool's whole input or output, and never a secret value (the orchestrator holds none).
+
+Within `AuditLog.together()` (a call, from its decision to its answer) records are sent
+as they come, in order on the one connection, and their acknowledgements are awaited
+together when the block ends, before the call is answered: one wait instead of three.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, Final
 
+import anyio
 import msgspec
+from anyio.abc import TaskGroup
 from nats.js.client import JetStreamContext
 
 from bastion.proto import errors as codes
-from bastion.proto.audit import MAX_SUMMARY
+from bastion.proto.audit import MAX_SUMMARY, AuditRecord
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
 from bastion.proto.session import SessionInfo
@@ -34,6 +43,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_acks: ContextVar[TaskGroup | None] = ContextVar("_acks", default=None)
+"""Within `AuditLog.together()`: the task group awaiting the acknowledgements of its records."""
 
 CONTENT_FIELDS: Final = frozenset({"content", "old_string", "new_string", "patch", "text"})
 """Input fields that carry file contents: the audit keeps only their size."""
@@ -84,10 +96,35 @@ class AuditLog:
     async def open(cls, client: Client) -> AuditLog:
         return cls(await open_audit_stream(client))
 
+    @asynccontextmanager
+    async def together(self) -> AsyncIterator[None]:
+        """Records of the block are sent at once, in order, and acknowledged together at its
+        end (a record not stored is logged, as always)."""
+        raised: Exception | None = None
+        async with anyio.create_task_group() as acks:
+            token = _acks.set(acks)
+            try:
+                yield
+            except Exception as error:  # raised as it is, not in the group's ExceptionGroup
+                raised = error
+            finally:
+                _acks.reset(token)
+        if raised is not None:
+            raise raised
+
     async def record(self, session: SessionInfo, action: str, **fields: str) -> None:
         bounded_fields = {k: bounded(v) for k, v in fields.items()}
         record = audit_record(action, session.session_id, session.tenant, **bounded_fields)
-        await publish_audit(self._js, record)
+        acks = _acks.get()
+        if acks is None:
+            await publish_audit(self._js, record)
+        else:  # tasks start in the order they were made: records reach the stream in order
+            acks.start_soon(self._stored, record)
+
+    async def _stored(self, record: AuditRecord) -> None:
+        """Store `record`, even when the call it is about was cancelled meanwhile."""
+        with anyio.CancelScope(shield=True):
+            await publish_audit(self._js, record)
 
     async def decision(
         self,

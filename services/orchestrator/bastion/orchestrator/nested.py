@@ -8,7 +8,7 @@ and only for a tool that reads: one that writes, reaches outside, changes what t
 may do, or that the policy would ask a person about, is refused to the program, never
 parked. Otherwise it goes the agent's call's way: the tenant's calls per second, the
 policy, the before-tool hooks, the audit (each record naming the parent call), the
-journal, taint, the after-tool hooks and its record by call id (docs/architecture.md §2.1).
+journal, taint, the after-tool hooks and its record by call id (docs/architecture.md §2.2).
 """
 
 from __future__ import annotations

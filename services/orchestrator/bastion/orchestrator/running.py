@@ -62,6 +62,7 @@ class Runner:
         alone: bool = True,
         stream: bool = False,
         parent_call_id: str = "",
+        record: bool = True,
     ) -> str:
         """The call's text, in the order of docs/architecture.md §2: before-tool hooks (which
         may block), the audit record, the call itself through the journal, then after-tool
@@ -74,8 +75,8 @@ class Runner:
             NeedsTurnAlone: in a shared turn (not `alone`), its call id's first sending
                 still runs.
         """
-        started = await self.records.start(session, tool, call_id, decision)
-        if started is None:  # sent again with its call id: it ran, or runs, once
+        started = await self.records.start(session, tool, call_id, decision) if record else None
+        if record and started is None:  # sent again with its call id: it ran, or runs, once
             recorded = await self.records.recall(session.session_id, call_id, alone=alone)
             if isinstance(recorded, ErrorReply):
                 raise RemoteError(recorded.code, recorded.message)
@@ -100,12 +101,13 @@ class Runner:
             with span("orchestrator.hooks.after_tool"):
                 text = await self.hooks.after_tool(session, tool.name, call_input, text)
         except BastionError as error:
-            if error.code in (codes.UNCERTAIN, codes.CANCELLED):  # it may have done something
+            if started is not None and error.code in (codes.UNCERTAIN, codes.CANCELLED):
                 await self.records.finish(started, error=error.to_reply())
-            else:  # answered, though with an error: nothing changed, it may be made again
+            elif started is not None:  # answered with an error: nothing changed, made again
                 await self.records.drop(started)
             raise
-        await self.records.finish(started, text=text)
+        if started is not None:
+            await self.records.finish(started, text=text)
         return text
 
     async def _execute(

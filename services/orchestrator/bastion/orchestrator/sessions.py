@@ -84,6 +84,9 @@ _CHECKED = ("workspace", "network", "read_only_dirs", "skills_dir")
 _CATALOGUED = ("workspace", "shell", "network", "skills_dir", "web", "sandbox")
 """What of a session's ask decides the tools it is offered."""
 
+_SEEN = 4096
+"""How many sessions' tenant and tools an instance keeps in memory (the oldest forgotten)."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -151,6 +154,7 @@ class Sessions:
         self._records = records
         self._parallel_reads = parallel_reads
         self._orders: dict[str, CallOrder] = {}
+        self._seen: dict[str, SessionInfo] = {}
         self._calls_in: Counter[tuple[str, str]] = Counter()
         """(session, call id) of the calls here now: one sent again while its first
         sending is still here is made alone, after it."""
@@ -302,6 +306,17 @@ class Sessions:
         session, _ = await self._store.get(session_id)
         return session
 
+    async def _as_opened(self, session_id: str) -> SessionInfo:
+        """The session as read once by this instance: for what never changes once it is
+        open (its tenant, its tools), so that a call reads the store once, in its turn."""
+        session = self._seen.get(session_id)
+        if session is None:
+            session = await self.get(session_id)
+            if len(self._seen) >= _SEEN:
+                del self._seen[next(iter(self._seen))]
+            self._seen[session_id] = session
+        return session
+
     async def close(self, session_id: str) -> SessionInfo:
         async with self._turn(session_id):
             session = await self.get(session_id)
@@ -311,6 +326,7 @@ class Sessions:
                 session_id,
                 lambda s: msgspec.structs.replace(s, state="closed", closed_at=_now()),
             )
+        self._seen.pop(session_id, None)
         await self._caps.closed(closed)
         await self.approvals.session_closed(closed)
         if closed.workspace is not None:
@@ -351,7 +367,7 @@ class Sessions:
         try:
             if self._rates.enabled:
                 try:
-                    await self._rates.take((await self.get(session_id)).tenant)
+                    await self._rates.take((await self._as_opened(session_id)).tenant)
                 except (RateLimited, QuotaUnavailable) as error:
                     return error.to_reply()
             try:
@@ -410,7 +426,7 @@ class Sessions:
         found."""
         at = self._enter(session_id) if at is None else at
         try:
-            tool = find_tool(await self.get(session_id), call.tool)
+            tool = find_tool(await self._as_opened(session_id), call.tool)
             # a journaled call's entry, and a call id's first sending, are their own to
             # settle: such a call is made alone
             shared = (
@@ -439,8 +455,11 @@ class Sessions:
         at: tuple[CallOrder, Place],
         shared: bool,
     ) -> tuple[SessionInfo, CallResult]:
-        async with self._turn(session_id, wait_s, at=at, shared=shared):
-            session = await self.get(session_id)
+        async with (
+            self._audit.together(),
+            self._turn(session_id, wait_s, at=at, shared=shared),
+        ):
+            session, revision = await self._store.get(session_id)
             annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
             try:
                 result: CallResult = await self._call(
@@ -450,7 +469,9 @@ class Sessions:
                 result = error.to_reply()
             await self._audit.result(session, call_id, call.tool, result)
             await self._store.update(
-                session_id, lambda s: msgspec.structs.replace(s, calls=s.calls + 1)
+                session_id,
+                lambda s: msgspec.structs.replace(s, calls=s.calls + 1),
+                known=(session, revision),
             )
         return session, result
 
@@ -538,6 +559,7 @@ class Sessions:
             decision=decision,
             alone=alone,
             stream=call.stream,
+            record=call.call_id is not None,
         )
         return ToolOutput(
             call_id=call_id,

@@ -58,17 +58,21 @@ class SessionStore:
         session_id: str,
         change: Callable[[SessionInfo], SessionInfo],
         attempts: int = _ATTEMPTS,
+        *,
+        known: tuple[SessionInfo, int] | None = None,
     ) -> SessionInfo:
         """Apply `change` to the stored session with compare-and-set, retrying at once on a
         race (its racers are the session's few calls in at once: each round one of them
-        wins, so none waits a pause out).
+        wins, so none waits a pause out). `known`, the session and its revision as the
+        caller read it, is tried first without reading it again.
 
         Raises:
             NotFound: no session has that id.
             KeptChanging: other writers kept changing it.
         """
         for _ in range(attempts):
-            session, revision = await self.get(session_id)
+            session, revision = known or await self.get(session_id)
+            known = None
             changed = change(session)
             try:
                 await self._bucket.replace(session_id, changed, revision)

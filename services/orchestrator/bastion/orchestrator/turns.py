@@ -7,7 +7,11 @@ shared, it lists the instances whose reads are in it (one share each, taken by t
 its reads in and given back by the last out) and until when each share is kept. It is taken
 by compare-and-set (created when absent, changed at the revision read), kept alive while
 held (renewed every third of its lifetime), and given back at its revision when the call
-ends (the record deleted with its last holder). An instance that wants it alone and finds
+ends (the record emptied with its last holder: an empty record is a free turn). An instance
+remembers the record it wrote last of each session, and its revision, and takes the turn
+next by a write at that revision, without reading the record first (a write another
+instance overtook fails, and the record is read then): taking and giving back a turn is
+two writes. An instance that wants it alone and finds
 reads in it marks the record as waited for: no other instance lets a read in until it had
 its turn, and its own share takes no further read once it sees the mark (at its next
 renewal). An orchestrator that dies (kill -9) leaves its record behind: once it expires,
@@ -35,7 +39,7 @@ import nats.errors
 from bastion.proto import errors as codes
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError
-from bastion.shared.kv import AlreadyStored, ChangedSince, TypedBucket
+from bastion.shared.kv import AlreadyStored, ChangedSince, Entry, TypedBucket
 from bastion.shared.renewing import renewing
 
 __all__ = ["TurnRecord", "TurnTimeout", "Turns"]
@@ -45,7 +49,9 @@ logger = logging.getLogger(__name__)
 _POLL_S = (0.01, 0.02, 0.05, 0.1, 0.2)
 """How long to wait between looks at a turn someone else holds: soon first, then less often."""
 _BUCKET_TTL_S = 3600.0
-"""Deleted turns leave markers; the bucket forgets them (and any turn not renewed) after this."""
+"""The bucket forgets a free turn (and any turn not renewed) after this."""
+_REMEMBERED = 4096
+"""How many sessions' last written turn record an instance remembers (the oldest forgotten)."""
 
 
 class TurnRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,6 +118,8 @@ class Turns:
         self._shares: dict[str, _Share] = {}
         self.holder = f"{socket.gethostname()}:{secrets.token_hex(4)}"
         self._reads = itertools.count()
+        self._written: dict[str, Entry[TurnRecord]] = {}
+        """The record this instance wrote last of each session, at its revision."""
 
     @classmethod
     async def open(cls, client: Client, bucket: str, ttl_s: float, wait_s: float) -> Turns:
@@ -125,9 +133,36 @@ class Turns:
     def _record(self) -> TurnRecord:
         return TurnRecord(holder=self.holder, expires_at=time.time() + self._ttl_s)
 
+    async def _write(self, session_id: str, record: TurnRecord, revision: int) -> int:
+        """`record` written at `revision` (compare-and-set), and remembered; its revision.
+
+        Raises:
+            ChangedSince: the record is at another revision now.
+        """
+        self._written.pop(session_id, None)
+        written = await self._bucket.replace(session_id, record, revision)
+        if len(self._written) >= _REMEMBERED:
+            del self._written[next(iter(self._written))]
+        self._written[session_id] = Entry(session_id, record, written)
+        return written
+
+    async def _write_if_free(self, session_id: str, record: TurnRecord) -> int | None:
+        """`record` written over the free turn this instance left, if nobody wrote since;
+        its revision, or None (then the record is read, as at a first take)."""
+        last = self._written.get(session_id)
+        if last is None or last.value != TurnRecord():
+            return None
+        try:
+            return await self._write(session_id, record, last.revision)
+        except ChangedSince:
+            return None
+
     async def _try_take(self, session_id: str) -> tuple[int, bool] | None:
         """The revision of the turn if this instance took it alone now (and whether it took
         it over from holders that let it expire), or None while others hold it."""
+        written = await self._write_if_free(session_id, self._record())
+        if written is not None:
+            return written, False
         try:
             return await self._bucket.create(session_id, self._record()), False
         except AlreadyStored:
@@ -142,7 +177,7 @@ class Turns:
             await self._wait_for(session_id, held, entry.revision, now)
             return None
         try:
-            revision = await self._bucket.replace(session_id, self._record(), entry.revision)
+            revision = await self._write(session_id, self._record(), entry.revision)
         except ChangedSince:
             return None  # another instance took it over first
         if not held.holder and not held.readers:
@@ -162,7 +197,7 @@ class Turns:
             return
         marked = msgspec.structs.replace(held, waiting=self.holder, waiting_until=now + self._ttl_s)
         with contextlib.suppress(ChangedSince):  # the readers changed: marked at the next look
-            await self._bucket.replace(session_id, marked, revision)
+            await self._write(session_id, marked, revision)
 
     async def _try_share(self, session_id: str, token: str) -> tuple[int, bool] | None:
         """The revision of the turn once the read `token` shares it (and whether it took it
@@ -174,6 +209,9 @@ class Turns:
         """
         now = time.time()
         mine = {token: now + self._ttl_s}
+        written = await self._write_if_free(session_id, TurnRecord(readers=mine))
+        if written is not None:
+            return written, False
         try:
             return await self._bucket.create(session_id, TurnRecord(readers=mine)), False
         except AlreadyStored:
@@ -186,7 +224,7 @@ class Turns:
             return None
         readers = {} if held.holder else held.live_readers(now)
         shared = msgspec.structs.replace(held, holder="", expires_at=0.0, readers=readers | mine)
-        revision = await self._bucket.replace(session_id, shared, entry.revision)
+        revision = await self._write(session_id, shared, entry.revision)
         if held.holder:
             logger.warning(
                 "took over a session's turn its holder let expire",
@@ -225,9 +263,7 @@ class Turns:
         while True:
             await anyio.sleep(self._ttl_s / 3)
             try:
-                held.revision = await self._bucket.replace(
-                    session_id, self._record(), held.revision
-                )
+                held.revision = await self._write(session_id, self._record(), held.revision)
             except ChangedSince:
                 held.lost = True
                 logger.error(
@@ -267,11 +303,16 @@ class Turns:
                 share.closing = True
 
     async def _change_share(self, session_id: str, token: str, *, keep: bool) -> TurnRecord | None:
-        """Renew the share `token` of the turn (`keep`) or give it back (deleting the
+        """Renew the share `token` of the turn (`keep`) or give it back (emptying the
         record with the last share, unless an instance waits to hold it alone); the record
-        as it was found, or None if the share was no longer in it."""
+        as it was found, or None if the share was no longer in it. The record this instance
+        wrote last is tried first, unread."""
+        entry = self._written.get(session_id)
+        if entry is not None and token not in entry.value.readers:
+            entry = None
         while True:
-            entry = await self._bucket.find(session_id)
+            if entry is None:
+                entry = await self._bucket.find(session_id)
             if entry is None or entry.value.holder or token not in entry.value.readers:
                 return None
             readers = dict(entry.value.readers)
@@ -279,15 +320,16 @@ class Turns:
                 readers[token] = time.time() + self._ttl_s
             else:
                 del readers[token]
+            if readers or entry.value.waiting_until > time.time():
+                # kept while an instance waits to hold it alone, so no read comes first
+                changed = msgspec.structs.replace(entry.value, readers=readers)
+            else:
+                changed = TurnRecord()
             try:
-                if readers or entry.value.waiting_until > time.time():
-                    # kept while an instance waits to hold it alone, so no read comes first
-                    changed = msgspec.structs.replace(entry.value, readers=readers)
-                    await self._bucket.replace(session_id, changed, entry.revision)
-                else:
-                    await self._bucket.delete(session_id, revision=entry.revision)
+                await self._write(session_id, changed, entry.revision)
             except ChangedSince:
-                continue  # another instance's read changed the record first: look again
+                entry = None  # another instance's read changed the record first: look again
+                continue
             return entry.value
 
     @asynccontextmanager
@@ -362,7 +404,7 @@ class Turns:
 
     async def _give_back(self, session_id: str, revision: int) -> None:
         try:
-            await self._bucket.delete(session_id, revision=revision)
+            await self._write(session_id, TurnRecord(), revision)
         except ChangedSince:
             # taken over while this instance was stalled: no longer ours to give back
             logger.warning(

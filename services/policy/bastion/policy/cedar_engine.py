@@ -1,8 +1,9 @@
 """Cedar through cedarpy: compile operator policy files once, then evaluate calls fast.
 
 This is the only module that touches cedarpy (untyped); what it returns is typed. The
-schema, each compiled policy set and each session's principal entities are parsed once
-and reused as handles: a decision only builds its small request and resource entity.
+schema, each compiled policy set and the entities of each (session, tool, resource) are
+parsed once and reused as handles (the most recent few thousand): a decision only builds
+its small request, and parses the one entity of a resource it has not seen.
 A built-in `permit` for every call sits beside the operator's policies, so Cedar's
 answer is Deny exactly when an operator `forbid` holds: operators can only narrow. A call's
 resource is inside every tool of its group (`tools.GROUPS`), so a policy written on one
@@ -147,6 +148,25 @@ def _principal(tenant: str, agent: str, session_id: str) -> Any:
     return cedarpy.Entities.from_json_str(json.dumps(entities))
 
 
+@functools.lru_cache(maxsize=1024)
+def _with_tools(tenant: str, agent: str, session_id: str, tool_name: str) -> Any:
+    """A session's entities with the tools a call of `tool_name` is inside, parsed once."""
+    _, entities = _tools(tool_name)
+    return _principal(tenant, agent, session_id).with_added_json_str(json.dumps(entities))
+
+
+@functools.lru_cache(maxsize=4096)
+def _entities(
+    tenant: str, agent: str, session_id: str, tool_name: str, resource: tuple[str, str]
+) -> Any:
+    """Every entity a decision on a call of `tool_name` on `resource` (its type and id)
+    needs: the session's, the tools', the resource inside its tools."""
+    tools, _ = _tools(tool_name)
+    inside = {"uid": _uid(*resource), "attrs": {}, "parents": tools}
+    base = _with_tools(tenant, agent, session_id, tool_name)
+    return base.with_added_json_str(json.dumps([inside]))
+
+
 def _tools(tool_name: str) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
     """The tools a call of `tool_name` is inside (it, or every tool of its group), and
     their entities (each inside its group)."""
@@ -162,13 +182,10 @@ def _tools(tool_name: str) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
     return tools, entities
 
 
-def _resource(tool_name: str, target: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """The call's resource, and the entities to add for it (it, inside its tools)."""
-    tools, entities = _tools(tool_name)
+def _resource(tool_name: str, target: str) -> tuple[str, str]:
+    """The call's resource: its entity type and id."""
     kind = {"path": "Path", "host": "Host"}.get(target_kind(tool_name))
-    resource = _uid(kind, target) if kind is not None and target else _uid("ToolCall", tool_name)
-    entities.append({"uid": resource, "attrs": {}, "parents": tools})
-    return resource, entities
+    return (kind, target) if kind is not None and target else ("ToolCall", tool_name)
 
 
 def evaluate(compiled: CompiledPolicies, request: PolicyRequest) -> Verdict | None:
@@ -188,15 +205,13 @@ def evaluate(compiled: CompiledPolicies, request: PolicyRequest) -> Verdict | No
 
 def _evaluate(compiled: CompiledPolicies, request: PolicyRequest, target: str) -> Verdict | None:
     target = normalised_target(request.tool, target)
-    resource, extra = _resource(request.tool, target)
-    entities = _principal(request.tenant, request.agent, request.session_id).with_added_json_str(
-        json.dumps(extra)
-    )
+    resource = _resource(request.tool, target)
+    entities = _entities(request.tenant, request.agent, request.session_id, request.tool, resource)
     result = cedarpy.is_authorized(
         {
             "principal": _uid("Session", request.session_id),
             "action": {"type": "Action", "id": request.effect},
-            "resource": resource,
+            "resource": _uid(*resource),
             "context": {
                 "tool": request.tool,
                 "target": target,

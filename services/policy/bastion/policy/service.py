@@ -56,7 +56,9 @@ async def policy_service(_client: Client, settings: PolicySettings) -> AsyncIter
         return hidden_paths(check, policies)
 
     service = Service("policy", VERSION, "Decides whether each tool call runs, asks or is refused.")
-    service.add_endpoint("decide", subjects.POLICY_DECIDE, PolicyRequest, decide_call)
+    # A decision never waits (Cedar's evaluation is in process, a few hundred µs at most):
+    # it is made in the subscription's callback, without a task of its own.
+    service.add_endpoint("decide", subjects.POLICY_DECIDE, PolicyRequest, decide_call, inline=True)
     service.add_endpoint("status", subjects.POLICY_STATUS, PolicyStatusQuery, status)
     service.add_endpoint("check_rule", subjects.POLICY_CHECK_RULE, RuleCheck, rule_check)
     service.add_endpoint("check_paths", subjects.POLICY_CHECK_PATHS, PathsCheck, paths_check)
