@@ -27,7 +27,15 @@ from bastion.proto.policy import Effect
 from bastion.proto.session import ToolSpec
 from bastion.proto.toolinput import BUILTIN_TOOLS
 
-__all__ = ["REGISTRY", "UPSTREAM", "Route", "ServiceName", "ToolDefinition", "route_of"]
+__all__ = [
+    "REGISTRY",
+    "UPSTREAM",
+    "Route",
+    "ServiceName",
+    "ToolDefinition",
+    "parents_calls",
+    "route_of",
+]
 
 ServiceName = Literal["sandbox", "egress", "mcp"]
 """The service a call is sent to."""
@@ -69,6 +77,10 @@ class ToolDefinition:
     """Offered only when a search provider is configured (`BASTION_SEARCH`)."""
     needs_bwrap: bool = False
     """Offered only to a session of the bwrap backend (`run_code`: docs/sandbox.md)."""
+    parents_calls: bool = False
+    """Its run makes calls that name it as their parent (`run_code`'s program): it keeps a
+    record by call id while it runs even when sent without one, since a nested call is
+    made only while its parent's record says it runs."""
 
     @property
     def input_type(self) -> Any:
@@ -195,6 +207,7 @@ REGISTRY: Final[Mapping[str, ToolDefinition]] = MappingProxyType(
                 Route("sandbox", run_code),
                 needs_shell=True,
                 needs_bwrap=True,
+                parents_calls=True,
             ),
         )
     }
@@ -209,3 +222,8 @@ UPSTREAM: Final = Route("mcp", call_upstream)
 def route_of(tool: ToolSpec) -> Route:
     """Where a call of `tool` goes: an upstream tool's server, else its registry entry."""
     return UPSTREAM if tool.server else REGISTRY[tool.name].route
+
+
+def parents_calls(tool: ToolSpec) -> bool:
+    """Whether a call of `tool` makes calls naming it as their parent (`run_code`)."""
+    return not tool.server and REGISTRY[tool.name].parents_calls

@@ -33,6 +33,7 @@ from bastion.orchestrator.journal import Journal
 from bastion.orchestrator.nested import NestedCalls
 from bastion.orchestrator.opencaps import OpenCaps
 from bastion.orchestrator.quota import QuotaUnavailable, RateLimited, TenantRates
+from bastion.orchestrator.registry import parents_calls
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
 from bastion.orchestrator.store import SessionStore
@@ -559,7 +560,7 @@ class Sessions:
             decision=decision,
             alone=alone,
             stream=call.stream,
-            record=call.call_id is not None,
+            record=call.call_id is not None or parents_calls(tool),
         )
         return ToolOutput(
             call_id=call_id,
