@@ -9,13 +9,16 @@ number is the first argument), never over a path or a network a command could re
 
 Each `run` request carries, as descriptors: a sealed memfd holding the command's argv,
 limits and environment (secrets included), the write ends of its stdout and stderr, and
-an open `cgroup.procs` of each of its cgroups. For each command the init forks a leader,
-which makes a new pid, mount and IPC namespace and forks the command's first process:
+an open `cgroup.procs` of each of its cgroups. For each command the init has a leader,
+forked and in a new pid, mount and IPC namespace of its own before the command is asked
+for (the next one is made once a command's answer is sent, so no command waits for that
+fork and `unshare`); given the request, it forks the command's first process:
 pid 1 of that new namespace, so when it ends the kernel kills every process the command
 left, and its own `/proc` shows only the command's processes. That process joins the
 cgroups, mounts its own `/proc` and `/dev/shm`, takes fresh keyrings, drops every
 capability, sets the limits, and execs the command with exactly the environment it was
-sent. The init zeroes its copy of the request once it has forked. Replies: `ready` once,
+sent. The init never reads the request: it hands the leader its descriptors, and the
+leader zeroes its copy of the request once it has forked. Replies: `ready` once,
 then `started` and `exited` (with the leader's status, sent once every process of the
 command is gone) or `failed` (a sentence) per command. `kill` has the leader SIGKILL the
 command's pid 1; the channel closing does too, then ends the init, and with it the whole
@@ -213,22 +216,35 @@ def _pairs(environment: list[bytes]) -> list[tuple[bytes, bytes]]:
     return pairs
 
 
-def _leader(
-    payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int, stop: int
-) -> NoReturn:
-    """Make the command's namespaces, start it, and exit as it does.
+def _leader(link: socket.socket, why: int, stop: int) -> NoReturn:
+    """Make the command's namespaces, wait for its request, start it, and exit as it does.
 
-    The leader stays out of the command's cgroups (so a cgroup kill or an OOM kill there
-    never takes it) and ends the command itself: when `stop` becomes readable (the init
-    asked, or the init is gone) it sends SIGKILL to the command's pid 1, its own child, so
-    the kernel kills every process of that namespace; its `waitpid` returns only once they
-    are all gone. Nothing rests on the command's `PR_SET_PDEATHSIG`, which a command that
-    traces its own pid 1 can clear."""
+    Forked ahead of its command, it makes the namespaces at once, then waits on `link` for
+    the request's descriptors (forwarded by the init); the init closing `link` unasked
+    ends it. The leader stays out of the command's cgroups (so a cgroup kill or an OOM
+    kill there never takes it) and ends the command itself: when `stop` becomes readable
+    (the init asked, or the init is gone) it sends SIGKILL to the command's pid 1, its own
+    child, so the kernel kills every process of that namespace; its `waitpid` returns only
+    once they are all gone. Nothing rests on the command's `PR_SET_PDEATHSIG`, which a
+    command that traces its own pid 1 can clear."""
+    unshared = _libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC)
+    failure = ctypes.get_errno() if unshared != 0 else 0
+    message, fds, _, _ = socket.recv_fds(link, 4096, _MAX_FDS)
+    link.close()
+    if not message or len(fds) < 3:
+        os._exit(0)  # no command came: the sandbox is closing
+    memfd, stdout, stderr, *cgroups = fds
+    payload = bytearray(os.fstat(memfd).st_size)
+    os.preadv(memfd, [payload], 0)
+    os.close(memfd)
+    outputs = (stdout, stderr)
     try:
-        _check(_libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
+        if failure:
+            raise OSError(failure, f"unshare: {os.strerror(failure)}")
         alive_read, alive_write = os.pipe()
         child = os.fork()
     except OSError as error:
+        payload[:] = bytes(len(payload))
         os.write(why, f"the command's namespaces could not be made ({error})".encode())
         os._exit(127)
     if child == 0:
@@ -245,6 +261,33 @@ def _leader(
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
+
+
+class _Spare:
+    """A leader forked ahead of its command, in namespaces of its own, and the init's ends
+    of its pipes: the request goes over `link`, its reason for not starting the command
+    comes on `why`, and a byte on `stop` has it kill the command."""
+
+    def __init__(self, channel: socket.socket) -> None:
+        link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        why_read, why_write = os.pipe()
+        stop_read, stop_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            channel.close()
+            link.close()
+            os.close(why_read)
+            os.close(stop_write)
+            _leader(theirs, why_write, stop_read)
+        theirs.close()
+        os.close(why_write)
+        self.link, self.why, self.stop, self._stop_read = link, why_read, stop_write, stop_read
+
+    def close(self) -> None:
+        """The init's ends, once the leader has ended."""
+        self.link.close()
+        for fd in (self.why, self.stop, self._stop_read):
+            os.close(fd)
 
 
 def _end_orphans() -> None:
@@ -279,27 +322,20 @@ def _send(channel: socket.socket, **fields: Any) -> None:
     channel.send(json.dumps(fields).encode())
 
 
-def _run(channel: socket.socket, fds: list[int]) -> None:
-    """Start one command and answer for it; `kill` meanwhile ends it."""
+def _run(channel: socket.socket, fds: list[int], leader: _Spare) -> bool:
+    """Have `leader` start one command and answer for it; `kill` meanwhile ends it.
+    Whether the leader was used (a request carrying too few descriptors leaves it)."""
     if len(fds) < 3:
         for fd in fds:
             os.close(fd)
         _send(channel, op="failed", why="the request carried too few descriptors")
-        return
-    memfd, stdout, stderr, *cgroups = fds
-    payload = bytearray(os.fstat(memfd).st_size)
-    os.preadv(memfd, [payload], 0)
-    os.close(memfd)
-    why_read, why_write = os.pipe()
-    stop_read, stop_write = os.pipe()
-    leader = os.fork()
-    if leader == 0:
-        os.close(stop_write)
-        _leader(payload, (stdout, stderr), cgroups, why_write, stop_read)
-    payload[:] = bytes(len(payload))
-    for fd in (stdout, stderr, *cgroups, why_write):
-        os.close(fd)  # stop_read is kept: a `kill` after the leader ended raises no SIGPIPE
-    ended = os.pidfd_open(leader)
+        return False
+    try:
+        socket.send_fds(leader.link, [b"run"], fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    ended = os.pidfd_open(leader.pid)
     _send(channel, op="started")
     while True:
         ready, _, _ = select.select([channel.fileno(), ended], [], [])
@@ -309,25 +345,25 @@ def _run(channel: socket.socket, fds: list[int]) -> None:
         for fd in extra:
             os.close(fd)
         if request is None or request.get("op") == "kill":
-            os.write(stop_write, b"k")  # the leader kills the command's pid 1
+            os.write(leader.stop, b"k")  # the leader kills the command's pid 1
         if request is None:
-            os.waitpid(leader, 0)
+            os.waitpid(leader.pid, 0)
             _end_orphans()
             sys.exit(0)
-    _, status = os.waitpid(leader, 0)
+    _, status = os.waitpid(leader.pid, 0)
     _end_orphans()
-    for fd in (ended, stop_read, stop_write):
-        os.close(fd)
-    os.set_blocking(why_read, False)
+    os.close(ended)
+    os.set_blocking(leader.why, False)
     try:
-        why = os.read(why_read, 4096)
+        why = os.read(leader.why, 4096)
     except BlockingIOError:
         why = b""
-    os.close(why_read)
+    leader.close()
     if why:
         _send(channel, op="failed", why=why.decode(errors="replace"))
     else:
         _send(channel, op="exited", status=os.waitstatus_to_exitcode(status))
+    return True
 
 
 def main() -> None:
@@ -340,14 +376,15 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
+    leader = _Spare(channel)
     _send(channel, op="ready")
     while True:
         request, fds = _receive(channel)
         if request is None:
-            return
-        if request.get("op") == "run":
-            _run(channel, fds)
-        else:
+            return  # the spare leader, asked for nothing, ends with the sandbox
+        if request.get("op") == "run" and _run(channel, fds, leader):
+            leader = _Spare(channel)  # after the answer: the next command finds it ready
+        elif request.get("op") != "run":
             for fd in fds:
                 os.close(fd)
 
