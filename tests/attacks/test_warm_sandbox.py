@@ -68,8 +68,9 @@ def inits(state_dir: Path) -> list[int]:
     return [pid for pid in found if _parent(pid) not in found]
 
 
-def spare_leaders(state_dir: Path) -> list[int]:
-    """Host pids of the leaders the inits of `state_dir` forked ahead of a command."""
+def forked_ahead(state_dir: Path) -> list[int]:
+    """Host pids of what the inits of `state_dir` forked ahead of their next command: its
+    leader and its first process, waiting for the request."""
     return sorted(set(init_processes(state_dir)) - set(inits(state_dir)))
 
 
@@ -106,11 +107,13 @@ async def test_the_inits_environ_memory_and_descriptors_are_unreadable(
 ) -> None:
     await shell(client, host.workspace, "true")
     [init] = inits(host.state_dir)
-    [leader] = spare_leaders(host.state_dir)  # forked ahead: the probe's own leader
-    # The init's and its leader's host pids, and every pid a command could name, from inside.
+    ahead = forked_ahead(host.state_dir)  # the probe's own leader and first process
+    assert len(ahead) == 2
+    # The host pids of the init and of what it forked, and every pid a command could name,
+    # tried from inside.
     probe = (
-        f"for p in 1 2 3 {init} {leader}; do cat /proc/$p/environ /proc/$p/mem; "
-        "ls -l /proc/$p/fd; done 2>&1; ls -l /proc/self/fd"
+        f"for p in 1 2 3 {init} {' '.join(map(str, ahead))}; do cat /proc/$p/environ "
+        "/proc/$p/mem; ls -l /proc/$p/fd; done 2>&1; ls -l /proc/self/fd"
     )
     result = await shell(client, host.workspace, probe)
     assert "socket:" not in result.stdout  # no descriptor of the channel anywhere
@@ -121,8 +124,7 @@ async def test_the_inits_environ_memory_and_descriptors_are_unreadable(
     status = Path(f"/proc/{init}/status").read_text()  # noqa: ASYNC240 (procfs: no wait)
     uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
     assert uid != 0
-    [leader] = spare_leaders(host.state_dir)  # the one forked ahead of the next command
-    for pid in (init, leader):
+    for pid in (init, *forked_ahead(host.state_dir)):  # those of the next command now
         assert Path(f"/proc/{pid}/environ").stat().st_uid == 0  # noqa: ASYNC240
 
 
@@ -131,13 +133,13 @@ async def test_tracing_every_pid_never_reaches_the_init(
 ) -> None:
     await shell(client, host.workspace, "echo kept > /tmp/kept")
     [init] = inits(host.state_dir)
-    [leader] = spare_leaders(host.state_dir)
+    ahead = ", ".join(map(str, forked_ahead(host.state_dir)))  # the tracer's own two
     # PTRACE_SEIZE does not stop what it attaches to; the tracer's exit detaches it.
     tracer = (
         "python3 -c '\n"
         "import ctypes, os\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
-        f"for pid in [*range(1, 300), {init}, {leader}]:\n"
+        f"for pid in [*range(1, 300), {init}, {ahead}]:\n"
         "    if pid == os.getpid(): continue\n"
         f"    if libc.ptrace({PTRACE_SEIZE}, pid, 0, 0) == 0:\n"
         '        print(pid, open(f"/proc/{pid}/cmdline").read())\n'

@@ -10,15 +10,15 @@ number is the first argument), never over a path or a network a command could re
 Each `run` request carries, as descriptors: a sealed memfd holding the command's argv,
 limits and environment (secrets included), the write ends of its stdout and stderr, and
 an open `cgroup.procs` of each of its cgroups. For each command the init has a leader,
-forked and in a new pid, mount and IPC namespace of its own before the command is asked
-for (the next one is made once a command's answer is sent, so no command waits for that
-fork and `unshare`); given the request, it forks the command's first process:
+which makes a new pid, mount and IPC namespace and forks the command's first process:
 pid 1 of that new namespace, so when it ends the kernel kills every process the command
-left, and its own `/proc` shows only the command's processes. That process joins the
+left, and its own `/proc` shows only the command's processes. Both are forked before the
+command is asked for (the next ones once a command's answer is sent, so no command waits
+for those forks and the `unshare`), and that first process waits for the request,
+whose descriptors the init hands it as they came. Given them, it joins the
 cgroups, mounts its own `/proc` and `/dev/shm`, takes fresh keyrings, drops every
 capability, sets the limits, and execs the command with exactly the environment it was
-sent. The init never reads the request: it hands the leader its descriptors, and the
-leader zeroes its copy of the request once it has forked. Replies: `ready` once,
+sent. The init never reads the request, and the leader never sees it. Replies: `ready` once,
 then `started` and `exited` (with the leader's status, sent once every process of the
 command is gone) or `failed` (a sentence) per command. `kill` has the leader SIGKILL the
 command's pid 1; the channel closing does too, then ends the init, and with it the whole
@@ -166,25 +166,32 @@ def _set_limits(limits: dict[str, Any]) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
 
 
-def _command(
-    payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int, alive: int
-) -> NoReturn:
-    """The command's first process, pid 1 of its namespaces: join its cgroups, set up, exec.
+def _command(link: socket.socket, why: int, alive: int) -> NoReturn:
+    """The command's first process, pid 1 of its namespaces, forked ahead of its command:
+    wait for the request on `link`, join its cgroups, set up, exec.
 
     It also dies with its leader (`PR_SET_PDEATHSIG`), a second wall only: the leader
     kills it directly. A leader already gone (its end of the `alive` pipe closed) ends it
-    at once."""
+    at once; the init closing `link` unasked ends it too (the sandbox is closing)."""
     try:
         _check(_libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "pdeathsig")
-        for fd in cgroups:
-            os.write(fd, b"0")
-            os.close(fd)
         os.set_blocking(alive, False)
         try:
             if os.read(alive, 1) == b"":
                 os._exit(128 + int(signal.SIGKILL))
         except BlockingIOError:
             pass
+        message, fds, _, _ = socket.recv_fds(link, 4096, _MAX_FDS)
+        link.close()
+        if not message or len(fds) < 3:
+            os._exit(0)
+        memfd, stdout, stderr, *cgroups = fds
+        for fd in cgroups:
+            os.write(fd, b"0")
+            os.close(fd)
+        payload = bytearray(os.fstat(memfd).st_size)
+        os.preadv(memfd, [payload], 0)
+        os.close(memfd)
         text, _, block = bytes(payload).partition(b"\n")
         payload[:] = bytes(len(payload))
         header = json.loads(text)
@@ -194,8 +201,8 @@ def _command(
         _fresh_keyrings()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
-        os.dup2(outputs[0], 1)
-        os.dup2(outputs[1], 2)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
         os.closerange(3, why)
         os.closerange(why + 1, 1 << 20)
         os.chdir(header["cwd"])
@@ -217,42 +224,27 @@ def _pairs(environment: list[bytes]) -> list[tuple[bytes, bytes]]:
 
 
 def _leader(link: socket.socket, why: int, stop: int) -> NoReturn:
-    """Make the command's namespaces, wait for its request, start it, and exit as it does.
+    """Make the command's namespaces and fork its first process, both ahead of the command
+    (which then waits on `link` for its request), and exit as it does.
 
-    Forked ahead of its command, it makes the namespaces at once, then waits on `link` for
-    the request's descriptors (forwarded by the init); the init closing `link` unasked
-    ends it. The leader stays out of the command's cgroups (so a cgroup kill or an OOM
-    kill there never takes it) and ends the command itself: when `stop` becomes readable
-    (the init asked, or the init is gone) it sends SIGKILL to the command's pid 1, its own
-    child, so the kernel kills every process of that namespace; its `waitpid` returns only
-    once they are all gone. Nothing rests on the command's `PR_SET_PDEATHSIG`, which a
-    command that traces its own pid 1 can clear."""
-    unshared = _libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC)
-    failure = ctypes.get_errno() if unshared != 0 else 0
-    message, fds, _, _ = socket.recv_fds(link, 4096, _MAX_FDS)
-    link.close()
-    if not message or len(fds) < 3:
-        os._exit(0)  # no command came: the sandbox is closing
-    memfd, stdout, stderr, *cgroups = fds
-    payload = bytearray(os.fstat(memfd).st_size)
-    os.preadv(memfd, [payload], 0)
-    os.close(memfd)
-    outputs = (stdout, stderr)
+    The leader stays out of the command's cgroups (so a cgroup kill or an OOM kill there
+    never takes it) and ends the command itself: when `stop` becomes readable (the init
+    asked, or the init is gone) it sends SIGKILL to the command's pid 1, its own child, so
+    the kernel kills every process of that namespace; its `waitpid` returns only once they
+    are all gone. Nothing rests on the command's `PR_SET_PDEATHSIG`, which a command that
+    traces its own pid 1 can clear."""
     try:
-        if failure:
-            raise OSError(failure, f"unshare: {os.strerror(failure)}")
+        _check(_libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
         alive_read, alive_write = os.pipe()
         child = os.fork()
     except OSError as error:
-        payload[:] = bytes(len(payload))
-        os.write(why, f"the command's namespaces could not be made ({error})".encode())
-        os._exit(127)
+        _refuse(link, why, f"the command's namespaces could not be made ({error})")
     if child == 0:
         os.close(alive_write)
         os.close(stop)
-        _command(payload, outputs, cgroups, why, alive_read)
-    payload[:] = bytes(len(payload))
-    for fd in (why, alive_read, *outputs, *cgroups):
+        _command(link, why, alive_read)
+    link.close()
+    for fd in (why, alive_read):
         os.close(fd)
     ended = os.pidfd_open(child)
     ready, _, _ = select.select([ended, stop], [], [])
@@ -263,10 +255,23 @@ def _leader(link: socket.socket, why: int, stop: int) -> NoReturn:
     os._exit(code if code >= 0 else 128 - code)
 
 
+def _refuse(link: socket.socket, why: int, reason: str) -> NoReturn:
+    """A leader that could not make the command's namespaces: wait for the request, close
+    what it carries, and say `reason` for it (nothing to say if none comes)."""
+    message, fds, _, _ = socket.recv_fds(link, 4096, _MAX_FDS)
+    for fd in fds:
+        os.close(fd)
+    if not message:
+        os._exit(0)
+    os.write(why, reason.encode())
+    os._exit(127)
+
+
 class _Spare:
     """A leader forked ahead of its command, in namespaces of its own, and the init's ends
-    of its pipes: the request goes over `link`, its reason for not starting the command
-    comes on `why`, and a byte on `stop` has it kill the command."""
+    of its pipes: the request goes over `link` (to the command's first process, or to the
+    leader if it could not fork one), why the command did not start comes on `why`, and a
+    byte on `stop` has the leader kill the command."""
 
     def __init__(self, channel: socket.socket) -> None:
         link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -331,7 +336,14 @@ def _run(channel: socket.socket, fds: list[int], leader: _Spare) -> bool:
         _send(channel, op="failed", why="the request carried too few descriptors")
         return False
     try:
-        socket.send_fds(leader.link, [b"run"], fds)
+        socket.send_fds(leader.link, [b"run"], fds, socket.MSG_NOSIGNAL)
+    except OSError as error:
+        os.write(leader.stop, b"k")
+        os.waitpid(leader.pid, 0)
+        _end_orphans()
+        leader.close()
+        _send(channel, op="failed", why=f"the command's leader was gone ({error})")
+        return True
     finally:
         for fd in fds:
             os.close(fd)
