@@ -146,11 +146,18 @@ def _fresh_keyrings() -> None:
         _libc.syscall(number, _KEYCTL_CLEAR, keyring)
 
 
+def _last_capability() -> int:
+    """The kernel's highest capability number (read once: it is the kernel's own)."""
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        return int(last.read())
+
+
+_LAST_CAPABILITY = _last_capability()
+
+
 def _drop_capabilities() -> None:
     """No capability left in any set, so the command holds none (it runs as uid 10001)."""
-    with open("/proc/sys/kernel/cap_last_cap") as last:
-        highest = int(last.read())
-    for capability in range(highest + 1):
+    for capability in range(_LAST_CAPABILITY + 1):
         _check(_libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0), "drop capability")
     _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient")
     header = _CapHeader(_CAPABILITY_VERSION_3, 0)
