@@ -74,6 +74,12 @@ def forked_ahead(state_dir: Path) -> list[int]:
     return sorted(set(init_processes(state_dir)) - set(inits(state_dir)))
 
 
+async def forked_for_next(state_dir: Path) -> list[int]:
+    """`forked_ahead` once the init has forked both (it does once an answer is sent)."""
+    await until(lambda: len(forked_ahead(state_dir)) == 2, "nothing was forked ahead")
+    return forked_ahead(state_dir)
+
+
 async def until(condition: Callable[[], object], what: str) -> None:
     """Poll `condition()` until true, failing after 20 s with `what`."""
     for _ in range(400):
@@ -107,8 +113,7 @@ async def test_the_inits_environ_memory_and_descriptors_are_unreadable(
 ) -> None:
     await shell(client, host.workspace, "true")
     [init] = inits(host.state_dir)
-    ahead = forked_ahead(host.state_dir)  # the probe's own leader and first process
-    assert len(ahead) == 2
+    ahead = await forked_for_next(host.state_dir)  # the probe's own leader and first process
     # The host pids of the init and of what it forked, and every pid a command could name,
     # tried from inside.
     probe = (
@@ -124,7 +129,7 @@ async def test_the_inits_environ_memory_and_descriptors_are_unreadable(
     status = Path(f"/proc/{init}/status").read_text()  # noqa: ASYNC240 (procfs: no wait)
     uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
     assert uid != 0
-    for pid in (init, *forked_ahead(host.state_dir)):  # those of the next command now
+    for pid in (init, *await forked_for_next(host.state_dir)):  # the next command's now
         assert Path(f"/proc/{pid}/environ").stat().st_uid == 0  # noqa: ASYNC240
 
 
@@ -133,7 +138,7 @@ async def test_tracing_every_pid_never_reaches_the_init(
 ) -> None:
     await shell(client, host.workspace, "echo kept > /tmp/kept")
     [init] = inits(host.state_dir)
-    ahead = ", ".join(map(str, forked_ahead(host.state_dir)))  # the tracer's own two
+    ahead = ", ".join(map(str, await forked_for_next(host.state_dir)))  # the tracer's own
     # PTRACE_SEIZE does not stop what it attaches to; the tracer's exit detaches it.
     tracer = (
         "python3 -c '\n"
