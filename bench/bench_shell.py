@@ -111,9 +111,11 @@ def wrap_steps() -> None:
     timed(service_module.Sandboxes, "exec", "handler")
 
 
-async def measure(root: Path, calls: int) -> tuple[list[int], list[int]]:
+async def measure(root: Path, calls: int) -> tuple[list[float], list[float]]:
     workspace = sandbox_workspace(root / "work")
     argv = raw_bwrap_argv(workspace)
+    through: list[float] = []
+    raw: list[float] = []
     with running_nats_server(root / "nats") as url:
         settings = SandboxSettings(nats_url=url, state_dir=str(root / "state"))
         async with (
@@ -124,8 +126,6 @@ async def measure(root: Path, calls: int) -> tuple[list[int], list[int]]:
             connect(settings, "bench") as client,
         ):
             message = ExecRequest(session_id=SESSION, workspace=str(workspace), command="true")
-            through: list[int] = []
-            raw: list[int] = []
             for number in range(calls + 5):
                 if number == 5:
                     steps.clear()
@@ -142,7 +142,7 @@ async def measure(root: Path, calls: int) -> tuple[list[int], list[int]]:
                 if number >= 5:
                     through.append(took)
                     raw.append(raw_took)
-            return through, raw
+    return through, raw
 
 
 def main() -> None:
