@@ -15,8 +15,9 @@ pid 1 of that new namespace, so when it ends the kernel kills every process the 
 left, and its own `/proc` shows only the command's processes. Both are forked before the
 command is asked for (the next ones once a command's answer is sent, so no command waits
 for those forks and the `unshare`), and that first process waits for the request,
-whose descriptors the init hands it as they came. Given them, it joins the
-cgroups, mounts its own `/proc` and `/dev/shm`, takes fresh keyrings, drops every
+whose descriptors the init hands it as they came, with its own `/proc` already
+mounted. Given them, it joins the cgroups, mounts its own `/dev/shm`, takes fresh
+keyrings, drops every
 capability, sets the limits, and execs the command with exactly the environment it was
 sent. The init never reads the request, and the leader never sees it. Replies: `ready` once,
 then `started` and `exited` (with the leader's status, sent once every process of the
@@ -102,11 +103,10 @@ def _mount(source: str | None, target: str, kind: str | None, flags: int, data: 
     )
 
 
-def _fresh_mounts(fresh_tmp: str, shm: str) -> None:
+def _fresh_proc() -> None:
     """A `/proc` of the command's own pid namespace, masked as bwrap masks the sandbox's
     (the kernel lets a new proc be mounted only where the old one is fully visible, so
-    the old one's masks are lifted first, in this mount namespace only), and an empty
-    `/dev/shm` of `shm`'s size, gone with the command's mount namespace."""
+    the old one's masks are lifted first, in this mount namespace only)."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     _mount("/proc/sys", "/proc/sys", None, _MS_BIND | _MS_REC)
@@ -115,6 +115,11 @@ def _fresh_mounts(fresh_tmp: str, shm: str) -> None:
     for path in _MASKED:  # a device on a `nodev` mount: reading it fails, as in bwrap's
         _mount("/dev/null", path, None, _MS_BIND)
         _mount(None, path, None, locked)
+
+
+def _fresh_tmpfs(fresh_tmp: str, shm: str) -> None:
+    """An empty `/dev/shm` of `shm`'s size (and, given `fresh_tmp`, an empty `/tmp`), gone
+    with the command's mount namespace."""
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, shm)
     if fresh_tmp:
         _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, fresh_tmp)
@@ -175,7 +180,7 @@ def _set_limits(limits: dict[str, Any]) -> None:
 
 def _command(link: socket.socket, why: int, alive: int) -> NoReturn:
     """The command's first process, pid 1 of its namespaces, forked ahead of its command:
-    wait for the request on `link`, join its cgroups, set up, exec.
+    mount its `/proc`, wait for the request on `link`, join its cgroups, set up, exec.
 
     It also dies with its leader (`PR_SET_PDEATHSIG`), a second wall only: the leader
     kills it directly. A leader already gone (its end of the `alive` pipe closed) ends it
@@ -188,6 +193,11 @@ def _command(link: socket.socket, why: int, alive: int) -> NoReturn:
                 os._exit(128 + int(signal.SIGKILL))
         except BlockingIOError:
             pass
+        try:
+            _fresh_proc()  # nothing of any command's is needed for it: made while waiting
+            unmounted = None
+        except OSError as error:
+            unmounted = error
         message, fds, _, _ = socket.recv_fds(link, 4096, _MAX_FDS)
         link.close()
         if not message or len(fds) < 3:
@@ -204,7 +214,9 @@ def _command(link: socket.socket, why: int, alive: int) -> NoReturn:
         header = json.loads(text)
         environment = dict(_pairs([entry for entry in block.split(b"\0") if entry]))
         del block
-        _fresh_mounts(header["fresh_tmp"], header["shm"])
+        if unmounted is not None:
+            raise unmounted
+        _fresh_tmpfs(header["fresh_tmp"], header["shm"])
         _fresh_keyrings()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
