@@ -52,6 +52,7 @@ k8s-render OVERLAY:
 # Benchmarks: medians and ratios against baselines measured in the same run
 bench:
     python -m bench.bench_calls
+    python -m bench.bench_shell
     python -m bench.bench_sessions
     python -m bench.bench_policy
     python -m bench.bench_egress

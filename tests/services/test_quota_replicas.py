@@ -191,6 +191,27 @@ async def test_two_instances_share_a_tenant_s_sandbox_cap(bus_settings: BusSetti
     )
 
 
+async def test_an_instance_whose_kept_count_is_stale_looks_again_before_it_refuses(
+    bus_settings: BusSettings,
+) -> None:
+    async with clients(bus_settings, 2) as (one, other):
+        first = await SharedSlots.open(one, "test_slots", 2, 0, lease_s=30)
+        second = await SharedSlots.open(other, "test_slots", 2, 0, lease_s=30)
+        async with first.slot("acme"):
+            async with second.slot("acme"):
+                # first's kept record (its own slot only) is stale: its write over it fails
+                # and the record read again holds the cap
+                with pytest.raises(TenantBusy):
+                    async with first.slot("acme"):
+                        pass
+            # first now keeps the record with both slots, but second gave its slot back:
+            # a cap reached on the kept record is looked up again, and the slot is free
+            async with first.slot("acme"):
+                with pytest.raises(TenantBusy):  # and the cap still holds, counted afresh
+                    async with second.slot("acme"):
+                        pass
+
+
 HOLDER = textwrap.dedent(
     """
     import sys, anyio

@@ -33,6 +33,7 @@ from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner, raw_request
+from tests.helpers.owners import owned
 from tests.helpers.sleepers import sleeping, unique_duration
 
 SESSION = "0123456789abcdef"
@@ -443,6 +444,40 @@ async def test_a_workspace_that_overlaps_the_state_dir_or_is_no_directory_is_ref
             await attempt
         assert raised.value.code == codes.INVALID_INPUT
         assert words in raised.value.message
+
+
+async def test_a_workspace_path_re_pointed_between_calls_is_checked_again(
+    client: Client, sandbox: None, tmp_path: Path, state_dir: Path
+) -> None:
+    first, second = owned(tmp_path / "first"), owned(tmp_path / "second")
+    for workspace in (first, second):
+        (workspace / "which.txt").write_text(f"{workspace.name}\n")
+        os.chown(workspace / "which.txt", 1000, 1000)
+    (state_dir / "which.txt").write_text("the state dir\n")
+    link = tmp_path / "current"
+    link.symlink_to(first)
+    assert "first" in await read(client, link, "which.txt")
+    assert "first" in (await shell(client, link, "cat which.txt")).stdout
+    # The check the service kept for this path holds only while the path leads there.
+    link.unlink()
+    link.symlink_to(state_dir)
+    for attempt in (read(client, link, "which.txt"), shell(client, link, "cat which.txt")):
+        with pytest.raises(RemoteError) as raised:
+            await attempt
+        assert raised.value.code == codes.INVALID_INPUT
+        assert "is Bastion's state directory" in raised.value.message
+    link.unlink()
+    link.symlink_to(second)
+    assert "second" in await read(client, link, "which.txt")
+    assert "second" in (await shell(client, link, "cat which.txt")).stdout
+    # The directory itself replaced by another at the same path: checked again too.
+    assert "first" in await read(client, first, "which.txt")
+    first.rename(tmp_path / "first-moved")
+    owned(first)
+    (first / "which.txt").write_text("replaced\n")
+    os.chown(first / "which.txt", 1000, 1000)
+    assert "first" in await read(client, tmp_path / "first-moved", "which.txt")
+    assert "replaced" in await read(client, first, "which.txt")
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -311,6 +312,21 @@ async def test_a_missing_bwrap_is_a_sandbox_failure_saying_to_install_it(
 ) -> None:
     with pytest.raises(SandboxFailed, match="install the bubblewrap package"):
         await BwrapBackend(bwrap="no-such-bwrap").run(SandboxSpec(workspace=workspace), "true")
+
+
+async def test_a_bwrap_removed_after_a_first_run_is_looked_up_again_and_missed(
+    workspace: Path, tmp_path: Path
+) -> None:
+    found = shutil.which("bwrap")
+    assert found is not None
+    programs = tmp_path / "programs"
+    programs.mkdir()
+    (programs / "bwrap").symlink_to(found)
+    backend = BwrapBackend(bwrap=str(programs / "bwrap"))
+    assert (await backend.run(SandboxSpec(workspace=workspace), "true")).exit_status == 0
+    (programs / "bwrap").unlink()
+    with pytest.raises(SandboxFailed, match="install the bubblewrap package"):
+        await backend.run(SandboxSpec(workspace=workspace), "true")
 
 
 async def test_a_sandbox_that_does_not_start_is_a_failure_not_a_result(

@@ -67,9 +67,9 @@ from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.usage import LEAST_FILE_BYTES, WorkspaceBound
 from bastion.sandbox.walking import list_candidates, list_files
 from bastion.sandbox.workspace import (
+    CheckedWorkspaces,
     check_skills_dir,
     checked_read_only_dirs,
-    checked_workspace,
 )
 from bastion.shared.bus import Client, request
 from bastion.shared.cancelling import Running, listen
@@ -204,6 +204,7 @@ class Sandboxes:
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
         self.running = Running()
         """The commands running here by session and call id: what `calls.cancel` kills."""
+        self._workspaces = CheckedWorkspaces(self._state_dir)
         self._backend = backend or BwrapBackend(
             settings.bwrap,
             settings.prlimit,
@@ -264,7 +265,7 @@ class Sandboxes:
             limits = msgspec.structs.replace(limits, output_bytes=self._output_cap)
         chosen: SandboxBackend = self._backend
         mode: Network = "none"  # the Docker backend's network is in its target
-        resolved = checked_workspace(workspace, self._state_dir)
+        resolved = self._workspaces.check(workspace)
         host_ids = None  # the Docker backend runs as the workspace's owner itself
         if backend.startswith("docker:"):
             chosen = self.docker.backend(parse_docker_backend(backend, network))
@@ -504,7 +505,7 @@ class Sandboxes:
         given = request.input
         tool = _FILE_TOOLS[type(given)]
         try:
-            workspace = checked_workspace(request.workspace, self._state_dir)
+            workspace = self._workspaces.check(request.workspace)
             hidden = await self._hidden(workspace, request, tool)
             if tool.in_process:
                 text = await self._search(tool.run, workspace, request.tenant, given, hidden)
@@ -527,7 +528,7 @@ class Sandboxes:
 
     async def resolve(self, request: ResolvePaths, _context: RequestContext) -> ResolvedPaths:
         """The paths a file call touches, resolved through the workspace's links."""
-        workspace = checked_workspace(request.workspace, self._state_dir)
+        workspace = self._workspaces.check(request.workspace)
         paths = await anyio.to_thread.run_sync(resolve_paths, workspace, request)
         return ResolvedPaths(paths=paths)
 

@@ -8,6 +8,12 @@ it ends. A replica that dies (kill -9) leaves its slots listed: they stop being 
 and once their lease ends the next look drops them, so a slot comes back within one lease
 and is never lost for good. A call over the cap looks again now and then, up to
 `BASTION_TENANT_WAIT_S`, then is refused as `TenantBusy` (docs/scaling.md).
+
+Each replica keeps the record it last read or wrote, with its revision, and writes over
+that revision at once: one round trip to take a slot and one to give it back while no
+other replica wrote between, instead of a read before each. A record another replica
+changed fails the compare-and-set (and a cap the kept record says is reached is looked up
+again before it refuses), so the count is never decided on a stale record.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from bastion.proto import errors as codes
 from bastion.sandbox.tenants import TenantBusy
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError
-from bastion.shared.kv import KeptChanging, TypedBucket
+from bastion.shared.kv import AlreadyStored, ChangedSince, KeptChanging, TypedBucket
 from bastion.shared.renewing import renewing
 
 __all__ = ["SharedSlots", "SlotRecord", "SlotsUnavailable"]
@@ -40,6 +46,8 @@ logger = logging.getLogger(__name__)
 _POLL_S: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 """How long a call over the cap waits between looks: soon first, then less often."""
 _ATTEMPTS: Final = 50
+_PAUSE_S: Final = 0.005
+"""The pause before a compare-and-set is tried again after it lost a race twice in a row."""
 _BUCKET_TTL_S: Final = 24 * 3600.0
 """A record no sandbox changed for this long is forgotten (every slot in it long expired)."""
 
@@ -75,6 +83,9 @@ class SharedSlots:
         self._clock = clock
         self._instance = f"{socket.gethostname()}:{secrets.token_hex(4)}"
         self._ids = itertools.count()
+        self._known: dict[str, tuple[SlotRecord | None, int]] = {}
+        """Each key's record as this replica last read or wrote it, and its revision (0:
+        none was there); it may be stale, which a compare-and-set over it finds out."""
 
     @classmethod
     async def open(
@@ -99,19 +110,43 @@ class SharedSlots:
         return {} if found is None else {k: v for k, v in found.slots.items() if v > now}
 
     async def _change(self, key: str, change: Callable[[dict[str, float]], bool]) -> bool:
-        """Apply `change` to the live slots of `key` by compare-and-set; whether it wrote."""
+        """Apply `change` to the live slots of `key` by compare-and-set; whether it wrote.
 
-        def changed(found: SlotRecord | None) -> SlotRecord | None:
-            live = self._live(found)
-            return SlotRecord(slots=live) if change(live) else None
+        The first try is over the record this replica knows; a refusal (`change` answering
+        False) or a lost race on it reads the record again before deciding.
 
-        written = await self._bucket.update(
-            key,
-            changed,
-            attempts=_ATTEMPTS,
-            conflict=f"the count of a tenant's sandboxes ({key}) kept changing; retry",
-        )
-        return written is not None
+        Raises:
+            KeptChanging: every attempt lost its race.
+        """
+        fresh = key not in self._known
+        for attempt in range(_ATTEMPTS):
+            if fresh:
+                if attempt > 1:
+                    await anyio.sleep(_PAUSE_S * (attempt % 10))
+                found = await self._bucket.find(key)
+                self._known[key] = (None, 0) if found is None else (found.value, found.revision)
+            record, revision = self._known[key]
+            live = self._live(record)
+            if not change(live):
+                if fresh:
+                    return False
+                fresh = True  # decided on a record that may be stale: look again
+                continue
+            written = SlotRecord(slots=live)
+            try:
+                if revision:
+                    revision = await self._bucket.replace(key, written, revision)
+                else:
+                    revision = await self._bucket.create(key, written)
+            except (AlreadyStored, ChangedSince):
+                fresh = True
+                continue
+            except BaseException:
+                self._known.pop(key, None)  # unknown whether it was written: read it next
+                raise
+            self._known[key] = (written, revision)
+            return True
+        raise KeptChanging(f"the count of a tenant's sandboxes ({key}) kept changing; retry")
 
     async def _try_take(self, tenant: str, key: str, slot_id: str) -> bool:
         """Whether the slot is taken now (False: the tenant is at its cap).

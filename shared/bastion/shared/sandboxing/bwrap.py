@@ -235,6 +235,7 @@ class BwrapBackend:
         self._prlimit = prlimit
         self._setpriv = setpriv
         self._version: str | None = None
+        self._found: tuple[str, str, str] | None = None
         self._cgroup_root: CgroupRoot | None = (
             find_cgroup_root(cpu_weight=cpu_weight) if cgroups else None
         )
@@ -263,6 +264,14 @@ class BwrapBackend:
             ) from None
 
     def _programs(self) -> tuple[str, str, str]:
+        """Where bwrap, prlimit and setpriv are: looked up on PATH once, and again only
+        once one found is no longer there to run."""
+        if self._found is not None and all(os.access(path, os.X_OK) for path in self._found):
+            return self._found
+        self._found = self._look_up()
+        return self._found
+
+    def _look_up(self) -> tuple[str, str, str]:
         bwrap = shutil.which(self._bwrap)
         if bwrap is None:
             raise SandboxFailed(

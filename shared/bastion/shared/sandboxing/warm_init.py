@@ -9,13 +9,17 @@ number is the first argument), never over a path or a network a command could re
 
 Each `run` request carries, as descriptors: a sealed memfd holding the command's argv,
 limits and environment (secrets included), the write ends of its stdout and stderr, and
-an open `cgroup.procs` of each of its cgroups. For each command the init forks a leader,
+an open `cgroup.procs` of each of its cgroups. For each command the init has a leader,
 which makes a new pid, mount and IPC namespace and forks the command's first process:
 pid 1 of that new namespace, so when it ends the kernel kills every process the command
-left, and its own `/proc` shows only the command's processes. That process joins the
-cgroups, mounts its own `/proc` and `/dev/shm`, takes fresh keyrings, drops every
+left, and its own `/proc` shows only the command's processes. Both are forked before the
+command is asked for (the next ones once a command's answer is sent, so no command waits
+for those forks and the `unshare`), and that first process waits for the request,
+whose descriptors the init hands it as they came, with its own `/proc` already
+mounted. Given them, it joins the cgroups, mounts its own `/dev/shm`, takes fresh
+keyrings, drops every
 capability, sets the limits, and execs the command with exactly the environment it was
-sent. The init zeroes its copy of the request once it has forked. Replies: `ready` once,
+sent. The init never reads the request, and the leader never sees it. Replies: `ready` once,
 then `started` and `exited` (with the leader's status, sent once every process of the
 command is gone) or `failed` (a sentence) per command. `kill` has the leader SIGKILL the
 command's pid 1; the channel closing does too, then ends the init, and with it the whole
@@ -99,11 +103,10 @@ def _mount(source: str | None, target: str, kind: str | None, flags: int, data: 
     )
 
 
-def _fresh_mounts(fresh_tmp: str, shm: str) -> None:
+def _fresh_proc() -> None:
     """A `/proc` of the command's own pid namespace, masked as bwrap masks the sandbox's
     (the kernel lets a new proc be mounted only where the old one is fully visible, so
-    the old one's masks are lifted first, in this mount namespace only), and an empty
-    `/dev/shm` of `shm`'s size, gone with the command's mount namespace."""
+    the old one's masks are lifted first, in this mount namespace only)."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     _mount("/proc/sys", "/proc/sys", None, _MS_BIND | _MS_REC)
@@ -112,6 +115,11 @@ def _fresh_mounts(fresh_tmp: str, shm: str) -> None:
     for path in _MASKED:  # a device on a `nodev` mount: reading it fails, as in bwrap's
         _mount("/dev/null", path, None, _MS_BIND)
         _mount(None, path, None, locked)
+
+
+def _fresh_tmpfs(fresh_tmp: str, shm: str) -> None:
+    """An empty `/dev/shm` of `shm`'s size (and, given `fresh_tmp`, an empty `/tmp`), gone
+    with the command's mount namespace."""
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, shm)
     if fresh_tmp:
         _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, fresh_tmp)
@@ -143,11 +151,18 @@ def _fresh_keyrings() -> None:
         _libc.syscall(number, _KEYCTL_CLEAR, keyring)
 
 
+def _last_capability() -> int:
+    """The kernel's highest capability number (read once: it is the kernel's own)."""
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        return int(last.read())
+
+
+_LAST_CAPABILITY = _last_capability()
+
+
 def _drop_capabilities() -> None:
     """No capability left in any set, so the command holds none (it runs as uid 10001)."""
-    with open("/proc/sys/kernel/cap_last_cap") as last:
-        highest = int(last.read())
-    for capability in range(highest + 1):
+    for capability in range(_LAST_CAPABILITY + 1):
         _check(_libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0), "drop capability")
     _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient")
     header = _CapHeader(_CAPABILITY_VERSION_3, 0)
@@ -163,36 +178,50 @@ def _set_limits(limits: dict[str, Any]) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
 
 
-def _command(
-    payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int, alive: int
-) -> NoReturn:
-    """The command's first process, pid 1 of its namespaces: join its cgroups, set up, exec.
+def _command(link: socket.socket, why: int, alive: int) -> NoReturn:
+    """The command's first process, pid 1 of its namespaces, forked ahead of its command:
+    mount its `/proc`, wait for the request on `link`, join its cgroups, set up, exec.
 
     It also dies with its leader (`PR_SET_PDEATHSIG`), a second wall only: the leader
     kills it directly. A leader already gone (its end of the `alive` pipe closed) ends it
-    at once."""
+    at once; the init closing `link` unasked ends it too (the sandbox is closing)."""
     try:
         _check(_libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "pdeathsig")
-        for fd in cgroups:
-            os.write(fd, b"0")
-            os.close(fd)
         os.set_blocking(alive, False)
         try:
             if os.read(alive, 1) == b"":
                 os._exit(128 + int(signal.SIGKILL))
         except BlockingIOError:
             pass
+        try:
+            _fresh_proc()  # nothing of any command's is needed for it: made while waiting
+            unmounted = None
+        except OSError as error:
+            unmounted = error
+        message, fds, _, _ = socket.recv_fds(link, 4096, _MAX_FDS)
+        link.close()
+        if not message or len(fds) < 3:
+            os._exit(0)
+        memfd, stdout, stderr, *cgroups = fds
+        for fd in cgroups:
+            os.write(fd, b"0")
+            os.close(fd)
+        payload = bytearray(os.fstat(memfd).st_size)
+        os.preadv(memfd, [payload], 0)
+        os.close(memfd)
         text, _, block = bytes(payload).partition(b"\n")
         payload[:] = bytes(len(payload))
         header = json.loads(text)
         environment = dict(_pairs([entry for entry in block.split(b"\0") if entry]))
         del block
-        _fresh_mounts(header["fresh_tmp"], header["shm"])
+        if unmounted is not None:
+            raise unmounted
+        _fresh_tmpfs(header["fresh_tmp"], header["shm"])
         _fresh_keyrings()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
-        os.dup2(outputs[0], 1)
-        os.dup2(outputs[1], 2)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
         os.closerange(3, why)
         os.closerange(why + 1, 1 << 20)
         os.chdir(header["cwd"])
@@ -213,10 +242,9 @@ def _pairs(environment: list[bytes]) -> list[tuple[bytes, bytes]]:
     return pairs
 
 
-def _leader(
-    payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int, stop: int
-) -> NoReturn:
-    """Make the command's namespaces, start it, and exit as it does.
+def _leader(link: socket.socket, why: int, stop: int) -> NoReturn:
+    """Make the command's namespaces and fork its first process, both ahead of the command
+    (which then waits on `link` for its request), and exit as it does.
 
     The leader stays out of the command's cgroups (so a cgroup kill or an OOM kill there
     never takes it) and ends the command itself: when `stop` becomes readable (the init
@@ -229,14 +257,13 @@ def _leader(
         alive_read, alive_write = os.pipe()
         child = os.fork()
     except OSError as error:
-        os.write(why, f"the command's namespaces could not be made ({error})".encode())
-        os._exit(127)
+        _refuse(link, why, f"the command's namespaces could not be made ({error})")
     if child == 0:
         os.close(alive_write)
         os.close(stop)
-        _command(payload, outputs, cgroups, why, alive_read)
-    payload[:] = bytes(len(payload))
-    for fd in (why, alive_read, *outputs, *cgroups):
+        _command(link, why, alive_read)
+    link.close()
+    for fd in (why, alive_read):
         os.close(fd)
     ended = os.pidfd_open(child)
     ready, _, _ = select.select([ended, stop], [], [])
@@ -245,6 +272,46 @@ def _leader(
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
+
+
+def _refuse(link: socket.socket, why: int, reason: str) -> NoReturn:
+    """A leader that could not make the command's namespaces: wait for the request, close
+    what it carries, and say `reason` for it (nothing to say if none comes)."""
+    message, fds, _, _ = socket.recv_fds(link, 4096, _MAX_FDS)
+    for fd in fds:
+        os.close(fd)
+    if not message:
+        os._exit(0)
+    os.write(why, reason.encode())
+    os._exit(127)
+
+
+class _Spare:
+    """A leader forked ahead of its command, in namespaces of its own, and the init's ends
+    of its pipes: the request goes over `link` (to the command's first process, or to the
+    leader if it could not fork one), why the command did not start comes on `why`, and a
+    byte on `stop` has the leader kill the command."""
+
+    def __init__(self, channel: socket.socket) -> None:
+        link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        why_read, why_write = os.pipe()
+        stop_read, stop_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            channel.close()
+            link.close()
+            os.close(why_read)
+            os.close(stop_write)
+            _leader(theirs, why_write, stop_read)
+        theirs.close()
+        os.close(why_write)
+        self.link, self.why, self.stop, self._stop_read = link, why_read, stop_write, stop_read
+
+    def close(self) -> None:
+        """The init's ends, once the leader has ended."""
+        self.link.close()
+        for fd in (self.why, self.stop, self._stop_read):
+            os.close(fd)
 
 
 def _end_orphans() -> None:
@@ -279,27 +346,27 @@ def _send(channel: socket.socket, **fields: Any) -> None:
     channel.send(json.dumps(fields).encode())
 
 
-def _run(channel: socket.socket, fds: list[int]) -> None:
-    """Start one command and answer for it; `kill` meanwhile ends it."""
+def _run(channel: socket.socket, fds: list[int], leader: _Spare) -> bool:
+    """Have `leader` start one command and answer for it; `kill` meanwhile ends it.
+    Whether the leader was used (a request carrying too few descriptors leaves it)."""
     if len(fds) < 3:
         for fd in fds:
             os.close(fd)
         _send(channel, op="failed", why="the request carried too few descriptors")
-        return
-    memfd, stdout, stderr, *cgroups = fds
-    payload = bytearray(os.fstat(memfd).st_size)
-    os.preadv(memfd, [payload], 0)
-    os.close(memfd)
-    why_read, why_write = os.pipe()
-    stop_read, stop_write = os.pipe()
-    leader = os.fork()
-    if leader == 0:
-        os.close(stop_write)
-        _leader(payload, (stdout, stderr), cgroups, why_write, stop_read)
-    payload[:] = bytes(len(payload))
-    for fd in (stdout, stderr, *cgroups, why_write):
-        os.close(fd)  # stop_read is kept: a `kill` after the leader ended raises no SIGPIPE
-    ended = os.pidfd_open(leader)
+        return False
+    try:
+        socket.send_fds(leader.link, [b"run"], fds, socket.MSG_NOSIGNAL)
+    except OSError as error:
+        os.write(leader.stop, b"k")
+        os.waitpid(leader.pid, 0)
+        _end_orphans()
+        leader.close()
+        _send(channel, op="failed", why=f"the command's leader was gone ({error})")
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)
+    ended = os.pidfd_open(leader.pid)
     _send(channel, op="started")
     while True:
         ready, _, _ = select.select([channel.fileno(), ended], [], [])
@@ -309,25 +376,25 @@ def _run(channel: socket.socket, fds: list[int]) -> None:
         for fd in extra:
             os.close(fd)
         if request is None or request.get("op") == "kill":
-            os.write(stop_write, b"k")  # the leader kills the command's pid 1
+            os.write(leader.stop, b"k")  # the leader kills the command's pid 1
         if request is None:
-            os.waitpid(leader, 0)
+            os.waitpid(leader.pid, 0)
             _end_orphans()
             sys.exit(0)
-    _, status = os.waitpid(leader, 0)
+    _, status = os.waitpid(leader.pid, 0)
     _end_orphans()
-    for fd in (ended, stop_read, stop_write):
-        os.close(fd)
-    os.set_blocking(why_read, False)
+    os.close(ended)
+    os.set_blocking(leader.why, False)
     try:
-        why = os.read(why_read, 4096)
+        why = os.read(leader.why, 4096)
     except BlockingIOError:
         why = b""
-    os.close(why_read)
+    leader.close()
     if why:
         _send(channel, op="failed", why=why.decode(errors="replace"))
     else:
         _send(channel, op="exited", status=os.waitstatus_to_exitcode(status))
+    return True
 
 
 def main() -> None:
@@ -340,14 +407,15 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
+    leader = _Spare(channel)
     _send(channel, op="ready")
     while True:
         request, fds = _receive(channel)
         if request is None:
-            return
-        if request.get("op") == "run":
-            _run(channel, fds)
-        else:
+            return  # the spare leader, asked for nothing, ends with the sandbox
+        if request.get("op") == "run" and _run(channel, fds, leader):
+            leader = _Spare(channel)  # after the answer: the next command finds it ready
+        elif request.get("op") != "run":
             for fd in fds:
                 os.close(fd)
 
