@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 from opentelemetry.trace import SpanKind
@@ -64,7 +65,11 @@ def notes_spec(directory: Path, **fields: object) -> McpServerSpec:
 
 @asynccontextmanager
 async def plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, state_dir: Path
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    state_dir: Path,
+    *,
+    pin_recheck_s: float = McpSettings.mcp_pin_recheck_s,
 ) -> AsyncIterator[None]:
     async with (
         run_service(policy_service, PolicySettings),
@@ -72,7 +77,10 @@ async def plane(
         run_service(
             mcp_service,
             McpSettings(
-                nats_url=bus_settings.nats_url, http_listen="127.0.0.1:0", state_dir=str(state_dir)
+                nats_url=bus_settings.nats_url,
+                http_listen="127.0.0.1:0",
+                state_dir=str(state_dir),
+                mcp_pin_recheck_s=pin_recheck_s,
             ),
         ),
     ):
@@ -231,9 +239,10 @@ async def test_a_notes_server_over_streamable_http_is_pinned_called_and_its_chan
 async def test_a_tool_changed_after_the_session_started_is_not_called(
     client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
 ) -> None:
-    """The pin is checked again at call time, on the live connection: a server that changes
-    a tool between tools/list and tools/call does not get the call."""
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    """The pin is checked again at call time, on the live connection: with the tools listed
+    before every call (a bound of 0), a server that changes a tool between two calls on the
+    same connection, without saying so, does not get the second."""
+    async with plane(run_service, bus_settings, tmp_path / "state", pin_recheck_s=0):
         await add(client, "shifty", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
         session = await open_session(client, autonomy="L5", mcp=["shifty"])
         before = await call(client, session.session_id, "shifty_target", text="a")
@@ -252,6 +261,58 @@ async def test_a_tool_changed_after_the_session_started_is_not_called(
     assert "changed target since this session was offered it" in refused.message
     assert "bastion mcp review shifty" in refused.message
     assert got.calls == 3
+
+
+def _refused_as_changed(result: object) -> None:
+    assert isinstance(result, ErrorReply), result
+    assert result.code == "tool_changed"
+    assert "changed target since this session was offered it" in result.message
+
+
+async def test_a_tool_changed_with_a_notice_is_not_called_once_the_notice_is_read(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    """With a bound no test outlives, only the server's change event makes the gateway list
+    again: from the first call after it is read, the changed tool is refused."""
+    async with plane(run_service, bus_settings, tmp_path / "state", pin_recheck_s=3600):
+        await add(client, "shifty", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        session = await open_session(client, autonomy="L5", mcp=["shifty"])
+        before = await call(client, session.session_id, "shifty_target", text="a")
+        await call(client, session.session_id, "shifty_shift_loudly")
+        for _ in range(200):  # the event may be read after the call's answer: bounded
+            after = await call(client, session.session_id, "shifty_target", text="b")
+            if not isinstance(after, ToolOutput):
+                break
+            await anyio.sleep(0.05)
+    assert text_of(before) == "kept a"
+    _refused_as_changed(after)
+
+
+async def test_a_tool_changed_silently_is_not_called_once_the_bound_has_passed(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    async with plane(run_service, bus_settings, tmp_path / "state", pin_recheck_s=0.2):
+        await add(client, "shifty", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        session = await open_session(client, autonomy="L5", mcp=["shifty"])
+        await call(client, session.session_id, "shifty_shift")
+        await anyio.sleep(0.3)
+        refused = await call(client, session.session_id, "shifty_target", text="b")
+    _refused_as_changed(refused)
+
+
+async def test_a_tool_changed_before_a_reconnect_is_not_called_on_the_new_connection(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    """The server changes target silently and dies; the next call opens a new connection,
+    whose first check lists the tools, however long the bound."""
+    async with plane(run_service, bus_settings, tmp_path / "state", pin_recheck_s=3600):
+        await add(client, "shifty", stdio_spec(SERVERS / "misbehaving.py", tmp_path))
+        session = await open_session(client, autonomy="L5", mcp=["shifty"])
+        await call(client, session.session_id, "shifty_shift")
+        died = await call(client, session.session_id, "shifty_die")
+        refused = await call(client, session.session_id, "shifty_target", text="b")
+    assert isinstance(died, ErrorReply) and died.code == "uncertain", died
+    _refused_as_changed(refused)
 
 
 async def test_a_session_asking_for_an_unknown_server_is_told_so(

@@ -71,6 +71,7 @@ async def mcp_service(client: Client, settings: McpSettings) -> AsyncIterator[Se
             ValueSource(client, leases, settings.request_timeout_s),
             elicit_timeout_s=settings.mcp_elicit_timeout_s,
             grant_ttl_s=settings.mcp_idle_s + 60,
+            pin_recheck_s=settings.mcp_pin_recheck_s,
         )
 
         async def session_closed(message: Msg) -> None:

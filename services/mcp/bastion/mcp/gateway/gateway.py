@@ -125,6 +125,7 @@ class Gateway:
         *,
         elicit_timeout_s: float,
         grant_ttl_s: float,
+        pin_recheck_s: float,
     ) -> None:
         self._client = client
         self._registry = registry
@@ -132,6 +133,7 @@ class Gateway:
         self._values = values
         self._elicit_timeout_s = elicit_timeout_s
         self._grant_ttl_s = grant_ttl_s
+        self._pin_recheck_s = pin_recheck_s
         self._can_ask: dict[str, bool] = {}
         self._samples: dict[str, int] = {}
         self._given: dict[tuple[str, str, str], tuple[tuple[str, str], ...]] = {}
@@ -388,9 +390,10 @@ class Gateway:
         )
 
     async def _check_pin(self, record: McpServerRecord, upstream: Upstream, ask: McpCall) -> None:
-        """The tool as the server lists it now must be the one the session was offered."""
-        live = {t.name: t for t in await upstream.list_tools()}
-        tool = live.get(ask.tool)
+        """The tool as the server lists it must be the one the session was offered: listed
+        on this connection since the server last said its tools changed, and at most
+        `pin_recheck_s` ago (`docs/upstream-mcp.md`, "The call-time check")."""
+        tool = await upstream.tool_for_call(ask.tool, self._pin_recheck_s)
         review_hint = f"(`bastion mcp review {ask.server}`)"
         if tool is None:
             raise ToolChanged(

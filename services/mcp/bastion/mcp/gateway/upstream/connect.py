@@ -4,10 +4,15 @@ The era: `2026-07-28` is tried first (a `server/discover` probe, the SDK's `mode
 then the `initialize` handshake of 2025-11-25 and before; a server that spoke a handshake
 version at its review is greeted with the handshake straight away. The whole start — the
 process or the HTTP exchange, and the handshake — is bounded by `connect_timeout_s`.
+
+Once greeted, the connection watches for the server saying its tools changed: the
+`notifications/tools/list_changed` of the handshake era, or a `subscriptions/listen` stream
+of 2026-07-28; either makes the connection's kept listing (`ToolListing`) stale.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shlex
@@ -21,8 +26,9 @@ import anyio
 import httpx2
 from mcp import Client, types
 from mcp.client._transport import TransportStreams
+from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from bastion.mcp.gateway.upstream.egress import EgressRoute
 from bastion.mcp.gateway.upstream.errors import UpstreamUnreachable, quoted
@@ -32,12 +38,15 @@ from bastion.mcp.gateway.upstream.isolate import UNREACHED
 from bastion.mcp.gateway.upstream.launch import Launch, launching
 from bastion.mcp.gateway.upstream.limits import UpstreamLimits
 from bastion.mcp.gateway.upstream.link import Link
+from bastion.mcp.gateway.upstream.listing import ToolListing
 from bastion.mcp.gateway.upstream.stdio import stdio_streams
 from bastion.mcp.gateway.upstream.upstream import Upstream
 from bastion.proto.mcp import McpServerSpec
 from bastion.shared.version import VERSION
 
 __all__ = ["open_upstream"]
+
+logger = logging.getLogger(__name__)
 
 CLIENT_INFO: Final = types.Implementation(name="bastion", version=VERSION)
 NO_HANDLERS: Final = UpstreamHandlers()
@@ -147,6 +156,31 @@ class _Plan:
     limits: UpstreamLimits
 
 
+def _notices(listing: ToolListing) -> MessageHandlerFnT:
+    """The SDK's `message_handler`: a tools list-changed notification makes `listing` stale."""
+
+    async def handle(message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            listing.changed()
+
+    return handle
+
+
+async def _watch_tools(client: Client, listing: ToolListing, server: str) -> None:
+    """On a 2026-07-28 connection, listen for the server's tools changing (its events reach
+    `_notices` too); when the stream cannot be opened or ends, the listing is made stale
+    once, and only the age bound of the check keeps it fresh from then on."""
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return
+    try:
+        async with client.listen(tools_list_changed=True) as changes:
+            async for _ in changes:
+                listing.changed()
+    except Exception as error:  # what a server does here never ends its connection
+        logger.info("MCP server %s gives no tools change events: %r", server, error)
+    listing.changed()
+
+
 @asynccontextmanager
 async def _connected(
     plan: _Plan,
@@ -157,6 +191,7 @@ async def _connected(
     """One handshaken connection over `transport`, all of its start within the deadline."""
     limits, handlers = plan.limits, plan.handlers
     asking = Asking(plan.server, handlers, limits.max_questions)
+    listing = ToolListing()
     client = Client(
         transport,
         mode=plan.mode,
@@ -165,12 +200,22 @@ async def _connected(
         elicitation_callback=asking.elicitation,
         sampling_callback=asking.sampling if handlers.sample is not None else None,
         client_info=CLIENT_INFO,
+        message_handler=_notices(listing),
     )
     with anyio.CancelScope(deadline=anyio.current_time() + limits.connect_timeout_s) as start:
         try:
-            async with client:
+            async with client, anyio.create_task_group() as watching:
                 start.deadline = math.inf
-                yield Upstream(client, server=plan.server, link=link, limits=limits, asking=asking)
+                watching.start_soon(_watch_tools, client, listing, plan.server)
+                yield Upstream(
+                    client,
+                    server=plan.server,
+                    link=link,
+                    limits=limits,
+                    asking=asking,
+                    listing=listing,
+                )
+                watching.cancel_scope.cancel()
                 return
         except Exception as error:
             if math.isinf(start.deadline):
