@@ -69,20 +69,17 @@ async def plane(
     bus_settings: BusSettings,
     state_dir: Path,
     *,
-    pin_recheck_s: float = McpSettings.mcp_pin_recheck_s,
+    pin_recheck_s: float | None = None,
 ) -> AsyncIterator[None]:
+    mcp = McpSettings(
+        nats_url=bus_settings.nats_url, http_listen="127.0.0.1:0", state_dir=str(state_dir)
+    )
+    if pin_recheck_s is not None:
+        mcp = msgspec.structs.replace(mcp, mcp_pin_recheck_s=pin_recheck_s)
     async with (
         run_service(policy_service, PolicySettings),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
-        run_service(
-            mcp_service,
-            McpSettings(
-                nats_url=bus_settings.nats_url,
-                http_listen="127.0.0.1:0",
-                state_dir=str(state_dir),
-                mcp_pin_recheck_s=pin_recheck_s,
-            ),
-        ),
+        run_service(mcp_service, mcp),
     ):
         yield
 

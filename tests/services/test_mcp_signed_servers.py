@@ -31,7 +31,10 @@ async def test_a_signed_server_is_accepted_and_every_broken_signature_is_refused
     server.mkdir()
     public = signing_key(server)
     spec = msgspec.structs.replace(stdio_spec(SERVERS / "signed.py", server), public_key_pem=public)
-    async with plane(run_service, bus_settings, tmp_path / "state"):
+    # The server tampers without saying so: listed before every call, the session that was
+    # offered greet has its next call refused (within the bound it would be the window
+    # docs/upstream-mcp.md describes).
+    async with plane(run_service, bus_settings, tmp_path / "state", pin_recheck_s=0):
         added = await add(client, "signed", spec)
         good = await open_session(client, autonomy="L3", mcp=["signed"])
         greeted = await call(client, good.session_id, "signed_greet", name="ada")
