@@ -2,8 +2,8 @@
 its tools changed, when it is older than the bound, and on every new connection; a server
 that changes a tool without saying so is seen once the bound has passed (`docs/upstream-mcp.md`).
 
-The server is the SDK's, over stdio, speaking 2026-07-28 (its change events come on a
-`subscriptions/listen` stream) or, with `--legacy`, the handshake era (a
+The server is the SDK's, over stdio (or Streamable HTTP), speaking 2026-07-28 (its change
+events come on a `subscriptions/listen` stream) or, with `--legacy`, the handshake era (a
 `notifications/tools/list_changed`).
 """
 
@@ -15,8 +15,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bastion.mcp.gateway.upstream import Upstream, open_upstream
-from tests.services.mcp_upstream_helpers import SERVERS, stdio_spec
+from bastion.mcp.gateway.upstream import Upstream, http, open_upstream
+from bastion.proto.mcp import McpServerSpec
+from tests.services.mcp_upstream_helpers import SERVERS, serving_http, stdio_spec
 
 MISBEHAVING = SERVERS / "misbehaving.py"
 AS_REVIEWED = "Keep a text."
@@ -50,7 +51,29 @@ async def test_a_tool_changed_with_a_notice_is_listed_again(
             await anyio.sleep(0.02)
         assert await _described(bad, FOREVER) == CHANGED
     # Nor did a change stream that could not be opened (which also makes it list again).
-    assert "gives no tools change events" not in caplog.text
+    assert "tool changes ended" not in caplog.text
+
+
+async def test_a_stream_of_changes_that_ends_is_opened_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over Streamable HTTP a silent stream ends at its read timeout (made 1 s here): the
+    listing is made stale, and another stream is opened (it ends the same way, so each end
+    logged after the first is of a stream opened again)."""
+    caplog.set_level(logging.INFO, logger="bastion.mcp.gateway.upstream.connect")
+    monkeypatch.setattr(http, "SSE_READ_TIMEOUT_S", 1.0)
+    async with serving_http(MISBEHAVING, tmp_path, "--http") as port:
+        spec = McpServerSpec(transport="http", url=f"http://127.0.0.1:{port}/mcp")
+        async with open_upstream(spec, server="bad", values={}) as bad:
+            assert await _described(bad, FOREVER) == AS_REVIEWED
+            for _ in range(400):  # bounded: 20 s
+                if caplog.text.count("tool changes ended") >= 2:
+                    break
+                await anyio.sleep(0.05)
+            assert caplog.text.count("tool changes ended") >= 2, caplog.text
+            assert bad.alive
+            await bad.call_tool("shift", {}, timeout_s=10)
+            assert await _described(bad, FOREVER) == CHANGED  # stale since the stream ended
 
 
 async def test_a_tool_changed_without_a_notice_is_seen_once_the_bound_has_passed(

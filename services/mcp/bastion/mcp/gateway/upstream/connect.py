@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 CLIENT_INFO: Final = types.Implementation(name="bastion", version=VERSION)
 NO_HANDLERS: Final = UpstreamHandlers()
 DEFAULT_LIMITS: Final = UpstreamLimits()
+RELISTEN_S: Final = 1.0
+"""How long after a server's stream of change events ended another is opened."""
 _SANDBOX_HINT: Final = (
     "check that bubblewrap runs for the service's user and that unprivileged user "
     "namespaces are enabled"
@@ -166,19 +168,27 @@ def _notices(listing: ToolListing) -> MessageHandlerFnT:
     return handle
 
 
-async def _watch_tools(client: Client, listing: ToolListing, server: str) -> None:
+async def _watch_tools(client: Client, listing: ToolListing, server: str, link: Link) -> None:
     """On a 2026-07-28 connection, listen for the server's tools changing (its events reach
-    `_notices` too); when the stream cannot be opened or ends, the listing is made stale
-    once, and only the age bound of the check keeps it fresh from then on."""
+    `_notices` too). Each time a stream ends (an HTTP stream silent past its read timeout)
+    the listing is made stale, as an event may have been missed, and another is opened
+    `RELISTEN_S` later; a server that refuses the stream has its listing made stale once,
+    and only the check's age bound keeps it fresh from then on."""
     if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         return
-    try:
-        async with client.listen(tools_list_changed=True) as changes:
-            async for _ in changes:
-                listing.changed()
-    except Exception as error:  # what a server does here never ends its connection
-        logger.info("MCP server %s gives no tools change events: %r", server, error)
-    listing.changed()
+    while link.alive:
+        opened = False
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                opened = True
+                async for _ in changes:
+                    listing.changed()
+        except Exception as error:  # what a server does here never ends its connection
+            logger.info("the stream of MCP server %s's tool changes ended: %r", server, error)
+        listing.changed()
+        if not opened:
+            return
+        await anyio.sleep(RELISTEN_S)
 
 
 @asynccontextmanager
@@ -206,7 +216,7 @@ async def _connected(
         try:
             async with client, anyio.create_task_group() as watching:
                 start.deadline = math.inf
-                watching.start_soon(_watch_tools, client, listing, plan.server)
+                watching.start_soon(_watch_tools, client, listing, plan.server, link)
                 yield Upstream(
                     client,
                     server=plan.server,
