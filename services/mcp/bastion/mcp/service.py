@@ -72,6 +72,7 @@ async def mcp_service(client: Client, settings: McpSettings) -> AsyncIterator[Se
             elicit_timeout_s=settings.mcp_elicit_timeout_s,
             grant_ttl_s=settings.mcp_idle_s + 60,
             state_dir=settings.state_dir,
+            pin_recheck_s=settings.mcp_pin_recheck_s,
         )
 
         async def session_closed(message: Msg) -> None:

@@ -172,6 +172,7 @@ class Gateway:
         elicit_timeout_s: float,
         grant_ttl_s: float,
         state_dir: str,
+        pin_recheck_s: float,
     ) -> None:
         self._client = client
         self._registry = registry
@@ -180,6 +181,7 @@ class Gateway:
         self._elicit_timeout_s = elicit_timeout_s
         self._grant_ttl_s = grant_ttl_s
         self._state_dir = state_dir
+        self._pin_recheck_s = pin_recheck_s
         self._can_ask: dict[str, bool] = {}
         self._samples: dict[tuple[str, str], int] = {}
         """Completions each server has had in each session (its own allowance)."""
@@ -455,9 +457,10 @@ class Gateway:
         )
 
     async def _check_pin(self, record: McpServerRecord, upstream: Upstream, ask: McpCall) -> None:
-        """The tool as the server lists it now must be the one the session was offered."""
-        live = {t.name: t for t in await upstream.list_tools()}
-        tool = live.get(ask.tool)
+        """The tool as the server lists it must be the one the session was offered: listed
+        on this connection since the server last said its tools changed, and at most
+        `pin_recheck_s` ago (`docs/upstream-mcp.md`, "The call-time check")."""
+        tool = await upstream.tool_for_call(ask.tool, self._pin_recheck_s)
         review_hint = f"(`bastion mcp review {ask.server}`)"
         if tool is None:
             raise ToolChanged(

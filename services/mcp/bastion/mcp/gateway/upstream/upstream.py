@@ -1,9 +1,11 @@
 """One live connection to an upstream server: listing and calling, every answer bounded.
 
 Everything goes through the SDK's `ClientSession`, never `Client`'s own helpers: `Client`
-caches listings and re-lists and retries a call on `-32020`, and a gateway that checks
-pins must see every listing fresh and fail closed. A call that gets no answer breaks the
-connection (the process is killed): it may have taken effect, and is never retried.
+caches listings by the server's own `ttlMs` and re-lists and retries a call on `-32020`, and
+a gateway that checks pins must decide itself how fresh a listing is and fail closed. Each
+listing is kept (`ToolListing`) for the call-time check, `tool_for_call`. A call that gets
+no answer breaks the connection (the process is killed): it may have taken effect, and is
+never retried.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from bastion.mcp.gateway.upstream.errors import (
 from bastion.mcp.gateway.upstream.handlers import Asking
 from bastion.mcp.gateway.upstream.limits import UpstreamLimits
 from bastion.mcp.gateway.upstream.link import Link
+from bastion.mcp.gateway.upstream.listing import ToolListing
 
 __all__ = ["LIST_TIMEOUT_S", "Upstream"]
 
@@ -46,9 +49,17 @@ class Upstream:
     """A handshaken connection to one upstream server, for the length of `open_upstream`."""
 
     def __init__(
-        self, client: Client, *, server: str, link: Link, limits: UpstreamLimits, asking: Asking
+        self,
+        client: Client,
+        *,
+        server: str,
+        link: Link,
+        limits: UpstreamLimits,
+        asking: Asking,
+        listing: ToolListing,
     ) -> None:
         self._client = client
+        self._listing = listing
         self._session = client.session
         self._server = server
         self._link = link
@@ -138,10 +149,22 @@ class Upstream:
         return items
 
     async def list_tools(self) -> list[types.Tool]:
-        """Every tool it lists now (never cached), at most `max_tools`."""
-        return await self._pages(
+        """Every tool it lists now (asked for, never taken from a cache), at most `max_tools`;
+        kept for `tool_for_call`."""
+        asked = self._listing.asking()
+        tools = await self._pages(
             "tools/list", lambda params: self._session.list_tools(params=params), lambda r: r.tools
         )
+        self._listing.keep(tools, asked)
+        return tools
+
+    async def tool_for_call(self, name: str, max_age_s: float) -> types.Tool | None:
+        """The tool `name` as the server lists it (None when it does not): from this
+        connection's last listing while that is fresh — no change notice since, and at most
+        `max_age_s` old — else from a listing asked for now."""
+        if not self._listing.fresh(max_age_s):
+            await self.list_tools()
+        return self._listing.tools.get(name)
 
     async def list_resources(self) -> tuple[list[types.Resource], list[types.ResourceTemplate]]:
         """Its resources and resource templates, at most `max_tools` of each."""
