@@ -1,6 +1,7 @@
-"""The call-time pin check's listing: kept per connection, listed again when the server says
-its tools changed, when it is older than the bound, and on every new connection; a server
-that changes a tool without saying so is seen once the bound has passed (`docs/upstream-mcp.md`).
+"""The call-time pin check's listings on one connection: a listing started ahead of a call
+(the prefetch) stands for it unless a change notice came since; a kept listing stands only
+when the check lets it (a bound > 0), until the server says its tools changed or the bound
+passes; a new connection lists afresh (`docs/upstream-mcp.md`, "The call-time check").
 
 The server is the SDK's, over stdio (or Streamable HTTP), speaking 2026-07-28 (its change
 events come on a `subscriptions/listen` stream) or, with `--legacy`, the handshake era (a
@@ -15,8 +16,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bastion.mcp.gateway.upstream import Upstream, http, open_upstream
+from bastion.mcp.gateway.upstream import Upstream, UpstreamUnreachable, http, open_upstream
 from bastion.proto.mcp import McpServerSpec
+from bastion.shared.errors import BastionError
 from tests.helpers.mcp_upstream import SERVERS, serving_http, stdio_spec
 
 MISBEHAVING = SERVERS / "misbehaving.py"
@@ -108,3 +110,56 @@ async def test_a_new_connection_lists_its_tools_afresh(tmp_path: Path) -> None:
 async def test_a_tool_the_server_no_longer_lists_is_none(tmp_path: Path) -> None:
     async with open_upstream(stdio_spec(MISBEHAVING, tmp_path), server="bad", values={}) as bad:
         assert await bad.tool_for_call("no_such_tool", 0) is None
+
+
+async def test_a_call_is_checked_against_the_listing_started_ahead_of_it(tmp_path: Path) -> None:
+    """The listing ahead stands for the call even when the server changed just after it
+    answered (the window any listing-based check leaves); one asked for now shows it."""
+    async with open_upstream(stdio_spec(MISBEHAVING, tmp_path), server="bad", values={}) as bad:
+        ahead = bad.list_ahead()
+        await ahead.done.wait()
+        await bad.call_tool("shift", {}, timeout_s=10)
+        checked = await bad.tool_for_call("target", 0, ahead)
+        assert checked is not None and checked.description == AS_REVIEWED
+        assert await _described(bad, 0) == CHANGED
+
+
+@pytest.mark.parametrize("era", [(), ("--legacy",)], ids=["2026-07-28", "handshake"])
+async def test_a_notice_after_the_listing_ahead_makes_the_check_list_again(
+    tmp_path: Path, era: tuple[str, ...]
+) -> None:
+    spec = stdio_spec(MISBEHAVING, tmp_path, *era)
+    async with open_upstream(spec, server="bad", values={}) as bad:
+        ahead = bad.list_ahead()
+        await ahead.done.wait()
+        await bad.call_tool("shift_loudly", {}, timeout_s=10)
+        for _ in range(500):  # the notice may be read after the call's answer: bounded
+            checked = await bad.tool_for_call("target", 0, ahead)
+            assert checked is not None
+            if checked.description == CHANGED:
+                break
+            await anyio.sleep(0.02)
+        assert checked.description == CHANGED
+
+
+async def test_a_listing_ahead_that_fails_leaves_the_check_to_list_and_say_why(
+    tmp_path: Path,
+) -> None:
+    async with open_upstream(stdio_spec(MISBEHAVING, tmp_path), server="bad", values={}) as bad:
+        with pytest.raises(BastionError):
+            await bad.call_tool("die", {}, timeout_s=10)
+        ahead = bad.list_ahead()
+        await ahead.done.wait()
+        assert ahead.tools is None
+        with pytest.raises(UpstreamUnreachable, match="no longer connected"):
+            await bad.tool_for_call("target", 0, ahead)
+
+
+async def test_a_kept_listing_needs_no_listing_ahead_only_while_the_bound_lets_it(
+    tmp_path: Path,
+) -> None:
+    async with open_upstream(stdio_spec(MISBEHAVING, tmp_path), server="bad", values={}) as bad:
+        assert not bad.keeps_fresh(FOREVER)  # nothing listed yet
+        await bad.list_tools()
+        assert bad.keeps_fresh(FOREVER)
+        assert not bad.keeps_fresh(0)

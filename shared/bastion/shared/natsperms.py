@@ -138,6 +138,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.EGRESS_SEARCH,
             s.MCP_OFFER,
             s.MCP_CALL,
+            s.MCP_PREFETCH,
             HOOKS_ALL,
             s.EVENTS_ALL,
         ),
@@ -191,7 +192,7 @@ GRANTS: Final[dict[str, Grant]] = {
             MCP_ELICIT_ANY,
             MCP_SAMPLE_ANY,
         ),
-        listens=(s.event("session_closed", "*"),),
+        listens=(s.event("session_closed", "*"), s.MCP_PREFETCH),
         buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),
         reads_buckets=(s.APPROVALS_BUCKET,),  # the front door watches a parked call's answer
         reads_streams=(s.AUDIT_STREAM,),  # a front-door session's record, as a resource

@@ -37,10 +37,11 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     """How long a session's upstream connection stays open with no call."""
     mcp_elicit_timeout_s: float = 600.0
     """How long an upstream server's question waits for an answer before it is cancelled."""
-    mcp_pin_recheck_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
-    """How old a connection's tools listing may be and still stand for the call-time pin
-    check, when the server has not said its tools changed; older, the tools are listed
-    again before the call. 0 lists them before every call."""
+    mcp_pin_recheck_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    """How long (seconds) a connection's last tools listing may stand for the call-time pin
+    check, when the server has not said its tools changed: an operator's choice to trust a
+    server that far. 0, the default: every call is checked against a listing asked for after
+    it was made."""
     mcp_approval_wait_s: float = 30.0
     """How long `/mcp` waits for a person to answer a parked call elsewhere (a client that
     cannot be asked through elicitation) before it says how to answer."""

@@ -31,10 +31,12 @@ from bastion.mcp.gateway.upstream.errors import (
 )
 from bastion.mcp.gateway.upstream.handlers import ElicitHandler, SampleHandler, UpstreamHandlers
 from bastion.mcp.gateway.upstream.limits import UpstreamLimits
+from bastion.mcp.gateway.upstream.listing import Ahead
 from bastion.mcp.gateway.upstream.secretform import asks_for_secret
 from bastion.mcp.gateway.upstream.upstream import Upstream
 
 __all__ = [
+    "Ahead",
     "EgressRoute",
     "ElicitHandler",
     "SampleHandler",

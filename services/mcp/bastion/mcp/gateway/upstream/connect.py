@@ -224,6 +224,7 @@ async def _connected(
                     limits=limits,
                     asking=asking,
                     listing=listing,
+                    tasks=watching,
                 )
                 watching.cancel_scope.cancel()
                 return
