@@ -41,14 +41,14 @@ from tests.helpers.otlp import Receiver, otlp_receiver
 
 SERVER = Path(__file__).with_name("noop_server.py")
 PATH = [
-    ("bastion.orchestrator.call", "orchestrator, the whole call"),
+    ("process bastion.v1.session.*.call", "orchestrator, the whole call"),
     ("orchestrator.policy", "  its policy decision"),
     ("orchestrator.execute", "  its request to the mcp service"),
-    ("bastion.mcp.call", "    mcp service, the whole call"),
-    ("MCP send tools/list", "      tools/list (the pin check)"),
+    ("process bastion.v1.mcp.call", "    mcp service, the whole call"),
+    ("mcp.pin_check", "      its pin check (awaits the listing)"),
+    ("MCP send tools/list", "      tools/list (started ahead)"),
     ("MCP send tools/call noop", "      tools/call"),
 ]
-
 
 _WITH_PACKAGES = (
     "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
@@ -136,7 +136,7 @@ def span_report(receiver: Receiver) -> None:
 def traced() -> Iterator[tuple[Receiver, dict[str, str]]]:
     """A receiver, and the environment of a `bastion up` exporting its traces to it."""
     with otlp_receiver() as receiver:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("BASTION_", "OTEL_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         env |= {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
         yield receiver, env
 

@@ -5,6 +5,7 @@ listing started when the orchestrator said the call was coming (`prefetch`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import shlex
@@ -166,7 +167,14 @@ def _verifier(record_fingerprint: str, spec: McpServerSpec) -> SignatureCheck | 
     """The signature check of a server given a key, its key checked against the pin."""
     if spec.public_key_pem is None:
         return None
-    key = load_public_key(spec.public_key_pem)
+    return _pinned_check(record_fingerprint, spec.public_key_pem)
+
+
+@functools.lru_cache(maxsize=256)
+def _pinned_check(record_fingerprint: str, public_key_pem: str) -> SignatureCheck:
+    """The check of one key, loaded and checked against its pin once, not at every call
+    (a key that does not match its pin raises, and is not kept)."""
+    key = load_public_key(public_key_pem)
     if record_fingerprint:
         check_key_pin(record_fingerprint, key)
     return SignatureCheck(key)

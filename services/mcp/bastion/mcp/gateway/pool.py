@@ -59,6 +59,10 @@ class UpstreamPool:
         Raises:
             whatever `opener` raises while connecting (the server cannot be reached).
         """
+        held = self._held.get(key)
+        if held is not None and held.usable:  # the common case: no lock to take
+            held.used_at = time.monotonic()
+            return held.upstream
         lock = self._opening.setdefault(key, anyio.Lock())
         async with lock:
             held = self._held.get(key)
