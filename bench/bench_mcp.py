@@ -8,9 +8,11 @@ its own copy of the server in this process.
 
 It prints the median and p99 of each in milliseconds and the ratio of the medians. With
 `--spans` the plane exports its traces to a receiver in this process, and the median of
-each span on the call's path is printed too, with how many of each a call made (`tools/list`
-per call is the pin check listing again); tracing slows the plane, so the timings of such a
-run are not those of one without.
+each span on the call's path is printed too, with how many of each a call made (the
+`tools/list` a call makes is started ahead of it, on the orchestrator's prefetch;
+`mcp.pin_check` is how long the call still waited for it); tracing slows the plane, so the
+timings of such a run are not those of one without. The plane runs with this process's
+environment (`BASTION_MCP_PIN_RECHECK_S` included).
 Usage: python -m bench.bench_mcp [--calls N] [--spans]   (from the repository root)
 """
 
