@@ -17,11 +17,12 @@ import msgspec
 
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.mcp import McpServerRecord, RemoveServer, ServerRemoved
-from bastion.proto.tools import ToolOutput
+from bastion.proto.mcp import EffectOverride, McpServerRecord, RemoveServer, ServerRemoved
+from bastion.proto.tools import CallParked, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.kv import TypedBucket
 from bastion.shared.settings import BusSettings
+from tests.helpers.approvals import answer, pending
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.mcp_gateway import add, mcp_plane, output_text
 from tests.helpers.mcp_upstream import SERVERS, apart, stdio_spec
@@ -93,6 +94,27 @@ async def test_a_tool_changed_right_after_the_listing_ahead_is_called_once_then_
         refused = await call(client, session.session_id, "shifty_target", text="b")
     assert output_text(in_the_window) == "kept a"
     _refused_as_changed(refused)
+
+
+async def test_an_approved_call_is_checked_against_a_listing_taken_after_the_approval(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    """target spends, so each call waits for a person; the server changes it silently while
+    the call waits: the approved call lists anew (its own prefetch), and is refused."""
+    directory = apart(tmp_path)
+    spec = msgspec.structs.replace(
+        stdio_spec(MISBEHAVING, directory),
+        effects=(EffectOverride(tool="target", effect="spend"),),
+    )
+    async with mcp_plane(run_service, bus_settings, tmp_path / "state"):
+        await add(client, "shifty", spec)
+        session = await open_session(client, autonomy="L5", mcp=["shifty"])
+        parked = await call(client, session.session_id, "shifty_target", text="a")
+        [waiting] = (await pending(client, session.session_id)).approvals
+        (directory / "shift-now").touch()
+        approved = await answer(client, waiting.request_id, approve=True)
+    assert isinstance(parked, CallParked), parked
+    _refused_as_changed(approved.result)
 
 
 async def test_a_tool_changed_with_a_notice_is_refused_even_where_a_kept_listing_may_stand(
