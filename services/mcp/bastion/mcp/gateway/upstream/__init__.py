@@ -8,7 +8,7 @@ malformed JSON-RPC, silence past a timeout or the server's death ends the connec
 a call caught in it is `UpstreamNoAnswer` (uncertain: it may have taken effect).
 
 Modules: `connect` (open_upstream, era discovery, transport fallback, watching for tool
-changes), `upstream` (the connection's requests), `listing` (its kept tools listing),
+changes), `upstream` (the connection's requests), `listing` (its tools listings, kept and ahead),
 `stdio` and `lines` (the bounded stdio transport), `launch` (the process and its sandbox),
 `http` and `capped` (HTTP transports, bounded bodies), `egress` (the route out), `handlers`
 and `secretform` (questions a server asks), `link` (a connection's state), `limits`,

@@ -7,7 +7,8 @@ process or the HTTP exchange, and the handshake — is bounded by `connect_timeo
 
 Once greeted, the connection watches for the server saying its tools changed: the
 `notifications/tools/list_changed` of the handshake era, or a `subscriptions/listen` stream
-of 2026-07-28; either makes the connection's kept listing (`ToolListing`) stale.
+of 2026-07-28; either makes every listing of the connection asked for before it stale
+(`ToolListing`).
 """
 
 from __future__ import annotations
