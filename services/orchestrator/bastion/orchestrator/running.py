@@ -21,7 +21,6 @@ from bastion.orchestrator.registry import route_of
 from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.taint import from_outside, tainted_by
 from bastion.orchestrator.toolcall import Call
-from bastion.orchestrator.upstream import prefetch_upstream
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
 from bastion.proto.policy import PolicyDecision
@@ -69,7 +68,6 @@ class Runner:
             NeedsTurnAlone: in a shared turn (not `alone`), its call id's first sending
                 still runs.
         """
-        await prefetch_upstream(self.client, session, tool, call_id)
         started = await self.records.start(session, tool, call_id, decision)
         if started is None:  # sent again with its call id: it ran, or runs, once
             recorded = await self.records.recall(session.session_id, call_id, alone=alone)

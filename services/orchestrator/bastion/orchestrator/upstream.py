@@ -82,10 +82,12 @@ async def offer_upstream(
 async def prefetch_upstream(
     client: Client, session: SessionInfo, tool: ToolSpec, call_id: str
 ) -> None:
-    """Tell the mcp service that a call of an upstream tool is about to run, before its hooks,
-    audit and journal: the session's connection starts the tools listing the call's pin
-    check awaits, and that round trip overlaps this service's own work. Published, never
-    answered: an mcp service that does not hear it lists when the call comes."""
+    """Tell the mcp service that a call of an upstream tool is coming, as soon as it is known
+    (before its journal, policy decision, hooks and audit; again when a person approves it,
+    as the first listing is from before the wait): the session's connection starts the
+    tools listing the call's pin check awaits, and that round trip overlaps this service's
+    own work. Published, never answered: an mcp service that does not hear it lists when
+    the call comes."""
     if not tool.server or (tool.upstream_kind or "tool") != "tool":
         return
     ahead = McpPrefetch(
