@@ -287,9 +287,10 @@ class McpCall(Message, frozen=True, kw_only=True, tag="mcp.call"):
 
 
 class McpPrefetch(Message, frozen=True, kw_only=True, tag="mcp.prefetch"):
-    """The call `call_id` of a tool of `server` is on its way (published as it starts to run,
-    before its hooks and journal): the session's connection starts the tools listing that
-    call's pin check will use, taken after the call was made (`docs/upstream-mcp.md`)."""
+    """The call `call_id` of a tool of `server` is on its way (published once it is known,
+    before its policy decision, and when it is approved): the session's connection starts
+    the tools listing that call's pin check will use, taken after the call was made
+    (`docs/upstream-mcp.md`)."""
 
     tenant: str
     session_id: SessionId
