@@ -6,18 +6,28 @@ and times `noop_noop` through agent → orchestrator → policy → mcp service 
 against `tools/call` of the same tool by the official SDK's client over stdio, connected to
 its own copy of the server in this process.
 
-It prints the median and p99 of each in milliseconds and the ratio of the medians.
-Usage: python -m bench.bench_mcp [--calls N]   (from the repository root)
+It prints the median and p99 of each in milliseconds and the ratio of the medians. With
+`--spans` the plane exports its traces to a receiver in this process, and the median of
+each span on the call's path is printed too, with how many of each a call made (the
+`tools/list` a call makes is started ahead of it, on the orchestrator's prefetch;
+`mcp.pin_check` is how long the call still waited for it); tracing slows the plane, so the
+timings of such a run are not those of one without. The plane runs with this process's
+environment (`BASTION_MCP_PIN_RECHECK_S` included).
+Usage: python -m bench.bench_mcp [--calls N] [--spans]   (from the repository root)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import anyio
@@ -29,9 +39,18 @@ from bastion.shared.bus import connect, request
 from bastion.shared.settings import BusSettings
 from bench.bench_calls import report, timed
 from bench.common import bastion_up, call
+from tests.helpers.otlp import Receiver, otlp_receiver
 
 SERVER = Path(__file__).with_name("noop_server.py")
-
+PATH = [
+    ("process bastion.v1.session.*.call", "orchestrator, the whole call"),
+    ("orchestrator.policy", "  its policy decision"),
+    ("orchestrator.execute", "  its request to the mcp service"),
+    ("process bastion.v1.mcp.call", "    mcp service, the whole call"),
+    ("mcp.pin_check", "      its pin check (awaits the listing)"),
+    ("MCP send tools/list", "      tools/list (started ahead)"),
+    ("MCP send tools/call noop", "      tools/call"),
+]
 
 _WITH_PACKAGES = (
     "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
@@ -102,16 +121,42 @@ async def measure(bus: BusSettings, calls: int) -> list[tuple[str, list[float], 
             ]
 
 
+def span_report(receiver: Receiver) -> None:
+    """The median of each span on the path, and how many of each one call made."""
+    durations: dict[str, list[float]] = defaultdict(list)
+    for span in receiver.spans:
+        durations[span.name].append(span.duration_s * 1000)
+    calls = len(durations[PATH[0][0]]) or 1
+    print(f"\n{'span (traced run)':<40}{'median ms':>10}{'per call':>10}")
+    for name, said in PATH:
+        samples = durations[name]
+        middle = f"{statistics.median(samples):10.3f}" if samples else f"{'-':>10}"
+        print(f"{said:<40}{middle}{len(samples) / calls:>10.2f}")
+
+
+@contextmanager
+def traced() -> Iterator[tuple[Receiver, dict[str, str]]]:
+    """A receiver, and the environment of a `bastion up` exporting its traces to it."""
+    with otlp_receiver() as receiver:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env |= {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+        yield receiver, env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="timed calls per measure")
+    parser.add_argument("--spans", action="store_true", help="trace the plane: spans on the path")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, traced() if args.spans else nullcontext() as t:
         state_dir = Path(tmp) / "state"
-        with bastion_up(state_dir) as bus:
+        with bastion_up(state_dir, env=t[1] if t else None) as bus:
             add_server(state_dir)
             print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {bus.nats_url}")
             report(anyio.run(measure, bus, args.calls))
+        # `bastion up` has stopped: every service flushed its spans on the way out.
+        if t:
+            span_report(t[0])
 
 
 if __name__ == "__main__":

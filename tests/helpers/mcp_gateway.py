@@ -24,18 +24,24 @@ __all__ = ["add", "mcp_plane", "output_text", "review"]
 
 @asynccontextmanager
 async def mcp_plane(
-    run_service: ServiceRunner, bus_settings: BusSettings, state_dir: Path
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    state_dir: Path,
+    *,
+    pin_recheck_s: float = 0.0,
 ) -> AsyncIterator[None]:
-    """Policy, orchestrator and the mcp service (its pins in `state_dir`) until the block exits."""
+    """Policy, orchestrator and the mcp service (its pins in `state_dir`; a kept listing
+    standing `pin_recheck_s` for the call-time check) until the block exits."""
+    mcp = McpSettings(
+        nats_url=bus_settings.nats_url,
+        http_listen="127.0.0.1:0",
+        state_dir=str(state_dir),
+        mcp_pin_recheck_s=pin_recheck_s,
+    )
     async with (
         run_service(policy_service, PolicySettings),
         run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
-        run_service(
-            mcp_service,
-            McpSettings(
-                nats_url=bus_settings.nats_url, http_listen="127.0.0.1:0", state_dir=str(state_dir)
-            ),
-        ),
+        run_service(mcp_service, mcp),
     ):
         yield
 

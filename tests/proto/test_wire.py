@@ -478,6 +478,7 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         can_ask=True,
     ),
     mcp.McpCallResult: mcp.McpCallResult(text="kept note release", is_error=True),
+    mcp.McpPrefetch: mcp.McpPrefetch(tenant="acme", session_id=SID, call_id="c1", server="notes"),
     mcp.BrowseServer: mcp.BrowseServer(tenant="acme", name="notes", what="read", uri="notes://a"),
     mcp.BrowseText: mcp.BrowseText(text="notes://a"),
     mcp.ElicitQuestion: mcp.ElicitQuestion(
@@ -711,6 +712,7 @@ TAGS: dict[type[msgspec.Struct], str] = {
     mcp.OfferTools: "mcp.offer",
     mcp.ToolOffer: "mcp.tool_offer",
     mcp.McpCall: "mcp.call",
+    mcp.McpPrefetch: "mcp.prefetch",
     mcp.McpCallResult: "mcp.call_result",
     mcp.BrowseServer: "mcp.browse",
     mcp.BrowseText: "mcp.browse_text",

@@ -35,6 +35,7 @@ __all__ = [
     "ListServers",
     "McpCall",
     "McpCallResult",
+    "McpPrefetch",
     "McpReview",
     "McpServerRecord",
     "McpServerSpec",
@@ -283,6 +284,18 @@ class McpCall(Message, frozen=True, kw_only=True, tag="mcp.call"):
     can_ask: bool = False
     """A client answers the server's questions for this session (`SessionInfo.elicits`:
     elicitation is relayed on `mcp.elicit.<session>`); False: they are declined."""
+
+
+class McpPrefetch(Message, frozen=True, kw_only=True, tag="mcp.prefetch"):
+    """The call `call_id` of a tool of `server` is on its way (published once it is known,
+    before its policy decision, and when it is approved): the session's connection starts
+    the tools listing that call's pin check will use, taken after the call was made
+    (`docs/upstream-mcp.md`)."""
+
+    tenant: str
+    session_id: SessionId
+    call_id: str
+    server: str
 
 
 class McpCallResult(Message, frozen=True, kw_only=True, tag="mcp.call_result"):

@@ -94,6 +94,7 @@ MESSAGES: dict[str, Any] = {
     "ToolOffer": mcp.ToolOffer,
     "McpCall": mcp.McpCall,
     "McpCallResult": mcp.McpCallResult,
+    "McpPrefetch": mcp.McpPrefetch,
     "ElicitQuestion": mcp.ElicitQuestion,
     "ElicitAnswer": mcp.ElicitAnswer,
     "SampleQuestion": mcp.SampleQuestion,

@@ -32,6 +32,7 @@ __all__ = [
     "MCP_CALL",
     "MCP_LIST",
     "MCP_OFFER",
+    "MCP_PREFETCH",
     "MCP_REMOVE",
     "MCP_REVIEW",
     "MCP_SERVERS_BUCKET",
@@ -144,6 +145,9 @@ EGRESS_CONNECTIONS: Final = f"{PREFIX}.egress.connections"
 """The connections made or refused under one grant, to append to a script's result."""
 MCP_CALL: Final = f"{PREFIX}.mcp.call"
 """A session's call of an upstream tool (or of its resources tools)."""
+MCP_PREFETCH: Final = f"{PREFIX}.mcp.prefetch"
+"""An upstream tool's call is coming: its connection starts the listing its pin check awaits
+(published, not answered)."""
 MCP_OFFER: Final = f"{PREFIX}.mcp.offer"
 """Which upstream tools a session may be offered, checked against their pins."""
 MCP_ADD: Final = f"{PREFIX}.mcp.add"

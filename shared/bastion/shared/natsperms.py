@@ -140,6 +140,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.EGRESS_SEARCH,
             s.MCP_OFFER,
             s.MCP_CALL,
+            s.MCP_PREFETCH,
             HOOKS_ALL,
             s.EVENTS_ALL,
             s.CALLS_CANCEL,
@@ -200,7 +201,12 @@ GRANTS: Final[dict[str, Grant]] = {
             *FRONTDOOR_TOKEN_ENDPOINTS,  # the HTTP API's token routes ask the bus endpoints
         ),
         # the front door reads the output of the calls it streams; no other user may
-        listens=(s.event("session_closed", "*"), s.CALLS_OUTPUT_ANY, s.CALLS_CANCEL),
+        listens=(
+            s.event("session_closed", "*"),
+            s.CALLS_OUTPUT_ANY,
+            s.CALLS_CANCEL,
+            s.MCP_PREFETCH,
+        ),
         buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),
         reads_buckets=(s.APPROVALS_BUCKET,),  # the front door watches a parked call's answer
         reads_streams=(s.AUDIT_STREAM,),  # a front-door session's record, as a resource

@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from nats.aio.msg import Msg
 
 from bastion.mcp.frontdoor.httpapp import build_app
@@ -26,6 +27,7 @@ from bastion.proto.mcp import (
     BrowseServer,
     ListServers,
     McpCall,
+    McpPrefetch,
     OfferTools,
     RemoveServer,
     ReviewServer,
@@ -64,15 +66,18 @@ async def mcp_service(client: Client, settings: McpSettings) -> AsyncIterator[Se
     endpoint = await open_mcp_endpoint(client, door)
     app = build_app(client, door, endpoint)
     leases = LeaseClient(client, lease_key(settings.mcp_key_file), settings.request_timeout_s)
-    async with running_pool(settings.mcp_idle_s) as pool:
+    registry = await Registry.open(client)
+    async with running_pool(settings.mcp_idle_s) as pool, anyio.create_task_group() as following:
+        await following.start(registry.follow, pool.close_server)
         gateway = Gateway(
             client,
-            await Registry.open(client),
+            registry,
             pool,
             ValueSource(client, leases, settings.request_timeout_s),
             elicit_timeout_s=settings.mcp_elicit_timeout_s,
             grant_ttl_s=settings.mcp_idle_s + 60,
             state_dir=settings.state_dir,
+            pin_recheck_s=settings.mcp_pin_recheck_s,
         )
         await listen(client, gateway.running)
 
@@ -84,7 +89,16 @@ async def mcp_service(client: Client, settings: McpSettings) -> AsyncIterator[Se
                 return
             gateway.session_closed(event.session_id)
 
+        async def prefetch(message: Msg) -> None:
+            try:
+                gateway.prefetch(decode(message.data, McpPrefetch))
+            except BastionError:
+                logger.warning("a message on the prefetch subject was not one")
+
         closed = await client.subscribe(subjects.event("session_closed", "*"), cb=session_closed)
+        # Every replica hears it (no queue group): the one holding the session's connection
+        # lists ahead; the call, whichever replica it reaches, lists for itself otherwise.
+        ahead = await client.subscribe(subjects.MCP_PREFETCH, cb=prefetch)
         service = Service(
             "mcp", VERSION, "Upstream MCP servers, reviewed and pinned, and the MCP front door."
         )
@@ -104,4 +118,6 @@ async def mcp_service(client: Client, settings: McpSettings) -> AsyncIterator[Se
                 )
                 yield service
         finally:
+            await ahead.unsubscribe()
             await closed.unsubscribe()
+            following.cancel_scope.cancel()

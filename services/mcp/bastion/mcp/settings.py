@@ -22,7 +22,7 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     `<state_dir>/http-tokens`), `http_origins` (comma-separated; none by default, so a request
     carrying an `Origin` is refused), how long an approval's answer may take, and the MCP
     endpoint's waits; and the upstream servers' connections (`mcp_key_file`, `mcp_idle_s`,
-    `mcp_elicit_timeout_s`)."""
+    `mcp_elicit_timeout_s`, `mcp_pin_recheck_s`)."""
 
     state_dir: str = msgspec.field(default_factory=_default_state_dir)
     http_listen: str = "127.0.0.1:8787"
@@ -37,6 +37,11 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     """How long a session's upstream connection stays open with no call."""
     mcp_elicit_timeout_s: float = 600.0
     """How long an upstream server's question waits for an answer before it is cancelled."""
+    mcp_pin_recheck_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    """How long (seconds) a connection's last tools listing may stand for the call-time pin
+    check, when the server has not said its tools changed: an operator's choice to trust a
+    server that far. 0, the default: every call is checked against a listing asked for after
+    it was made."""
     mcp_approval_wait_s: float = 30.0
     """How long `/mcp` waits for a person to answer a parked call elsewhere (a client that
     cannot be asked through elicitation) before it says how to answer."""

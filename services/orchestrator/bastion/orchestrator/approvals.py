@@ -29,6 +29,7 @@ from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
 from bastion.orchestrator.skills import with_pre_approvals
 from bastion.orchestrator.store import SessionStore
+from bastion.orchestrator.upstream import prefetch_upstream
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.approvals import (
@@ -236,6 +237,9 @@ class Approvals:
         if tool is None:
             return await self._decline(parked, "bastion", f"the session has no {parked.tool}")
         tool_input = tool_input_of(tool, parked.input)
+        # Listed anew for the approved call: the listing of its first sending is from before
+        # the wait, and the one started now replaces it.
+        await prefetch_upstream(self._client, session_info, tool, parked.call_id)
         tool = await skill_tool(self._client, session_info, tool, tool_input, self._timeout_s)
         touched = await touched_paths(self._client, session_info, tool_input, self._timeout_s)
         paths = touched.paths

@@ -38,7 +38,7 @@ from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
 from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.turns import Turns, TurnTimeout
-from bastion.orchestrator.upstream import offer_upstream
+from bastion.orchestrator.upstream import offer_upstream, prefetch_upstream
 from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
@@ -514,6 +514,7 @@ class Sessions:
             raise InvalidInput(
                 f"the input of {tool.name} is not valid: {reason} ({tool.name} takes: {fields})"
             ) from None
+        await prefetch_upstream(self._client, session, tool, call_id)
         tool = await skill_tool(self._client, session, tool, tool_input, self._timeout_s)
         with span("orchestrator.journal.recall"):
             known = await self._journal.recall(session, tool, tool_input, call_id)

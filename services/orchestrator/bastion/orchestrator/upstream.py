@@ -1,4 +1,5 @@
-"""A session's upstream MCP tools: offered at its start, called through the mcp service."""
+"""A session's upstream MCP tools: offered at its start, called through the mcp service (told
+first that the call is coming, so its pin check's listing starts early)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,21 @@ import msgspec
 
 from bastion.orchestrator.toolcall import Call
 from bastion.proto import subjects
-from bastion.proto.mcp import McpCall, McpCallResult, OfferedTool, OfferTools, ToolOffer
-from bastion.proto.session import ToolSpec
+from bastion.proto.mcp import (
+    McpCall,
+    McpCallResult,
+    McpPrefetch,
+    OfferedTool,
+    OfferTools,
+    ToolOffer,
+)
+from bastion.proto.session import SessionInfo, ToolSpec
 from bastion.shared.bus import Client, request
+from bastion.shared.codec import encode
 from bastion.shared.deadlines import UPSTREAM_MARGIN_S
 from bastion.shared.errors import Unavailable
 
-__all__ = ["UpstreamInput", "call_upstream", "offer_upstream", "upstream_tool"]
+__all__ = ["UpstreamInput", "call_upstream", "offer_upstream", "prefetch_upstream", "upstream_tool"]
 
 
 class UpstreamInput(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,6 +77,23 @@ async def offer_upstream(
             for name in servers
         )
     return tuple(upstream_tool(t) for t in offer.tools), offer.notices
+
+
+async def prefetch_upstream(
+    client: Client, session: SessionInfo, tool: ToolSpec, call_id: str
+) -> None:
+    """Tell the mcp service that a call of an upstream tool is coming, as soon as it is known
+    (before its journal, policy decision, hooks and audit; again when a person approves it,
+    as the first listing is from before the wait): the session's connection starts the
+    tools listing the call's pin check awaits, and that round trip overlaps this service's
+    own work. Published, never answered: an mcp service that does not hear it lists when
+    the call comes."""
+    if not tool.server or (tool.upstream_kind or "tool") != "tool":
+        return
+    ahead = McpPrefetch(
+        tenant=session.tenant, session_id=session.session_id, call_id=call_id, server=tool.server
+    )
+    await client.publish(subjects.MCP_PREFETCH, encode(ahead))
 
 
 async def call_upstream(call: Call, given: UpstreamInput) -> str:

@@ -1,16 +1,20 @@
 """The mcp service's upstream endpoints: servers added, reviewed and pinned; tools offered to
-sessions and called, each checked against its pin on the live connection first.
+sessions and called, each checked against its pin on the live connection first, against a
+listing started when the orchestrator said the call was coming (`prefetch`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import shlex
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 import msgspec
 import pydantic
@@ -29,6 +33,7 @@ from bastion.mcp.gateway.signing import (
     load_public_key,
 )
 from bastion.mcp.gateway.upstream import (
+    Ahead,
     SampleHandler,
     Upstream,
     UpstreamHandlers,
@@ -48,6 +53,7 @@ from bastion.proto.mcp import (
     ListServers,
     McpCall,
     McpCallResult,
+    McpPrefetch,
     McpReview,
     McpServerRecord,
     McpServerSpec,
@@ -78,6 +84,14 @@ from bastion.shared.telemetry import span
 __all__ = ["Gateway", "ToolChanged", "runs_sentence"]
 
 logger = logging.getLogger(__name__)
+
+
+MAX_AHEAD: Final = 4096
+"""Listings started ahead of calls (and calls already made) kept at most; past it the
+oldest is forgotten (its call, if it comes, lists for itself)."""
+_MADE: Final = None
+"""In place of a listing ahead of a call: the call was made, so a late prefetch of the same
+call id starts nothing (a call is never checked against a listing from before it)."""
 
 
 class ToolChanged(BastionError):
@@ -154,7 +168,14 @@ def _verifier(record_fingerprint: str, spec: McpServerSpec) -> SignatureCheck | 
     """The signature check of a server given a key, its key checked against the pin."""
     if spec.public_key_pem is None:
         return None
-    key = load_public_key(spec.public_key_pem)
+    return _pinned_check(record_fingerprint, spec.public_key_pem)
+
+
+@functools.lru_cache(maxsize=256)
+def _pinned_check(record_fingerprint: str, public_key_pem: str) -> SignatureCheck:
+    """The check of one key, loaded and checked against its pin once, not at every call
+    (a key that does not match its pin raises, and is not kept)."""
+    key = load_public_key(public_key_pem)
     if record_fingerprint:
         check_key_pin(record_fingerprint, key)
     return SignatureCheck(key)
@@ -173,6 +194,7 @@ class Gateway:
         elicit_timeout_s: float,
         grant_ttl_s: float,
         state_dir: str,
+        pin_recheck_s: float,
     ) -> None:
         self._client = client
         self._registry = registry
@@ -181,6 +203,7 @@ class Gateway:
         self._elicit_timeout_s = elicit_timeout_s
         self._grant_ttl_s = grant_ttl_s
         self._state_dir = state_dir
+        self._pin_recheck_s = pin_recheck_s
         self._can_ask: dict[str, bool] = {}
         self._samples: dict[tuple[str, str], int] = {}
         """Completions each server has had in each session (its own allowance)."""
@@ -190,6 +213,9 @@ class Gateway:
         self._cuts = SecretCuts(values.leases)
         self.running = Running()
         """The upstream calls running here by session and call id: what `calls.cancel` stops."""
+        self._ahead: OrderedDict[tuple[str, str], tuple[Upstream, Ahead] | None] = OrderedDict()
+        """By (session, call id): the listing started for a call on its way, on its
+        connection; `_MADE` once that call was made."""
 
     def _sampler(
         self, server: str, allowance: SamplingAllowance | None, session_id: str
@@ -387,7 +413,7 @@ class Gateway:
         """
         for name in dict.fromkeys(servers):
             try:
-                record, _ = await self._registry.get(tenant, name)
+                record = await self._registry.current(tenant, name)
                 _check_skills(name, record.spec, skills_dir)
             except BastionError as error:
                 error.message = f"MCP server {name} is not offered: {error.message}"
@@ -400,7 +426,7 @@ class Gateway:
         self._can_ask[ask.session_id] = ask.can_ask
         for name in dict.fromkeys(ask.servers):
             try:
-                record, _ = await self._registry.get(ask.tenant, name)
+                record = await self._registry.current(ask.tenant, name)
                 _check_skills(name, record.spec, ask.skills_dir)
                 verifier = _verifier(record.key_fingerprint, record.spec)
                 upstream = await self._session_upstream(record, ask.session_id)
@@ -418,6 +444,34 @@ class Gateway:
             notices.extend(withheld)
         return ToolOffer(tools=tuple(tools), notices=tuple(notices))
 
+    def prefetch(self, ask: McpPrefetch) -> None:
+        """A call of a tool of `ask.server` is on its way: on the session's connection, if
+        one is open here, start the listing that call's pin check will await. Nothing is
+        opened: a new connection lists for its first call anyway. A call id already made, or
+        a kept listing the operator lets stand, starts nothing."""
+        key = (ask.session_id, ask.call_id)
+        upstream = self._pool.live((ask.tenant, ask.server, ask.session_id))
+        if upstream is None or upstream.keeps_fresh(self._pin_recheck_s):
+            return
+        if key in self._ahead and self._ahead[key] is _MADE:
+            return
+        self._ahead[key] = (upstream, upstream.list_ahead())
+        self._ahead.move_to_end(key)
+        while len(self._ahead) > MAX_AHEAD:
+            self._ahead.popitem(last=False)
+
+    def _listed_ahead(self, ask: McpCall, upstream: Upstream) -> Ahead | None:
+        """The listing started for this call on this connection, if any; the call id is
+        marked made from now on."""
+        key = (ask.session_id, ask.call_id)
+        ahead = self._ahead.pop(key, None)
+        self._ahead[key] = _MADE
+        while len(self._ahead) > MAX_AHEAD:
+            self._ahead.popitem(last=False)
+        if ahead is None or ahead[0] is not upstream:
+            return None
+        return ahead[1]
+
     async def call(self, ask: McpCall, _context: RequestContext) -> McpCallResult:
         """The upstream tool's answer; a cancel of the call cancels the upstream request
         (the SDK then sends the server `notifications/cancelled`)."""
@@ -433,7 +487,7 @@ class Gateway:
             raise
 
     async def _call(self, ask: McpCall) -> McpCallResult:
-        record, _ = await self._registry.get(ask.tenant, ask.server)
+        record = await self._registry.current(ask.tenant, ask.server)
         self._can_ask[ask.session_id] = ask.can_ask
         upstream = await self._session_upstream(record, ask.session_id)
         if ask.upstream_kind == "resources":
@@ -453,7 +507,8 @@ class Gateway:
             return McpCallResult(
                 text=await self._redacted(ask.tenant, ask.server, ask.session_id, read)
             )
-        await self._check_pin(record, upstream, ask)
+        with span("mcp.pin_check", server=ask.server, tool=ask.tool):
+            await self._check_pin(record, upstream, ask, self._listed_ahead(ask, upstream))
         with span("mcp.upstream.call", SpanKind.CLIENT, server=ask.server, tool=ask.tool):
             result = await upstream.call_tool(ask.tool, ask.arguments, record.spec.timeout_s)
         return McpCallResult(
@@ -461,10 +516,14 @@ class Gateway:
             is_error=bool(result.is_error),
         )
 
-    async def _check_pin(self, record: McpServerRecord, upstream: Upstream, ask: McpCall) -> None:
-        """The tool as the server lists it now must be the one the session was offered."""
-        live = {t.name: t for t in await upstream.list_tools()}
-        tool = live.get(ask.tool)
+    async def _check_pin(
+        self, record: McpServerRecord, upstream: Upstream, ask: McpCall, ahead: Ahead | None
+    ) -> None:
+        """The tool as the server lists it must be the one the session was offered: in a
+        listing asked for after the call was made (`ahead`, or one asked for now), unless
+        the operator lets a kept one stand for `pin_recheck_s` (`docs/upstream-mcp.md`,
+        "The call-time check")."""
+        tool = await upstream.tool_for_call(ask.tool, self._pin_recheck_s, ahead)
         review_hint = f"(`bastion mcp review {ask.server}`)"
         if tool is None:
             raise ToolChanged(
@@ -519,4 +578,6 @@ class Gateway:
             del self._samples[counted]
         for key in [k for k in self._given if k[2] == session_id]:
             del self._given[key]
+        for made in [k for k in self._ahead if k[0] == session_id]:
+            del self._ahead[made]
         self._pool.close_session(session_id)

@@ -38,6 +38,11 @@ class _Held:
     closing: anyio.Event = field(default_factory=anyio.Event)
     used_at: float = field(default_factory=time.monotonic)
 
+    @property
+    def usable(self) -> bool:
+        """Alive and not told to close (a connection closing is never given to a call)."""
+        return self.upstream.alive and not self.closing.is_set()
+
 
 class UpstreamPool:
     """The open connections, by (tenant, server, session)."""
@@ -54,16 +59,25 @@ class UpstreamPool:
         Raises:
             whatever `opener` raises while connecting (the server cannot be reached).
         """
+        held = self._held.get(key)
+        if held is not None and held.usable:  # the common case: no lock to take
+            held.used_at = time.monotonic()
+            return held.upstream
         lock = self._opening.setdefault(key, anyio.Lock())
         async with lock:
             held = self._held.get(key)
-            if held is not None and held.upstream.alive:
+            if held is not None and held.usable:
                 held.used_at = time.monotonic()
                 return held.upstream
             if held is not None:
                 held.closing.set()
             upstream: Upstream = await self._tg.start(self._own, key, opener)
             return upstream
+
+    def live(self, key: ConnectionKey) -> Upstream | None:
+        """The key's connection if one is open, alive and not closing; none is opened."""
+        held = self._held.get(key)
+        return held.upstream if held is not None and held.usable else None
 
     async def _own(
         self, key: ConnectionKey, opener: Opener, *, task_status: TaskStatus[Upstream]

@@ -7,11 +7,12 @@ upstream sends is trusted or unbounded: a message over `UpstreamLimits.max_messa
 malformed JSON-RPC, silence past a timeout or the server's death ends the connection, and
 a call caught in it is `UpstreamNoAnswer` (uncertain: it may have taken effect).
 
-Modules: `connect` (open_upstream, era discovery, transport fallback), `upstream` (the
-connection's requests), `stdio` and `lines` (the bounded stdio transport), `launch` (the
-process and its sandbox), `http` and `capped` (HTTP transports, bounded bodies), `egress`
-(the route out), `handlers` and `secretform` (questions a server asks), `link` (a
-connection's state), `limits`, `errors`.
+Modules: `connect` (open_upstream, era discovery, transport fallback, watching for tool
+changes), `upstream` (the connection's requests), `listing` (its tools listings, kept and ahead),
+`stdio` and `lines` (the bounded stdio transport), `launch` (the process and its sandbox),
+`http` and `capped` (HTTP transports, bounded bodies), `egress` (the route out), `handlers`
+and `secretform` (questions a server asks), `link` (a connection's state), `limits`,
+`errors`.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ from bastion.mcp.gateway.upstream.errors import (
 )
 from bastion.mcp.gateway.upstream.handlers import ElicitHandler, SampleHandler, UpstreamHandlers
 from bastion.mcp.gateway.upstream.limits import UpstreamLimits
+from bastion.mcp.gateway.upstream.listing import Ahead
 from bastion.mcp.gateway.upstream.secretform import asks_for_secret
 from bastion.mcp.gateway.upstream.upstream import Upstream
 
 __all__ = [
+    "Ahead",
     "EgressRoute",
     "ElicitHandler",
     "SampleHandler",

@@ -4,10 +4,16 @@ The era: `2026-07-28` is tried first (a `server/discover` probe, the SDK's `mode
 then the `initialize` handshake of 2025-11-25 and before; a server that spoke a handshake
 version at its review is greeted with the handshake straight away. The whole start — the
 process or the HTTP exchange, and the handshake — is bounded by `connect_timeout_s`.
+
+Once greeted, the connection watches for the server saying its tools changed: the
+`notifications/tools/list_changed` of the handshake era, or a `subscriptions/listen` stream
+of 2026-07-28; either makes every listing of the connection asked for before it stale
+(`ToolListing`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shlex
@@ -21,8 +27,9 @@ import anyio
 import httpx2
 from mcp import Client, types
 from mcp.client._transport import TransportStreams
+from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from bastion.mcp.gateway.upstream.egress import EgressRoute
 from bastion.mcp.gateway.upstream.errors import UpstreamUnreachable, quoted
@@ -32,6 +39,7 @@ from bastion.mcp.gateway.upstream.isolate import UNREACHED
 from bastion.mcp.gateway.upstream.launch import Launch, launching
 from bastion.mcp.gateway.upstream.limits import UpstreamLimits
 from bastion.mcp.gateway.upstream.link import Link
+from bastion.mcp.gateway.upstream.listing import ToolListing
 from bastion.mcp.gateway.upstream.stdio import stdio_streams
 from bastion.mcp.gateway.upstream.upstream import Upstream
 from bastion.proto.mcp import McpServerSpec
@@ -39,9 +47,13 @@ from bastion.shared.version import VERSION
 
 __all__ = ["open_upstream"]
 
+logger = logging.getLogger(__name__)
+
 CLIENT_INFO: Final = types.Implementation(name="bastion", version=VERSION)
 NO_HANDLERS: Final = UpstreamHandlers()
 DEFAULT_LIMITS: Final = UpstreamLimits()
+RELISTEN_S: Final = 1.0
+"""How long after a server's stream of change events ended another is opened."""
 _SANDBOX_HINT: Final = (
     "check that bubblewrap runs for the service's user and that unprivileged user "
     "namespaces are enabled"
@@ -147,6 +159,39 @@ class _Plan:
     limits: UpstreamLimits
 
 
+def _notices(listing: ToolListing) -> MessageHandlerFnT:
+    """The SDK's `message_handler`: a tools list-changed notification makes `listing` stale."""
+
+    async def handle(message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            listing.changed()
+
+    return handle
+
+
+async def _watch_tools(client: Client, listing: ToolListing, server: str, link: Link) -> None:
+    """On a 2026-07-28 connection, listen for the server's tools changing (its events reach
+    `_notices` too). Each time a stream ends (an HTTP stream silent past its read timeout)
+    the listing is made stale, as an event may have been missed, and another is opened
+    `RELISTEN_S` later; a server that refuses the stream has its listing made stale once,
+    and only the check's age bound keeps it fresh from then on."""
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return
+    while link.alive:
+        opened = False
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                opened = True
+                async for _ in changes:
+                    listing.changed()
+        except Exception as error:  # what a server does here never ends its connection
+            logger.info("the stream of MCP server %s's tool changes ended: %r", server, error)
+        listing.changed()
+        if not opened:
+            return
+        await anyio.sleep(RELISTEN_S)
+
+
 @asynccontextmanager
 async def _connected(
     plan: _Plan,
@@ -157,6 +202,7 @@ async def _connected(
     """One handshaken connection over `transport`, all of its start within the deadline."""
     limits, handlers = plan.limits, plan.handlers
     asking = Asking(plan.server, handlers, limits.max_questions)
+    listing = ToolListing()
     client = Client(
         transport,
         mode=plan.mode,
@@ -165,12 +211,23 @@ async def _connected(
         elicitation_callback=asking.elicitation if handlers.elicit is not None else None,
         sampling_callback=asking.sampling if handlers.sample is not None else None,
         client_info=CLIENT_INFO,
+        message_handler=_notices(listing),
     )
     with anyio.CancelScope(deadline=anyio.current_time() + limits.connect_timeout_s) as start:
         try:
-            async with client:
+            async with client, anyio.create_task_group() as watching:
                 start.deadline = math.inf
-                yield Upstream(client, server=plan.server, link=link, limits=limits, asking=asking)
+                watching.start_soon(_watch_tools, client, listing, plan.server, link)
+                yield Upstream(
+                    client,
+                    server=plan.server,
+                    link=link,
+                    limits=limits,
+                    asking=asking,
+                    listing=listing,
+                    tasks=watching,
+                )
+                watching.cancel_scope.cancel()
                 return
         except Exception as error:
             if math.isinf(start.deadline):

@@ -1,9 +1,11 @@
 """One live connection to an upstream server: listing and calling, every answer bounded.
 
 Everything goes through the SDK's `ClientSession`, never `Client`'s own helpers: `Client`
-caches listings and re-lists and retries a call on `-32020`, and a gateway that checks
-pins must see every listing fresh and fail closed. A call that gets no answer breaks the
-connection (the process is killed): it may have taken effect, and is never retried.
+caches listings by the server's own `ttlMs` and re-lists and retries a call on `-32020`, and
+a gateway that checks pins must decide itself how fresh a listing is and fail closed. The
+call-time check, `tool_for_call`, takes a listing started for the call ahead of it
+(`list_ahead`) or asked for then (`ToolListing`, `Ahead`). A call that gets no answer breaks
+the connection (the process is killed): it may have taken effect, and is never retried.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from functools import partial
 from typing import Any, Final, TypeVar
 
 import anyio
+from anyio.abc import TaskGroup
 from mcp import Client, types
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
@@ -27,6 +30,7 @@ from bastion.mcp.gateway.upstream.errors import (
 from bastion.mcp.gateway.upstream.handlers import Asking
 from bastion.mcp.gateway.upstream.limits import UpstreamLimits
 from bastion.mcp.gateway.upstream.link import Link
+from bastion.mcp.gateway.upstream.listing import Ahead, Asked, ToolListing
 
 __all__ = ["LIST_TIMEOUT_S", "Upstream"]
 
@@ -46,9 +50,19 @@ class Upstream:
     """A handshaken connection to one upstream server, for the length of `open_upstream`."""
 
     def __init__(
-        self, client: Client, *, server: str, link: Link, limits: UpstreamLimits, asking: Asking
+        self,
+        client: Client,
+        *,
+        server: str,
+        link: Link,
+        limits: UpstreamLimits,
+        asking: Asking,
+        listing: ToolListing,
+        tasks: TaskGroup,
     ) -> None:
         self._client = client
+        self._listing = listing
+        self._tasks = tasks
         self._session = client.session
         self._server = server
         self._link = link
@@ -138,10 +152,53 @@ class Upstream:
         return items
 
     async def list_tools(self) -> list[types.Tool]:
-        """Every tool it lists now (never cached), at most `max_tools`."""
-        return await self._pages(
+        """Every tool it lists now (asked for, never taken from a cache), at most `max_tools`;
+        kept for `tool_for_call`."""
+        return await self._listed(self._listing.asking())
+
+    async def _listed(self, asked: Asked) -> list[types.Tool]:
+        tools = await self._pages(
             "tools/list", lambda params: self._session.list_tools(params=params), lambda r: r.tools
         )
+        self._listing.keep(tools, asked)
+        return tools
+
+    def list_ahead(self) -> Ahead:
+        """Start listing the tools now, for a call on its way: its check (`tool_for_call`)
+        awaits this listing instead of asking for one then. The listing runs in the
+        connection's own tasks, ended with it."""
+        ahead = Ahead(self._listing.asking())
+        self._tasks.start_soon(self._fill, ahead)
+        return ahead
+
+    async def _fill(self, ahead: Ahead) -> None:
+        try:
+            ahead.tools = {tool.name: tool for tool in await self._listed(ahead.asked)}
+        except Exception:  # the call then lists for itself, and says what went wrong
+            ahead.tools = None
+        finally:
+            ahead.done.set()
+
+    def keeps_fresh(self, max_age_s: float) -> bool:
+        """The kept listing stands for the next call (`ToolListing.fresh`): none is needed ahead."""
+        return self._listing.fresh(max_age_s)
+
+    async def tool_for_call(
+        self, name: str, max_age_s: float, ahead: Ahead | None = None
+    ) -> types.Tool | None:
+        """The tool `name` as the server lists it (None when it does not), from a listing
+        asked for after the call was made: `ahead`, started for this call, unless it failed
+        or a change notice came since it was asked for; else one asked for now. With
+        `max_age_s` > 0 the kept listing stands instead while it is that fresh and no notice
+        came since (`docs/upstream-mcp.md`, "The call-time check")."""
+        if self._listing.fresh(max_age_s):
+            return self._listing.tools.get(name)
+        if ahead is not None:
+            await ahead.done.wait()
+            if ahead.tools is not None and self._listing.unchanged_since(ahead.asked):
+                return ahead.tools.get(name)
+        tools = await self.list_tools()
+        return next((tool for tool in tools if tool.name == name), None)
 
     async def list_resources(self) -> tuple[list[types.Resource], list[types.ResourceTemplate]]:
         """Its resources and resource templates, at most `max_tools` of each."""
