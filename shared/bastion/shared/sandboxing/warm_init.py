@@ -20,10 +20,18 @@ then `started` and `exited` (with the leader's status, sent once every process o
 command is gone) or `failed` (a sentence) per command. `kill` has the leader SIGKILL the
 command's pid 1; the channel closing does too, then ends the init, and with it the whole
 sandbox.
+
+Several commands live at once: one command at a time answers on the channel, and any
+number of background tasks (a `run` with `task` set) each answer on a channel of their own,
+sent as the request's last descriptor; a task's leader stays while later commands run. On
+a task's channel, `term` has its leader send SIGTERM to the command's process group and
+`kill` (or that channel closing) SIGKILL its pid 1, so every process it left dies with its
+pid namespace, a double fork or a `setsid` too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -63,7 +71,7 @@ _KEYCTL_GET_PERSISTENT = 22
 _KEY_SPEC_SESSION_KEYRING = -3
 _KEY_SPEC_USER_KEYRING = -4
 _KEY_SPEC_USER_SESSION_KEYRING = -5
-_MAX_FDS = 8
+_MAX_FDS = 9
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -172,6 +180,7 @@ def _command(
     kills it directly. A leader already gone (its end of the `alive` pipe closed) ends it
     at once."""
     try:
+        os.setpgid(0, 0)  # a group of its own: what a task's `term` signals
         _check(_libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "pdeathsig")
         for fd in cgroups:
             os.write(fd, b"0")
@@ -222,8 +231,9 @@ def _leader(
     never takes it) and ends the command itself: when `stop` becomes readable (the init
     asked, or the init is gone) it sends SIGKILL to the command's pid 1, its own child, so
     the kernel kills every process of that namespace; its `waitpid` returns only once they
-    are all gone. Nothing rests on the command's `PR_SET_PDEATHSIG`, which a command that
-    traces its own pid 1 can clear."""
+    are all gone. A `t` read from `stop` sends SIGTERM to the command's process group
+    instead, and the leader waits on. Nothing rests on the command's `PR_SET_PDEATHSIG`,
+    which a command that traces its own pid 1 can clear."""
     try:
         _check(_libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
         alive_read, alive_write = os.pipe()
@@ -239,19 +249,27 @@ def _leader(
     for fd in (why, alive_read, *outputs, *cgroups):
         os.close(fd)
     ended = os.pidfd_open(child)
-    ready, _, _ = select.select([ended, stop], [], [])
-    if stop in ready:
+    while True:
+        ready, _, _ = select.select([ended, stop], [], [])
+        if stop not in ready:
+            break
+        if os.read(stop, 1) == b"t":
+            with contextlib.suppress(ProcessLookupError):  # its group not made yet, or gone
+                os.killpg(child, signal.SIGTERM)
+            continue
         os.kill(child, signal.SIGKILL)  # not yet reaped: the pid is still its own
+        break
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
 
-def _end_orphans() -> None:
-    """Kill and reap every process left a child of the init (a command's pid 1 whose leader
-    was itself killed is one): none of a command outlives the answer for it."""
+def _end_orphans(leaders: set[int]) -> None:
+    """Kill and reap every process left a child of the init but the live `leaders` (a
+    command's pid 1 whose leader was itself killed is one): none of a command outlives the
+    answer for it."""
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit() or int(entry) == os.getpid() or int(entry) in leaders:
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
@@ -276,16 +294,58 @@ def _receive(channel: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 def _send(channel: socket.socket, **fields: Any) -> None:
-    channel.send(json.dumps(fields).encode())
+    with contextlib.suppress(OSError):  # a task's channel its service closed: none to tell
+        channel.send(json.dumps(fields).encode())
 
 
-def _run(channel: socket.socket, fds: list[int]) -> None:
-    """Start one command and answer for it; `kill` meanwhile ends it."""
-    if len(fds) < 3:
+class _Live:
+    """One running command: its leader, how to stop it, and the channel it answers on."""
+
+    def __init__(self, leader: int, stop: tuple[int, int], why: int, answer: socket.socket):
+        self.leader = leader
+        self.ended = os.pidfd_open(leader)
+        self.stop_read, self.stop_write = stop
+        self.why = why
+        self.answer = answer
+
+    def signal(self, what: bytes) -> None:
+        """Have the leader send `t` (SIGTERM to the group) or `k` (SIGKILL to pid 1)."""
+        with contextlib.suppress(OSError):  # the leader is gone already
+            os.write(self.stop_write, what)
+
+    def finish(self, leaders: set[int]) -> None:
+        """Reap the leader, end what the command left, and answer how it ended."""
+        _, status = os.waitpid(self.leader, 0)
+        leaders.discard(self.leader)
+        _end_orphans(leaders)
+        for fd in (self.ended, self.stop_read, self.stop_write):
+            os.close(fd)
+        os.set_blocking(self.why, False)
+        try:
+            why = os.read(self.why, 4096)
+        except BlockingIOError:
+            why = b""
+        os.close(self.why)
+        if why:
+            _send(self.answer, op="failed", why=why.decode(errors="replace"))
+        else:
+            _send(self.answer, op="exited", status=os.waitstatus_to_exitcode(status))
+
+
+def _start(request: dict[str, Any], fds: list[int], channel: socket.socket) -> _Live | None:
+    """Fork one command's leader; None (said on its channel) if the request cannot run."""
+    task = bool(request.get("task"))
+    answer = channel
+    if task and fds:
+        answer = socket.socket(fileno=fds.pop())
+        answer.set_inheritable(False)
+    if len(fds) < 3 or (task and answer is channel):
         for fd in fds:
             os.close(fd)
-        _send(channel, op="failed", why="the request carried too few descriptors")
-        return
+        _send(answer, op="failed", why="the request carried too few descriptors")
+        if answer is not channel:
+            answer.close()
+        return None
     memfd, stdout, stderr, *cgroups = fds
     payload = bytearray(os.fstat(memfd).st_size)
     os.preadv(memfd, [payload], 0)
@@ -295,39 +355,64 @@ def _run(channel: socket.socket, fds: list[int]) -> None:
     leader = os.fork()
     if leader == 0:
         os.close(stop_write)
+        os.close(why_read)
         _leader(payload, (stdout, stderr), cgroups, why_write, stop_read)
     payload[:] = bytes(len(payload))
     for fd in (stdout, stderr, *cgroups, why_write):
         os.close(fd)  # stop_read is kept: a `kill` after the leader ended raises no SIGPIPE
-    ended = os.pidfd_open(leader)
-    _send(channel, op="started")
+    _send(answer, op="started")
+    return _Live(leader, (stop_read, stop_write), why_read, answer)
+
+
+def _serve(channel: socket.socket) -> None:
+    """Start each command the channel asks for and answer for each as it ends; once the
+    channel closes, kill every command still running and return."""
+    live: dict[int, _Live] = {}
+    """By the descriptor that becomes readable when the command's leader ends."""
+    tasks: dict[int, _Live] = {}
+    """Background tasks, by their own channel's descriptor."""
+    leaders: set[int] = set()
     while True:
-        ready, _, _ = select.select([channel.fileno(), ended], [], [])
-        if ended in ready:
-            break
-        request, extra = _receive(channel)
-        for fd in extra:
-            os.close(fd)
-        if request is None or request.get("op") == "kill":
-            os.write(stop_write, b"k")  # the leader kills the command's pid 1
+        ready, _, _ = select.select([channel.fileno(), *live, *tasks], [], [])
+        for fd in ready:
+            if fd in live:
+                ended = live.pop(fd)
+                ended.finish(leaders)
+                if ended.answer is not channel:
+                    tasks.pop(ended.answer.fileno(), None)
+                    ended.answer.close()
+            elif fd in tasks:
+                task = tasks[fd]
+                asked, extra = _receive(task.answer)
+                for other in extra:
+                    os.close(other)
+                task.signal(b"t" if asked is not None and asked.get("op") == "term" else b"k")
+                if asked is None:  # its service let go of it: it dies
+                    del tasks[fd]
+        if channel.fileno() not in ready:
+            continue
+        request, fds = _receive(channel)
         if request is None:
-            os.waitpid(leader, 0)
-            _end_orphans()
-            sys.exit(0)
-    _, status = os.waitpid(leader, 0)
-    _end_orphans()
-    for fd in (ended, stop_read, stop_write):
-        os.close(fd)
-    os.set_blocking(why_read, False)
-    try:
-        why = os.read(why_read, 4096)
-    except BlockingIOError:
-        why = b""
-    os.close(why_read)
-    if why:
-        _send(channel, op="failed", why=why.decode(errors="replace"))
-    else:
-        _send(channel, op="exited", status=os.waitstatus_to_exitcode(status))
+            for running in live.values():
+                running.signal(b"k")
+            for running in live.values():
+                os.waitpid(running.leader, 0)
+            _end_orphans(set())
+            return
+        if request.get("op") == "run":
+            started = _start(request, fds, channel)
+            if started is not None:
+                live[started.ended] = started
+                leaders.add(started.leader)
+                if started.answer is not channel:
+                    tasks[started.answer.fileno()] = started
+        else:
+            for fd in fds:
+                os.close(fd)
+            if request.get("op") == "kill":  # the foreground command, the one answering here
+                for running in live.values():
+                    if running.answer is channel:
+                        running.signal(b"k")
 
 
 def main() -> None:
@@ -341,15 +426,8 @@ def main() -> None:
         os.dup2(null, fd)
     os.close(null)
     _send(channel, op="ready")
-    while True:
-        request, fds = _receive(channel)
-        if request is None:
-            return
-        if request.get("op") == "run":
-            _run(channel, fds)
-        else:
-            for fd in fds:
-                os.close(fd)
+    _serve(channel)
+    sys.exit(0)
 
 
 if __name__ == "__main__":
