@@ -117,11 +117,15 @@ class Redactor:
     def __bool__(self) -> bool:
         return bool(self._patterns)
 
+    def spans(self, text: str) -> list[tuple[int, int, str]]:
+        """Where each form of each value is in `text`: (start, end, name), unordered."""
+        found: list[tuple[int, int, str]] = []
+        for name, pattern in self._patterns:
+            found.extend((m.start(), m.end(), name) for m in pattern.finditer(text))
+        return found
+
     def redact(self, text: str) -> str:
         """`text` with every form of every value replaced by `[secret NAME]`."""
         if not self._patterns or not text:
             return text
-        spans: list[tuple[int, int, str]] = []
-        for name, pattern in self._patterns:
-            spans.extend((m.start(), m.end(), name) for m in pattern.finditer(text))
-        return cut_spans(text, spans)
+        return cut_spans(text, self.spans(text))
