@@ -3,8 +3,9 @@
 
 The log keeps the first `head_bytes` of the output, then one marker line, then, once the
 task has ended, the last `TAIL_BYTES` of what came after the head. Redaction holds across
-chunks: the last `_CARRY_CHARS` of what arrived are held back until more arrives (or the
-task ends), and never cut inside a secret's form.
+chunks: when there are values to cut, the last `_CARRY_CHARS` of what arrived are held back
+until more arrives, the task goes quiet for `QUIET_S` (`settle`) or ends, and the log is
+never cut inside a value's form.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Final
 
 from bastion.shared.redaction import Redactor
 
-__all__ = ["TAIL_BYTES", "TaskLog", "read_log"]
+__all__ = ["QUIET_S", "TAIL_BYTES", "TaskLog", "read_log"]
 
 TAIL_BYTES: Final = 32 * 1024
 _CARRY_CHARS: Final = 8192
 """Held back from the log until more output comes: more than any form of a value spans."""
+QUIET_S: Final = 0.5
+"""A task printing nothing for this long has what was held back written (`settle`)."""
 
 
 class TaskLog:
@@ -44,8 +47,14 @@ class TaskLog:
     def feed(self, chunk: bytes) -> None:
         """Take a chunk of output; what is safe to redact now goes to the log."""
         self._carry += self._decoder.decode(chunk)
-        if len(self._carry) > _CARRY_CHARS:
-            self._flush(len(self._carry) - _CARRY_CHARS)
+        held = _CARRY_CHARS if self._redactor else 0
+        if len(self._carry) > held:
+            self._flush(len(self._carry) - held)
+
+    def settle(self) -> None:
+        """The task has gone quiet: what was held back, redacted, goes to the log."""
+        if self._carry:
+            self._flush(len(self._carry))
 
     def close(self) -> None:
         """The task ended: the rest of its output, then the tail past the head, written."""

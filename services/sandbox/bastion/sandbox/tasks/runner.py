@@ -30,7 +30,7 @@ from bastion.proto.tasks import (
     TaskStop,
     TaskView,
 )
-from bastion.sandbox.tasks.log import TaskLog, read_log
+from bastion.sandbox.tasks.log import QUIET_S, TaskLog, read_log
 from bastion.sandbox.tasks.store import TaskStore, new_task_id
 from bastion.shared.errors import Unavailable
 from bastion.shared.redaction import Redactor
@@ -336,7 +336,11 @@ async def _drain(fd: int, log: TaskLog) -> None:
     """Feed `log` from the pipe `fd` until every writer has closed it."""
     os.set_blocking(fd, False)
     while True:
-        await anyio.wait_readable(fd)
+        with anyio.move_on_after(QUIET_S) as quiet:
+            await anyio.wait_readable(fd)
+        if quiet.cancelled_caught:
+            log.settle()
+            continue
         try:
             chunk = os.read(fd, 65536)
         except BlockingIOError:
