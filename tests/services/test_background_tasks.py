@@ -15,16 +15,21 @@ import anyio
 import msgspec
 import pytest
 
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
-from bastion.proto.sandbox import SandboxRelease, SandboxReleased
-from bastion.proto.tasks import TaskRecord
+from bastion.proto.sandbox import ExecRequest, SandboxRelease, SandboxReleased
+from bastion.proto.tasks import TaskList, TaskListing, TaskRecord, TaskStart, TaskStarted
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.tasks.runner import _ended
 from bastion.sandbox.tasks.store import TaskStore, new_task_id
 from bastion.shared.bus import Client, request
+from bastion.shared.errors import BastionError
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import Plane, ServiceRunner
 from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
@@ -119,10 +124,6 @@ async def test_a_long_output_keeps_its_head_a_marker_line_and_its_last_32_kib(
         state_dir=str(sandbox_state_dir),
         tasks_max_output_bytes=4096,
     )
-    from bastion.orchestrator.service import orchestrator_service
-    from bastion.orchestrator.settings import OrchestratorSettings
-    from bastion.policy.service import policy_service
-    from bastion.policy.settings import PolicySettings
 
     async with (
         run_service(sandbox_service, settings),
@@ -169,7 +170,7 @@ async def test_bg_stop_ends_a_task_cancelled_stopped_by_the_model_and_its_proces
         started = await tool(
             client, session.session_id, "bg_run", command="sleep 311 & sleep 312; wait"
         )
-        while not processes_with("sleep 312"):
+        while not processes_with("sleep 312"):  # noqa: ASYNC110 (a process, not an event)
             await anyio.sleep(0.05)
         stopped = await tool(client, session.session_id, "bg_stop", id=started["id"])
         again = await tool(client, session.session_id, "bg_stop", id=started["id"])
@@ -312,11 +313,8 @@ async def test_a_task_of_a_killed_sandbox_service_is_marked_lost_at_the_next_sta
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
     env |= {"BASTION_NATS_URL": bus_settings.nats_url, "BASTION_STATE_DIR": str(sandbox_state_dir)}
-    service = subprocess.Popen([sys.executable, "-m", "bastion.sandbox"], env=env)
+    service = subprocess.Popen([sys.executable, "-m", "bastion.sandbox"], env=env)  # noqa: ASYNC220
     try:
-        from bastion.proto.sandbox import ExecRequest
-        from bastion.proto.tasks import TaskList, TaskListing, TaskStart, TaskStarted
-
         session_id = "00000000000000aa"
         start = TaskStart(
             exec=ExecRequest(session_id=session_id, workspace=str(workspace), command="sleep 313")
@@ -327,9 +325,9 @@ async def test_a_task_of_a_killed_sandbox_service_is_marked_lost_at_the_next_sta
                 started = await request(
                     client, subjects.SANDBOX_TASK_START, start, TaskStarted, timeout_s=5
                 )
-            except Exception:  # noqa: BLE001 (not up yet)
+            except BastionError:  # not up yet
                 await anyio.sleep(0.2)
-        while not processes_with("sleep 313"):
+        while not processes_with("sleep 313"):  # noqa: ASYNC110 (a process, not an event)
             await anyio.sleep(0.05)
     finally:
         service.send_signal(signal.SIGKILL)
