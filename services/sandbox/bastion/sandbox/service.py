@@ -52,6 +52,7 @@ from bastion.proto.tasks import (
     TaskListing,
     TaskOutput,
     TaskRead,
+    TaskRecord,
     TaskStart,
     TaskStarted,
     TaskStop,
@@ -426,8 +427,8 @@ class Sandboxes:
         """`bg_stop`: stop one of the session's tasks; the task as it is then."""
         return await self._tasks().stop(request)
 
-    async def _task_ended(self, record: Any) -> None:
-        """A task ended on its own: said in the log (the front door is told, `notify`)."""
+    async def _task_ended(self, record: TaskRecord) -> None:
+        """A task ended on its own (succeeded, failed, its time ran out): said in the log."""
         logger.info("background task %s ended %s", record.id, record.status)
 
     async def _bounded(self, spec: SandboxSpec) -> tuple[SandboxSpec, int | None]:
