@@ -106,23 +106,23 @@ class TaskLog:
 
 def read_log(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
     """Up to `limit` bytes of the log from `offset`, ending on a whole UTF-8 character
-    where it can, and the file's size."""
+    (one character more than `limit` when `limit` is less than the first one), and the
+    file's size."""
     try:
         with path.open("rb") as log:
             size = os.fstat(log.fileno()).st_size
             log.seek(offset)
-            data = log.read(limit)
+            data = log.read(limit + 3)
     except FileNotFoundError:
         return b"", 0
-    if len(data) == limit and offset + limit < size:
-        # back up over a character cut in two (at most 3 continuation bytes)
-        for back in range(1, min(4, len(data)) + 1):
-            byte = data[-back]
-            if byte & 0xC0 != 0x80:
-                if byte >= 0xC0 and _length(byte) > back:
-                    data = data[:-back]
-                break
-    return data, size
+    if len(data) <= limit:
+        return data, size
+    cut = limit
+    while cut > 0 and data[cut] & 0xC0 == 0x80:  # the byte after the cut goes on a character
+        cut -= 1
+    if cut == 0:
+        cut = _length(data[0]) if data[0] >= 0xC0 else 1
+    return data[:cut], size
 
 
 def _length(lead: int) -> int:
