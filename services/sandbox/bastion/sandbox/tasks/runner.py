@@ -176,10 +176,15 @@ class Tasks:
             timeout_ms=timeout_ms,
             started_at=time.time(),
         )
-        await self._store.admit(
-            record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
-        )
         log = TaskLog(self.log_path(record), self.limits.max_output_bytes, redactor)
+        try:
+            await self._store.admit(
+                record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
+            )
+        except BaseException:
+            log.close()
+            log.path.unlink(missing_ok=True)
+            raise
         read_end, write_end = os.pipe()
         try:
             handle = await starter(write_end)
@@ -208,8 +213,7 @@ class Tasks:
                 "The task runs in this session's sandbox (its network too: a server it "
                 "starts is reachable from later shell commands). Read its output with "
                 "bg_output (offset 0, then each answer's next_offset); stop it with bg_stop. "
-                "Nothing wakes you when it ends: a front-door client is sent a notification, "
-                "otherwise check bg_output or bg_list."
+                "Nothing tells you when it ends: check bg_output (eof) or bg_list."
             ),
         )
 
