@@ -23,7 +23,7 @@ from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.sandbox import ExecRequest, SandboxRelease, SandboxReleased
 from bastion.proto.tasks import TaskList, TaskListing, TaskRecord, TaskStart, TaskStarted
-from bastion.proto.tools import ToolOutput
+from bastion.proto.tools import CallParked, ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.tasks.runner import _ended
@@ -357,3 +357,23 @@ async def test_a_task_of_a_killed_sandbox_service_is_marked_lost_at_the_next_sta
 def sandbox_state_dir(tmp_path: Path) -> Path:
     """A state dir of its own per test (so a killed service's sweep finds its sandboxes)."""
     return tmp_path / "sandbox-state"
+
+
+async def test_the_four_tools_ask_where_shell_asks_by_the_same_rule(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    asked = []
+    async with plane_of():
+        for name, given in (
+            ("shell", {"command": "echo hi"}),
+            ("bg_run", {"command": "echo hi"}),
+            ("bg_list", {}),
+            ("bg_stop", {"id": new_task_id()}),
+        ):
+            session = await open_session(
+                client, workspace=str(workspace), shell=True, autonomy="L2"
+            )
+            asked.append(await call(client, session.session_id, name, **given))
+    parked = [each for each in asked if isinstance(each, CallParked)]
+    assert len(parked) == 4, asked
+    assert len({each.decision.rule for each in parked}) == 1
