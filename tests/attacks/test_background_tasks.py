@@ -39,7 +39,7 @@ def processes_with(word: str) -> list[int]:
 
 async def ended(client: Client, session_id: str, task_id: str) -> dict[str, Any]:
     while True:
-        got = await tool(client, session_id, "bg_output", id=task_id, limit=65536)
+        got: dict[str, Any] = await tool(client, session_id, "bg_output", id=task_id, limit=65536)
         if got["eof"]:
             return got
         await anyio.sleep(0.1)

@@ -49,9 +49,8 @@ async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
 async def until_ended(client: Client, session_id: str, task_id: str) -> dict[str, Any]:
     """The task once it has ended (polled: the test waits on the task, not on a clock)."""
     while True:
-        [found] = [
-            t for t in (await tool(client, session_id, "bg_list"))["tasks"] if t["id"] == task_id
-        ]
+        listed: list[dict[str, Any]] = (await tool(client, session_id, "bg_list"))["tasks"]
+        [found] = [t for t in listed if t["id"] == task_id]
         if found["status"] not in ("running", "stopping"):
             return found
         await anyio.sleep(0.1)
@@ -63,7 +62,7 @@ async def whole_output(client: Client, session_id: str, task_id: str, limit: int
     while True:
         got = await tool(client, session_id, "bg_output", id=task_id, offset=offset, limit=limit)
         assert got["next_offset"] >= offset
-        text += got["text"]
+        text += str(got["text"])
         offset = got["next_offset"]
         if got["eof"]:
             return text
