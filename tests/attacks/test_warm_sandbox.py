@@ -42,10 +42,8 @@ SECRET_VALUE = "warm-secret-7f3a"
 PTRACE_SEIZE = 0x4206
 
 
-def init_processes(state_dir: Path) -> list[int]:
-    """Host pids of the processes running the init's program in the warm sandboxes of
-    `state_dir` (not their outer bwraps): each init, and the leader it forked ahead of its
-    next command."""
+def inits(state_dir: Path) -> list[int]:
+    """Host pids of the warm sandboxes' inits (not their outer bwraps) of `state_dir`."""
     found = []
     for pid in marked_pids(marker(state_dir)):
         try:
@@ -55,29 +53,6 @@ def init_processes(state_dir: Path) -> list[int]:
         if arguments[0].endswith(b"python3") and INIT_PATH.encode() in arguments:
             found.append(pid)
     return found
-
-
-def _parent(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
-
-
-def inits(state_dir: Path) -> list[int]:
-    """Host pids of the warm sandboxes' inits of `state_dir` (not their leaders)."""
-    found = init_processes(state_dir)
-    return [pid for pid in found if _parent(pid) not in found]
-
-
-def forked_ahead(state_dir: Path) -> list[int]:
-    """Host pids of what the inits of `state_dir` forked ahead of their next command: its
-    leader and its first process, waiting for the request."""
-    return sorted(set(init_processes(state_dir)) - set(inits(state_dir)))
-
-
-async def forked_for_next(state_dir: Path) -> list[int]:
-    """`forked_ahead` once the init has forked both (it does once an answer is sent)."""
-    await until(lambda: len(forked_ahead(state_dir)) == 2, "nothing was forked ahead")
-    return forked_ahead(state_dir)
 
 
 async def until(condition: Callable[[], object], what: str) -> None:
@@ -113,12 +88,10 @@ async def test_the_inits_environ_memory_and_descriptors_are_unreadable(
 ) -> None:
     await shell(client, host.workspace, "true")
     [init] = inits(host.state_dir)
-    ahead = await forked_for_next(host.state_dir)  # the probe's own leader and first process
-    # The host pids of the init and of what it forked, and every pid a command could name,
-    # tried from inside.
+    # The init's host pid, and every pid a command could name, tried from inside.
     probe = (
-        f"for p in 1 2 3 {init} {' '.join(map(str, ahead))}; do cat /proc/$p/environ "
-        "/proc/$p/mem; ls -l /proc/$p/fd; done 2>&1; ls -l /proc/self/fd"
+        f"for p in 1 2 3 {init}; do cat /proc/$p/environ /proc/$p/mem; ls -l /proc/$p/fd; done "
+        "2>&1; ls -l /proc/self/fd"
     )
     result = await shell(client, host.workspace, probe)
     assert "socket:" not in result.stdout  # no descriptor of the channel anywhere
@@ -129,8 +102,7 @@ async def test_the_inits_environ_memory_and_descriptors_are_unreadable(
     status = Path(f"/proc/{init}/status").read_text()  # noqa: ASYNC240 (procfs: no wait)
     uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
     assert uid != 0
-    for pid in (init, *await forked_for_next(host.state_dir)):  # the next command's now
-        assert Path(f"/proc/{pid}/environ").stat().st_uid == 0  # noqa: ASYNC240
+    assert Path(f"/proc/{init}/environ").stat().st_uid == 0  # noqa: ASYNC240
 
 
 async def test_tracing_every_pid_never_reaches_the_init(
@@ -138,13 +110,12 @@ async def test_tracing_every_pid_never_reaches_the_init(
 ) -> None:
     await shell(client, host.workspace, "echo kept > /tmp/kept")
     [init] = inits(host.state_dir)
-    ahead = ", ".join(map(str, await forked_for_next(host.state_dir)))  # the tracer's own
     # PTRACE_SEIZE does not stop what it attaches to; the tracer's exit detaches it.
     tracer = (
         "python3 -c '\n"
         "import ctypes, os\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
-        f"for pid in [*range(1, 300), {init}, {ahead}]:\n"
+        f"for pid in [*range(1, 300), {init}]:\n"
         "    if pid == os.getpid(): continue\n"
         f"    if libc.ptrace({PTRACE_SEIZE}, pid, 0, 0) == 0:\n"
         '        print(pid, open(f"/proc/{pid}/cmdline").read())\n'
@@ -321,8 +292,8 @@ async def test_an_init_killed_between_commands_gives_a_fresh_sandbox_saying_so(
     await backend.run(spec(host), "echo x > /tmp/before")
     [init] = inits(host.state_dir)
     os.kill(init, signal.SIGKILL)
-    # Every process of the sandbox gone (its outer bwrap last, once the init and what it
-    # forked ahead are): the session's next command comes between two commands.
+    # Every process of the sandbox gone (its outer bwrap last, once the init is): the
+    # session's next command comes between two commands.
     await until(lambda: not marked_pids(marker(host.state_dir)), "the sandbox did not end")
     result = await backend.run(spec(host), "ls -A /tmp; echo ran")
     assert result.stdout == "ran\n"  # a fresh sandbox, /tmp empty

@@ -263,6 +263,10 @@ async def test_a_session_at_l3_offers_the_code_tools_and_an_edit_runs_end_to_end
         "find_files": "read",
         "search_files": "read",
         "shell": "write",
+        "bg_run": "write",
+        "bg_list": "write",
+        "bg_output": "write",
+        "bg_stop": "write",
         "diagnostics": "write",
         "run_tests": "write",
         "run_code": "read",
@@ -288,7 +292,7 @@ async def test_a_session_without_a_shell_has_the_file_tools_but_no_checks(
             client, session.session_id, "apply_patch", patch="*** Begin Patch\n*** End Patch\n"
         )
     assert "edit_file" in names and "find_files" in names
-    assert not {"shell", "diagnostics", "run_tests", "run_code"} & set(names)
+    assert not {"shell", "bg_run", "bg_stop", "diagnostics", "run_tests", "run_code"} & set(names)
     assert isinstance(refused, ErrorReply) and refused.code == "denied"
 
 

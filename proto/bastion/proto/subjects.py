@@ -55,6 +55,11 @@ __all__ = [
     "SANDBOX_SKILL_RUN",
     "SANDBOX_SKILL_WRITE",
     "SANDBOX_SLOTS_BUCKET",
+    "SANDBOX_TASKS_BUCKET",
+    "SANDBOX_TASK_LIST",
+    "SANDBOX_TASK_OUTPUT",
+    "SANDBOX_TASK_START",
+    "SANDBOX_TASK_STOP",
     "SESSIONS_BUCKET",
     "SESSION_CALL_ANY",
     "SESSION_CANCEL_ANY",
@@ -136,6 +141,11 @@ SANDBOX_RUN_CODE: Final = f"{PREFIX}.sandbox.run_code"
 """A `run_code` program, run with no workspace and no network, its tool calls relayed."""
 SANDBOX_RESOLVE: Final = f"{PREFIX}.sandbox.resolve"
 """The workspace paths a file call touches, resolved through its links, for the policy."""
+SANDBOX_TASK_START: Final = f"{PREFIX}.sandbox.task_start"
+"""`bg_run`: a command started in the background in the session's sandbox."""
+SANDBOX_TASK_LIST: Final = f"{PREFIX}.sandbox.task_list"
+SANDBOX_TASK_OUTPUT: Final = f"{PREFIX}.sandbox.task_output"
+SANDBOX_TASK_STOP: Final = f"{PREFIX}.sandbox.task_stop"
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
 EGRESS_SEARCH: Final = f"{PREFIX}.egress.search"
 """A web search through the provider the egress service is configured with."""
@@ -217,6 +227,11 @@ orchestrator replica (key: the tenant's name in hex)."""
 SANDBOX_SLOTS_BUCKET: Final = "bastion_sandbox_slots"
 """The JetStream KV bucket of each tenant's running sandboxes, counted across every sandbox
 replica, each slot leased until renewed (key: the tenant's name in hex)."""
+
+SANDBOX_TASKS_BUCKET: Final = "bastion_sandbox_tasks"
+"""The JetStream KV bucket of background tasks (key: the tenant's name in hex, the session
+id, the task id), each state change a compare-and-set, and of each tenant's live tasks
+(key: `live.` and the tenant's name in hex), counted across every sandbox replica."""
 
 
 REPLY_INBOX_HEADER: Final = "Bastion-Reply-Inbox"

@@ -23,6 +23,10 @@ from bastion.proto.policy import Effect
 __all__ = [
     "BUILTIN_TOOLS",
     "ApplyPatchInput",
+    "BgListInput",
+    "BgOutputInput",
+    "BgRunInput",
+    "BgStopInput",
     "BuiltinTool",
     "DiagnosticsInput",
     "EditFileInput",
@@ -65,6 +69,47 @@ class ShellInput(Ingress, frozen=True, kw_only=True):
 
     command: Annotated[str, msgspec.Meta(min_length=1, max_length=256 * 1024)]
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] | None = None
+
+
+TASK_ID_PATTERN: Final = r"^[0-9A-HJKMNP-TV-Z]{26}$"
+"""A background task's id: a ULID (48 bits of time, 80 random bits)."""
+TaskId = Annotated[
+    str, msgspec.Meta(pattern=TASK_ID_PATTERN, description="The task's id, as bg_run gave it.")
+]
+TaskStatus = Literal["running", "stopping", "succeeded", "failed", "cancelled", "lost"]
+"""A background task's state: `running`, `stopping` (asked to stop), then one of the four
+ends, never left."""
+MAX_TASK_RUN_MS: Final = 24 * 3600 * 1000
+
+
+class BgRunInput(Ingress, frozen=True, kw_only=True):
+    """`bg_run`: one command for `/bin/sh -c`, started in the background in the sandbox."""
+
+    command: Annotated[str, msgspec.Meta(min_length=1, max_length=8000)]
+    cwd: DirPath | None = None
+    label: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1000, le=MAX_TASK_RUN_MS)] | None = None
+
+
+class BgListInput(Ingress, frozen=True, kw_only=True):
+    """`bg_list`: the session's background tasks, newest first."""
+
+    status: TaskStatus | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=50)] = 50
+
+
+class BgOutputInput(Ingress, frozen=True, kw_only=True):
+    """`bg_output`: a task's output from a byte offset (0 first, then the last next_offset)."""
+
+    id: TaskId
+    offset: Annotated[int, msgspec.Meta(ge=0)] = 0
+    limit: Annotated[int, msgspec.Meta(ge=1, le=65536)] = 16384
+
+
+class BgStopInput(Ingress, frozen=True, kw_only=True):
+    """`bg_stop`: stop a task (SIGTERM to its processes, SIGKILL 3 s later)."""
+
+    id: TaskId
 
 
 class ReadFileInput(Ingress, frozen=True, kw_only=True):
@@ -225,6 +270,10 @@ BUILTIN_TOOLS: Final[Mapping[str, BuiltinTool]] = MappingProxyType(
         "find_files": BuiltinTool(FindFilesInput, "read"),
         "search_files": BuiltinTool(SearchFilesInput, "read"),
         "shell": BuiltinTool(ShellInput, None),
+        "bg_run": BuiltinTool(BgRunInput, None),
+        "bg_list": BuiltinTool(BgListInput, None),
+        "bg_output": BuiltinTool(BgOutputInput, None),
+        "bg_stop": BuiltinTool(BgStopInput, None),
         "diagnostics": BuiltinTool(DiagnosticsInput, None),
         "run_tests": BuiltinTool(RunTestsInput, None),
         "fetch_url": BuiltinTool(FetchUrlInput, "external"),

@@ -88,6 +88,10 @@ SANDBOX_ENDPOINTS: Final = (
     s.SANDBOX_SKILL_WRITE,
     s.SANDBOX_RESOLVE,
     s.SANDBOX_RUN_CODE,
+    s.SANDBOX_TASK_START,
+    s.SANDBOX_TASK_LIST,
+    s.SANDBOX_TASK_OUTPUT,
+    s.SANDBOX_TASK_STOP,
 )
 MCP_OPERATOR_ENDPOINTS: Final = (s.MCP_ADD, s.MCP_REVIEW, s.MCP_LIST, s.MCP_REMOVE, s.MCP_BROWSE)
 VAULT_OPERATOR_ENDPOINTS: Final = (
@@ -172,7 +176,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.SESSION_NESTED_ANY,  # a run_code program's calls, relayed: no one else may
         ),
         listens=(s.CALLS_CANCEL,),
-        buckets=(s.SANDBOX_SLOTS_BUCKET,),
+        buckets=(s.SANDBOX_SLOTS_BUCKET, s.SANDBOX_TASKS_BUCKET),
     ),
     "egress": Grant(
         serves=(s.EGRESS_GRANT, s.EGRESS_CONNECTIONS, s.EGRESS_FETCH, s.EGRESS_SEARCH),

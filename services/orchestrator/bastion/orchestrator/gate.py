@@ -22,7 +22,13 @@ from bastion.proto import subjects
 from bastion.proto.policy import MAX_PATHS, PolicyDecision, PolicyRequest
 from bastion.proto.sandbox import ResolvedPaths, ResolvePaths
 from bastion.proto.session import SessionInfo, ToolSpec
-from bastion.proto.toolinput import ApplyPatchInput, FetchUrlInput, ShellInput, SkillRunInput
+from bastion.proto.toolinput import (
+    ApplyPatchInput,
+    BgRunInput,
+    FetchUrlInput,
+    ShellInput,
+    SkillRunInput,
+)
 from bastion.shared.bus import Client, request
 from bastion.shared.carry import carried
 from bastion.shared.errors import BastionError, InvalidInput, RemoteError, Unavailable
@@ -63,7 +69,7 @@ def target_of(tool_input: msgspec.Struct) -> str:
     covers the call)."""
     if isinstance(tool_input, SkillRunInput):
         return posixpath.normpath(tool_input.script.removeprefix("/skill/"))
-    if isinstance(tool_input, ShellInput):
+    if isinstance(tool_input, ShellInput | BgRunInput):
         return tool_input.command
     if isinstance(tool_input, FetchUrlInput):
         host = urlsplit(tool_input.url).hostname or ""

@@ -20,6 +20,7 @@ from bastion.orchestrator.execute import run_check, run_file_tool, run_shell
 from bastion.orchestrator.skillfind import find_skills
 from bastion.orchestrator.skillrun import run_skill, write_skill
 from bastion.orchestrator.skills import read_skill
+from bastion.orchestrator.tasks import list_tasks, read_task, start_task, stop_task
 from bastion.orchestrator.toolcall import Call
 from bastion.orchestrator.upstream import call_upstream
 from bastion.orchestrator.web import fetch_page, search_web
@@ -135,6 +136,35 @@ REGISTRY: Final[Mapping[str, ToolDefinition]] = MappingProxyType(
                 "shell",
                 "Run a command with /bin/sh in the workspace, inside the sandbox.",
                 Route("sandbox", run_shell),
+                needs_shell=True,
+            ),
+            ToolDefinition(
+                "bg_run",
+                "Start a command with /bin/sh in the background in the session's sandbox and "
+                "return at once with its id (a dev server, a watcher, a long test run); "
+                "later shell commands reach what it serves. timeout_ms: its wall clock.",
+                Route("sandbox", start_task),
+                needs_shell=True,
+            ),
+            ToolDefinition(
+                "bg_list",
+                "List this session's background tasks, newest first: id, label, status "
+                "(running, stopping, succeeded, failed, cancelled, lost), exit code.",
+                Route("sandbox", list_tasks),
+                needs_shell=True,
+            ),
+            ToolDefinition(
+                "bg_output",
+                "Read a background task's output from a byte offset: 0 first, then the "
+                "next_offset of the last answer; eof once it has ended and all was read.",
+                Route("sandbox", read_task),
+                needs_shell=True,
+            ),
+            ToolDefinition(
+                "bg_stop",
+                "Stop a background task: SIGTERM to its processes, SIGKILL 3 s later; it "
+                "ends cancelled.",
+                Route("sandbox", stop_task),
                 needs_shell=True,
             ),
             ToolDefinition(

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 ALIASES: Final[dict[str, tuple[str, ...]]] = {
-    "Bash": ("shell",),
+    "Bash": ("shell", "bg_run"),
     "Write": ("write_file", "apply_patch"),
     "Edit": ("edit_file", "apply_patch"),
     "Read": ("read_file",),

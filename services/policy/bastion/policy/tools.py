@@ -6,6 +6,7 @@ import posixpath
 from typing import Final, Literal
 
 __all__ = [
+    "BG_RUN_TOOL",
     "FETCH_TOOL",
     "GROUPS",
     "HOST_TOOLS",
@@ -21,6 +22,8 @@ __all__ = [
 SHELL_TOOL: Final = "shell"
 FETCH_TOOL: Final = "fetch_url"
 SKILL_RUN_TOOL: Final = "skill_run"
+BG_RUN_TOOL: Final = "bg_run"
+"""Starts a command in the background: its target is the command, as a shell call's."""
 
 PATH_TOOLS: Final = frozenset(
     {
@@ -41,7 +44,17 @@ HOST_TOOLS: Final = frozenset({FETCH_TOOL})
 GROUPS: Final[dict[str, frozenset[str]]] = {
     "writes_paths": frozenset({"write_file", "edit_file", "apply_patch", "skill_write"}),
     "runs_commands": frozenset(
-        {"shell", "run_tests", "diagnostics", "skill_run", "bg_run", "run_code"}
+        {
+            "shell",
+            "run_tests",
+            "diagnostics",
+            "skill_run",
+            "bg_run",
+            "bg_list",
+            "bg_output",
+            "bg_stop",
+            "run_code",
+        }
     ),
 }
 """Tools that do the same thing: a policy on one of them holds for each (`ToolGroup` in
@@ -52,7 +65,7 @@ TargetKind = Literal["command", "path", "host", "script", "none"]
 
 def target_kind(tool: str) -> TargetKind:
     """What a call of `tool` puts in `PolicyRequest.target`."""
-    if tool == SHELL_TOOL:
+    if tool in (SHELL_TOOL, BG_RUN_TOOL):
         return "command"
     if tool in PATH_TOOLS:
         return "path"

@@ -1,5 +1,6 @@
 """The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code`,
-`.release`, `.skill_read`, `.skill_find`, `.skill_run`, `.skill_write` and `.run_code`.
+`.release`, `.skill_read`, `.skill_find`, `.skill_run`, `.skill_write`, `.run_code` and
+the background tasks' `.task_start`, `.task_list`, `.task_output` and `.task_stop`.
 
 Everything a command or a file tool answers, its errors too, leaves with every value of
 the tenant's secrets cut out (`bastion.shared.secretcuts`); a call that reaches declared
@@ -9,6 +10,7 @@ can cut them from what it records without holding them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -46,6 +48,17 @@ from bastion.proto.sandbox import (
     SkillListing,
     WriteSkill,
 )
+from bastion.proto.tasks import (
+    TaskList,
+    TaskListing,
+    TaskOutput,
+    TaskRead,
+    TaskRecord,
+    TaskStart,
+    TaskStarted,
+    TaskStop,
+    TaskView,
+)
 from bastion.proto.tools import NestedCall, NestedResult
 from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
@@ -63,6 +76,9 @@ from bastion.sandbox.skillrun import script_command, skill_script
 from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
 from bastion.sandbox.streaming import OutputStreams, StreamBounds
+from bastion.sandbox.tasks.cwd import checked_cwd
+from bastion.sandbox.tasks.runner import TaskLimits, Tasks
+from bastion.sandbox.tasks.store import TaskStore
 from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.usage import LEAST_FILE_BYTES, WorkspaceBound
 from bastion.sandbox.walking import list_candidates, list_files
@@ -94,7 +110,7 @@ from bastion.shared.sandboxing import (
 from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.sandboxing.hostids import path_owner
 from bastion.shared.sandboxing.output import OutputTap
-from bastion.shared.sandboxing.warm import sweep_marked
+from bastion.shared.sandboxing.warm import marker, sweep_marked
 from bastion.shared.secretcuts import SecretCuts
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.telemetry import span
@@ -199,6 +215,7 @@ class Sandboxes:
         judge: PathJudge | None = None,
         streams: OutputStreams | None = None,
         client: Client | None = None,
+        tasks: TaskStore | None = None,
     ) -> None:
         self._client = client
         self._state_dir = Path(settings.state_dir).expanduser().resolve()
@@ -248,6 +265,22 @@ class Sandboxes:
             Path(settings.egress_socket).expanduser() if settings.egress_socket else None
         )
         self.secrets = SecretCuts(leases, settings.redaction_refresh_s)
+        self.tasks = (
+            Tasks(
+                tasks,
+                self._state_dir,
+                marker(self._state_dir),
+                TaskLimits(
+                    max_run_s=settings.tasks_max_run_s,
+                    max_output_bytes=settings.tasks_max_output_bytes,
+                    per_session=settings.tasks_max_per_session,
+                    per_tenant=settings.tasks_max_per_tenant,
+                ),
+                self._task_ended,
+            )
+            if tasks is not None
+            else None
+        )
 
     def _spec(
         self,
@@ -342,21 +375,7 @@ class Sandboxes:
                 "the `declared` network with declared hosts runs with the bwrap backend only "
                 "for now (the Docker backend has no egress bridge yet): use the bwrap backend"
             )
-        if request.secrets:
-            if request.backend != "bwrap":
-                raise NotImplementedYet(
-                    "secrets are given to commands of the bwrap backend only for now: run "
-                    "this skill with the bwrap backend"
-                )
-            if self._leases is None:
-                raise InvalidInput(
-                    "this sandbox service cannot lease secrets (no vault connection)"
-                )
-            pairs = await self._leases.lease(
-                request.tenant, request.session_id, request.call_id, request.secrets
-            )
-            self.secrets.remember(request.tenant, request.session_id, pairs)
-            spec = dataclasses.replace(spec, secret_environment=tuple(pairs))
+        spec = await self._leased(request, spec)
         running = {"bastion.sandbox.backend": request.backend.split(":", 1)[0]}
         async with self._slots.slot(request.tenant), self._streamed(request) as tap:
             spec = dataclasses.replace(spec, tap=tap)
@@ -384,6 +403,80 @@ class Sandboxes:
         redactor = await self.secrets.redactor(request.tenant, request.session_id)
         async with self._streams.opened(request, redactor) as tap:
             yield tap
+
+    async def _leased(self, request: ExecRequest, spec: SandboxSpec) -> SandboxSpec:
+        """`spec` with the secrets `request` names leased for its call as its environment
+        (and remembered, so they are cut from what the session is answered)."""
+        if not request.secrets:
+            return spec
+        if request.backend != "bwrap":
+            raise NotImplementedYet(
+                "secrets are given to commands of the bwrap backend only for now: run "
+                "this skill with the bwrap backend"
+            )
+        if self._leases is None:
+            raise InvalidInput("this sandbox service cannot lease secrets (no vault connection)")
+        pairs = await self._leases.lease(
+            request.tenant, request.session_id, request.call_id, request.secrets
+        )
+        self.secrets.remember(request.tenant, request.session_id, pairs)
+        return dataclasses.replace(spec, secret_environment=tuple(pairs))
+
+    def _tasks(self) -> Tasks:
+        if self.tasks is None:
+            raise NotImplementedYet("this sandbox service runs no background tasks")
+        return self.tasks
+
+    async def task_start(self, request: TaskStart, _context: RequestContext) -> TaskStarted:
+        """`bg_run`: start a command in the background in the session's warm sandbox, with a
+        command's limits and environment but a wall clock of its own."""
+        given = request.exec
+        try:
+            tasks = self._tasks()
+            backend, spec = self._spec_of(given)
+            if not isinstance(backend, BwrapBackend) or (
+                given.network == "declared" and given.declared_hosts
+            ):
+                raise NotImplementedYet(
+                    "background tasks run in the bwrap backend's warm sandbox, without "
+                    "declared hosts, for now: open the session with the bwrap backend"
+                )
+            cwd = await anyio.to_thread.run_sync(checked_cwd, spec.workspace, request.cwd)
+            spec, _room = await self._bounded(spec)
+            spec = await self._leased(given, spec)
+            leased = spec
+            started = await tasks.start(
+                session_id=given.session_id,
+                tenant=given.tenant,
+                command=given.command,
+                label=request.label,
+                timeout_ms=tasks.timeout_ms(request.timeout_ms),
+                redactor=await self.secrets.redactor(
+                    given.tenant, given.session_id, spec.secret_environment
+                ),
+                starter=lambda output: backend.start_task(leased, given.command, output, cwd),
+            )
+        except BastionError as error:
+            await self._cut_error(error, given.tenant, given.session_id)
+            raise
+        return started
+
+    async def task_list(self, request: TaskList, _context: RequestContext) -> TaskListing:
+        """`bg_list`: the session's tasks, newest first (another session's never)."""
+        return await self._tasks().list(request)
+
+    async def task_output(self, request: TaskRead, _context: RequestContext) -> TaskOutput:
+        """`bg_output`: a stretch of one of the session's tasks' output."""
+        redactor = await self.secrets.redactor(request.tenant, request.session_id)
+        return await self._tasks().read(request, redactor)
+
+    async def task_stop(self, request: TaskStop, _context: RequestContext) -> TaskView:
+        """`bg_stop`: stop one of the session's tasks; the task as it is then."""
+        return await self._tasks().stop(request)
+
+    async def _task_ended(self, record: TaskRecord) -> None:
+        """A task ended on its own (succeeded, failed, its time ran out): said in the log."""
+        logger.info("background task %s ended %s", record.id, record.status)
 
     async def _bounded(self, spec: SandboxSpec) -> tuple[SandboxSpec, int | None]:
         """`spec` with no file allowed to grow past the room its workspace has left under
@@ -634,6 +727,8 @@ class Sandboxes:
 
     async def release(self, request: SandboxRelease, _context: RequestContext) -> SandboxReleased:
         """Remove what a closed session kept (its Docker container); nothing held is fine."""
+        if self.tasks is not None:
+            await self.tasks.release(request.session_id)
         self.secrets.forget(request.session_id)
         if isinstance(self._backend, BwrapBackend) and self._backend.warm is not None:
             await self._backend.warm.release(request.session_id)
@@ -655,13 +750,22 @@ class Sandboxes:
                 await self._backend.aclose()
             await self.docker.aclose()
 
+    def tasks_running(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Follow background tasks for the block; its end stops every live one."""
+        return self.tasks.running() if self.tasks is not None else contextlib.nullcontext()
+
     async def sweep(self) -> None:
         """End the warm sandboxes and remove the containers an earlier run left (no Docker
-        engine: no containers to remove)."""
+        engine: no containers to remove); the background tasks it left unfinished are
+        marked `lost`, never silently gone."""
         if isinstance(self._backend, BwrapBackend) and self._backend.warm is not None:
             killed = sweep_marked(self._state_dir)
             if killed:
                 logger.info("ended %d process(es) of an earlier run's warm sandboxes", killed)
+        if self.tasks is not None:
+            lost = await self.tasks.mark_lost()
+            if lost:
+                logger.info("marked %d background task(s) of an earlier run lost", lost)
         if isinstance(self._backend, BwrapBackend):
             removed = self._backend.remove_stale_cgroups()
             if removed:
@@ -686,6 +790,7 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
         lease_s=settings.sandbox_slot_lease_s,
     )
     judge = PathJudge(client, settings.request_timeout_s)
+    tasks = await TaskStore.open(client, settings.tasks_bucket)
     sandboxes = Sandboxes(
         settings,
         max_payload=client.max_payload,
@@ -702,6 +807,7 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
             ),
         ),
         client=client,
+        tasks=tasks,
     )
     await sandboxes.sweep()
     await listen(client, sandboxes.running)
@@ -723,8 +829,14 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
         "skill_write", subjects.SANDBOX_SKILL_WRITE, WriteSkill, sandboxes.skill_write
     )
     service.add_endpoint("run_code", subjects.SANDBOX_RUN_CODE, RunCode, sandboxes.run_code)
+    service.add_endpoint("task_start", subjects.SANDBOX_TASK_START, TaskStart, sandboxes.task_start)
+    service.add_endpoint("task_list", subjects.SANDBOX_TASK_LIST, TaskList, sandboxes.task_list)
+    service.add_endpoint(
+        "task_output", subjects.SANDBOX_TASK_OUTPUT, TaskRead, sandboxes.task_output
+    )
+    service.add_endpoint("task_stop", subjects.SANDBOX_TASK_STOP, TaskStop, sandboxes.task_stop)
     try:
-        async with anyio.create_task_group() as group:
+        async with anyio.create_task_group() as group, sandboxes.tasks_running():
             group.start_soon(sandboxes.close_idle)
             yield service
             group.cancel_scope.cancel()

@@ -102,6 +102,21 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     stream_total_bytes: Annotated[int, msgspec.Meta(ge=1024, le=64 * 1024**2)] = 1024**2
     """`BASTION_STREAM_TOTAL_BYTES`: the most output streamed for one call; past it the
     stream says so and stops (the result keeps its own output limit)."""
+    tasks_bucket: str = subjects.SANDBOX_TASKS_BUCKET
+    """`BASTION_TASKS_BUCKET`: the KV bucket of background tasks (`bg_run`) and of each
+    tenant's live ones, shared by every sandbox replica."""
+    tasks_max_run_s: Annotated[float, msgspec.Meta(ge=1, le=86400)] = 3600.0
+    """`BASTION_TASKS_MAX_RUN_S`: the longest a background task runs (its `timeout_ms` is
+    capped by it, and is it when not given); then it is stopped and ends `failed`
+    (`timeout`)."""
+    tasks_max_output_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 2 * 1024 * 1024
+    """`BASTION_TASKS_MAX_OUTPUT_BYTES`: how much of a background task's output its log
+    keeps from the start; then a marker line, and its last 32 KiB once it ends."""
+    tasks_max_per_session: Annotated[int, msgspec.Meta(ge=1)] = 4
+    """`BASTION_TASKS_MAX_PER_SESSION`: live background tasks one session may have."""
+    tasks_max_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 16
+    """`BASTION_TASKS_MAX_PER_TENANT`: live background tasks one tenant may have across its
+    sessions and every sandbox replica."""
     redaction_refresh_s: Annotated[float, msgspec.Meta(ge=0)] = REFRESH_S
     """How long the vault's set of a tenant's values (cut from every reply) is used before
     the vault is asked again (`BASTION_REDACTION_REFRESH_S`)."""

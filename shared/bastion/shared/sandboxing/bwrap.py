@@ -69,6 +69,7 @@ from bastion.shared.sandboxing.hostids import HostIds, drop_argv, sandbox_ids, u
 from bastion.shared.sandboxing.pidone import PidOne
 from bastion.shared.sandboxing.process import Finished, run_limited
 from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
+from bastion.shared.sandboxing.task import SandboxTask
 from bastion.shared.sandboxing.warm import (
     INIT_PATH,
     INIT_PROGRAM,
@@ -453,10 +454,51 @@ class BwrapBackend:
         warm.add(shape, sandbox)
         return sandbox
 
-    async def _run_in(
-        self, sandbox: WarmSandbox, spec: SandboxSpec, command: str, cgroup: CommandCgroup | None
-    ) -> Finished:
-        """Have `sandbox`'s init run `command` as `spec` says."""
+    async def start_task(
+        self, spec: SandboxSpec, command: str, output: int, cwd: str = ""
+    ) -> SandboxTask:
+        """Start `command` as a background task in the session's warm sandbox (made if it
+        has none), beside its commands, in `/workspace/cwd`, with `spec.limits` but no wall
+        clock (its caller keeps one), both streams written to `output`.
+
+        Raises:
+            SandboxFailed: there is no warm sandbox (no state dir or session) or the task
+                could not start.
+        """
+        warm = self.warm
+        if warm is None or not spec.session_id:
+            raise SandboxFailed(
+                "background tasks run in a session's warm sandbox, and this sandbox service "
+                "has none (no state dir, or no session): run the service with a state dir"
+            )
+        programs = self._programs()
+        shape = Shape.of(spec)
+        kept = contextlib.ExitStack()
+        cgroup = self._cgroup(spec)
+        try:
+            git = kept.enter_context(guard(spec.workspace, spec.git_writable))
+            sandbox = await warm.for_task(
+                shape, git_signature(git), lambda: self._spawn(warm, spec, programs)
+            )
+            payload = self._payload(spec, command, cgroup, cwd)
+            cgroup_fds = cgroup.procs_fds() if cgroup is not None else []
+            try:
+                task = await sandbox.start_task(payload, cgroup_fds, output)
+            finally:
+                for fd in cgroup_fds:
+                    os.close(fd)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                if cgroup is not None:
+                    await cgroup.aclose()
+                kept.close()
+            raise
+        return SandboxTask(task, cgroup, kept)
+
+    def _payload(
+        self, spec: SandboxSpec, command: str, cgroup: CommandCgroup | None, cwd: str = ""
+    ) -> bytes:
+        """What the init is sent to start `command` as `spec` says, in `/workspace/cwd`."""
         environment = list(ENVIRONMENT if spec.skill_dir is None else SKILL_ENVIRONMENT)
         environment += spec.secret_environment
         shell = shell_argv(command)
@@ -465,17 +507,23 @@ class BwrapBackend:
             shell = spec.bridge.argv(command)
         header = {
             "argv": [*PID_ONE, *shell],
-            "cwd": WORKSPACE,
+            "cwd": f"{WORKSPACE}/{cwd}" if cwd else WORKSPACE,
             "limits": rlimits(spec.limits, nproc=cgroup is None),
             # a skill's script gets a /tmp (its HOME) of its own, as in a cold sandbox
             "fresh_tmp": f"mode=1777,size={WARM_TMP_BYTES}" if spec.skill_dir else "",
             "shm": f"mode=1777,size={WARM_SHM_BYTES}",
         }
         block = b"".join(f"{name}={value}".encode() + b"\0" for name, value in environment)
+        return json.dumps(header).encode() + b"\n" + block
+
+    async def _run_in(
+        self, sandbox: WarmSandbox, spec: SandboxSpec, command: str, cgroup: CommandCgroup | None
+    ) -> Finished:
+        """Have `sandbox`'s init run `command` as `spec` says."""
         cgroup_fds = cgroup.procs_fds() if cgroup is not None else []
         try:
             return await sandbox.run(
-                json.dumps(header).encode() + b"\n" + block,
+                self._payload(spec, command, cgroup),
                 cgroup_fds,
                 wall_s=spec.limits.wall_s,
                 output_bytes=min(spec.limits.output_bytes, MAX_TEXT - 64),

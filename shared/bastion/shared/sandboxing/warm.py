@@ -23,7 +23,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -43,6 +43,7 @@ __all__ = [
     "Shape",
     "WarmPool",
     "WarmSandbox",
+    "WarmTask",
     "git_signature",
     "marked_pids",
     "marker",
@@ -181,6 +182,44 @@ async def _drain(fd: int, into: CappedOutput) -> None:
         into.feed(chunk)
 
 
+class WarmTask:
+    """A background task running in a warm sandbox, answering on a channel of its own."""
+
+    def __init__(self, channel: socket.socket, sandbox: WarmSandbox) -> None:
+        self._channel = channel
+        self._sandbox = sandbox
+
+    async def wait(self) -> int | None:
+        """The task's exit status once every process of it is gone; None: the sandbox
+        ended first (its init was killed or the sandbox closed)."""
+        try:
+            while True:
+                await anyio.wait_readable(self._channel)
+                try:
+                    message = self._channel.recv(65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return None
+                if not message:
+                    return None
+                reply: dict[str, Any] = json.loads(message)
+                if reply.get("op") == "exited":
+                    return int(reply.get("status", 1))
+                if reply.get("op") == "failed":
+                    return None
+        finally:
+            self._sandbox.tasks -= 1
+            self._sandbox.used = time.monotonic()
+            self._channel.close()
+
+    def signal(self, what: str) -> None:
+        """`term` (SIGTERM to the task's process group) or `kill` (SIGKILL to its pid 1,
+        and so to every process of its pid namespace)."""
+        with contextlib.suppress(OSError):
+            self._channel.send(json.dumps({"op": what}).encode())
+
+
 class WarmSandbox:
     """One long-lived sandbox: its outer bwrap, the channel to its init, its git plan."""
 
@@ -200,6 +239,8 @@ class WarmSandbox:
         self.busy = False
         self.gone = False
         self.used = time.monotonic()
+        self.tasks = 0
+        """Background tasks running in it: it is not closed for being idle while any are."""
 
     @classmethod
     async def start(
@@ -338,6 +379,45 @@ class WarmSandbox:
             duration_s=time.monotonic() - started,
         )
 
+    async def start_task(self, payload: bytes, cgroup_fds: Sequence[int], output: int) -> WarmTask:
+        """Have the init start the command `payload` describes as a background task, both
+        its streams written to `output`, beside whatever else runs; it answers on a channel
+        of its own (`WarmTask`).
+
+        Raises:
+            InitGone: the init is gone.
+            SandboxFailed: the init could not start the command.
+        """
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        memfd = _memfd(payload)
+        try:
+            self._send(
+                {"op": "run", "task": True}, [memfd, output, output, *cgroup_fds, theirs.fileno()]
+            )
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            os.close(memfd)
+            theirs.close()
+        mine.setblocking(False)
+        task = WarmTask(mine, self)
+        self.tasks += 1
+        reply: dict[str, Any] | None = None
+        with anyio.move_on_after(_READY_S):
+            while reply is None:
+                await anyio.wait_readable(mine)
+                with contextlib.suppress(BlockingIOError):
+                    message = mine.recv(65536)
+                    reply = json.loads(message) if message else {"op": "gone"}
+        if reply is None or reply.get("op") != "started":
+            task.signal("kill")
+            self.tasks -= 1
+            mine.close()
+            why = (reply or {}).get("why", "the sandbox's init did not start it")
+            raise SandboxFailed(f"{why}: {_AGAIN}")
+        return task
+
     async def _follow(
         self,
         stdout: CappedOutput,
@@ -439,6 +519,38 @@ class WarmPool:
         """Where a new sandbox's pidfile goes (renamed after its bwrap's pid)."""
         return self.state_dir / _PIDFILES / "new.pid"
 
+    async def for_task(
+        self, shape: Shape, signature: GitSignature, spawn: Callable[[], Awaitable[WarmSandbox]]
+    ) -> WarmSandbox:
+        """The sandbox of `shape` for a background task, busy with a command or not (a task
+        shares the session's sandbox, its network namespace and `/tmp` with its commands);
+        made with `spawn` when there is none or the one there was ended.
+
+        Raises:
+            SandboxFailed: a sandbox could not be made.
+        """
+        found = self._sandboxes.get(shape)
+        if found is not None and found.alive() and (found.busy or found.signature == signature):
+            return found
+        while shape in self._spawning:  # a command of the session is making it
+            await anyio.sleep(0.05)
+            found = self._sandboxes.get(shape)
+            if found is not None and found.alive():
+                return found
+        made = self.take(shape, signature)
+        await self.close_retired()
+        if made is not None:
+            made.busy = False
+            return made
+        try:
+            made = await spawn()
+        except BaseException:
+            self.spawn_failed(shape)
+            raise
+        self.add(shape, made)
+        made.busy = False
+        return made
+
     def busy(self, shape: Shape) -> bool:
         """Whether the sandbox of `shape` is running a command or being made (a further
         command of the session then runs in a cold sandbox)."""
@@ -510,7 +622,7 @@ class WarmPool:
         """Close each sandbox unused for `idle_s`; its session's next command is told."""
         now = time.monotonic()
         for shape, sandbox in list(self._sandboxes.items()):
-            if not sandbox.busy and now - sandbox.used >= self.idle_s:
+            if not sandbox.busy and not sandbox.tasks and now - sandbox.used >= self.idle_s:
                 del self._sandboxes[shape]
                 self._ended[shape.session_id] = (
                     f"bastion: this session's sandbox was closed after {self.idle_s:g} s "

@@ -9,25 +9,29 @@ number is the first argument), never over a path or a network a command could re
 
 Each `run` request carries, as descriptors: a sealed memfd holding the command's argv,
 limits and environment (secrets included), the write ends of its stdout and stderr, and
-an open `cgroup.procs` of each of its cgroups. For each command the init has a leader,
+an open `cgroup.procs` of each of its cgroups. For each command the init forks a leader,
 which makes a new pid, mount and IPC namespace and forks the command's first process:
 pid 1 of that new namespace, so when it ends the kernel kills every process the command
-left, and its own `/proc` shows only the command's processes. Both are forked before the
-command is asked for (the next ones once a command's answer is sent, so no command waits
-for those forks and the `unshare`), and that first process waits for the request,
-whose descriptors the init hands it as they came, with its own `/proc` already
-mounted. Given them, it joins the cgroups, mounts its own `/dev/shm`, takes fresh
-keyrings, drops every
+left, and its own `/proc` shows only the command's processes. That process joins the
+cgroups, mounts its own `/proc` and `/dev/shm`, takes fresh keyrings, drops every
 capability, sets the limits, and execs the command with exactly the environment it was
-sent. The init never reads the request, and the leader never sees it. Replies: `ready` once,
+sent. The init zeroes its copy of the request once it has forked. Replies: `ready` once,
 then `started` and `exited` (with the leader's status, sent once every process of the
 command is gone) or `failed` (a sentence) per command. `kill` has the leader SIGKILL the
 command's pid 1; the channel closing does too, then ends the init, and with it the whole
 sandbox.
+
+Several commands live at once: one command at a time answers on the channel, and any
+number of background tasks (a `run` with `task` set) each answer on a channel of their own,
+sent as the request's last descriptor; a task's leader stays while later commands run. On
+a task's channel, `term` has its leader send SIGTERM to the command's process group and
+`kill` (or that channel closing) SIGKILL its pid 1, so every process it left dies with its
+pid namespace, a double fork or a `setsid` too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -67,7 +71,7 @@ _KEYCTL_GET_PERSISTENT = 22
 _KEY_SPEC_SESSION_KEYRING = -3
 _KEY_SPEC_USER_KEYRING = -4
 _KEY_SPEC_USER_SESSION_KEYRING = -5
-_MAX_FDS = 8
+_MAX_FDS = 9
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -103,10 +107,11 @@ def _mount(source: str | None, target: str, kind: str | None, flags: int, data: 
     )
 
 
-def _fresh_proc() -> None:
+def _fresh_mounts(fresh_tmp: str, shm: str) -> None:
     """A `/proc` of the command's own pid namespace, masked as bwrap masks the sandbox's
     (the kernel lets a new proc be mounted only where the old one is fully visible, so
-    the old one's masks are lifted first, in this mount namespace only)."""
+    the old one's masks are lifted first, in this mount namespace only), and an empty
+    `/dev/shm` of `shm`'s size, gone with the command's mount namespace."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     _mount("/proc/sys", "/proc/sys", None, _MS_BIND | _MS_REC)
@@ -115,11 +120,6 @@ def _fresh_proc() -> None:
     for path in _MASKED:  # a device on a `nodev` mount: reading it fails, as in bwrap's
         _mount("/dev/null", path, None, _MS_BIND)
         _mount(None, path, None, locked)
-
-
-def _fresh_tmpfs(fresh_tmp: str, shm: str) -> None:
-    """An empty `/dev/shm` of `shm`'s size (and, given `fresh_tmp`, an empty `/tmp`), gone
-    with the command's mount namespace."""
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, shm)
     if fresh_tmp:
         _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, fresh_tmp)
@@ -178,50 +178,37 @@ def _set_limits(limits: dict[str, Any]) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
 
 
-def _command(link: socket.socket, why: int, alive: int) -> NoReturn:
-    """The command's first process, pid 1 of its namespaces, forked ahead of its command:
-    mount its `/proc`, wait for the request on `link`, join its cgroups, set up, exec.
+def _command(
+    payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int, alive: int
+) -> NoReturn:
+    """The command's first process, pid 1 of its namespaces: join its cgroups, set up, exec.
 
     It also dies with its leader (`PR_SET_PDEATHSIG`), a second wall only: the leader
     kills it directly. A leader already gone (its end of the `alive` pipe closed) ends it
-    at once; the init closing `link` unasked ends it too (the sandbox is closing)."""
+    at once."""
     try:
+        os.setpgid(0, 0)  # a group of its own: what a task's `term` signals
         _check(_libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "pdeathsig")
+        for fd in cgroups:
+            os.write(fd, b"0")
+            os.close(fd)
         os.set_blocking(alive, False)
         try:
             if os.read(alive, 1) == b"":
                 os._exit(128 + int(signal.SIGKILL))
         except BlockingIOError:
             pass
-        try:
-            _fresh_proc()  # nothing of any command's is needed for it: made while waiting
-            unmounted = None
-        except OSError as error:
-            unmounted = error
-        message, fds, _, _ = socket.recv_fds(link, 4096, _MAX_FDS)
-        link.close()
-        if not message or len(fds) < 3:
-            os._exit(0)
-        memfd, stdout, stderr, *cgroups = fds
-        for fd in cgroups:
-            os.write(fd, b"0")
-            os.close(fd)
-        payload = bytearray(os.fstat(memfd).st_size)
-        os.preadv(memfd, [payload], 0)
-        os.close(memfd)
         text, _, block = bytes(payload).partition(b"\n")
         payload[:] = bytes(len(payload))
         header = json.loads(text)
         environment = dict(_pairs([entry for entry in block.split(b"\0") if entry]))
         del block
-        if unmounted is not None:
-            raise unmounted
-        _fresh_tmpfs(header["fresh_tmp"], header["shm"])
+        _fresh_mounts(header["fresh_tmp"], header["shm"])
         _fresh_keyrings()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
-        os.dup2(stdout, 1)
-        os.dup2(stderr, 2)
+        os.dup2(outputs[0], 1)
+        os.dup2(outputs[1], 2)
         os.closerange(3, why)
         os.closerange(why + 1, 1 << 20)
         os.chdir(header["cwd"])
@@ -242,83 +229,54 @@ def _pairs(environment: list[bytes]) -> list[tuple[bytes, bytes]]:
     return pairs
 
 
-def _leader(link: socket.socket, why: int, stop: int) -> NoReturn:
-    """Make the command's namespaces and fork its first process, both ahead of the command
-    (which then waits on `link` for its request), and exit as it does.
+def _leader(
+    payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int, stop: int
+) -> NoReturn:
+    """Make the command's namespaces, start it, and exit as it does.
 
     The leader stays out of the command's cgroups (so a cgroup kill or an OOM kill there
     never takes it) and ends the command itself: when `stop` becomes readable (the init
     asked, or the init is gone) it sends SIGKILL to the command's pid 1, its own child, so
     the kernel kills every process of that namespace; its `waitpid` returns only once they
-    are all gone. Nothing rests on the command's `PR_SET_PDEATHSIG`, which a command that
-    traces its own pid 1 can clear."""
+    are all gone. A `t` read from `stop` sends SIGTERM to the command's process group
+    instead, and the leader waits on. Nothing rests on the command's `PR_SET_PDEATHSIG`,
+    which a command that traces its own pid 1 can clear."""
     try:
         _check(_libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
         alive_read, alive_write = os.pipe()
         child = os.fork()
     except OSError as error:
-        _refuse(link, why, f"the command's namespaces could not be made ({error})")
+        os.write(why, f"the command's namespaces could not be made ({error})".encode())
+        os._exit(127)
     if child == 0:
         os.close(alive_write)
         os.close(stop)
-        _command(link, why, alive_read)
-    link.close()
-    for fd in (why, alive_read):
+        _command(payload, outputs, cgroups, why, alive_read)
+    payload[:] = bytes(len(payload))
+    for fd in (why, alive_read, *outputs, *cgroups):
         os.close(fd)
     ended = os.pidfd_open(child)
-    ready, _, _ = select.select([ended, stop], [], [])
-    if stop in ready:
+    while True:
+        ready, _, _ = select.select([ended, stop], [], [])
+        if stop not in ready:
+            break
+        if os.read(stop, 1) == b"t":
+            with contextlib.suppress(ProcessLookupError):  # its group not made yet, or gone
+                os.killpg(child, signal.SIGTERM)
+            continue
         os.kill(child, signal.SIGKILL)  # not yet reaped: the pid is still its own
+        break
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
 
-def _refuse(link: socket.socket, why: int, reason: str) -> NoReturn:
-    """A leader that could not make the command's namespaces: wait for the request, close
-    what it carries, and say `reason` for it (nothing to say if none comes)."""
-    message, fds, _, _ = socket.recv_fds(link, 4096, _MAX_FDS)
-    for fd in fds:
-        os.close(fd)
-    if not message:
-        os._exit(0)
-    os.write(why, reason.encode())
-    os._exit(127)
-
-
-class _Spare:
-    """A leader forked ahead of its command, in namespaces of its own, and the init's ends
-    of its pipes: the request goes over `link` (to the command's first process, or to the
-    leader if it could not fork one), why the command did not start comes on `why`, and a
-    byte on `stop` has the leader kill the command."""
-
-    def __init__(self, channel: socket.socket) -> None:
-        link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        why_read, why_write = os.pipe()
-        stop_read, stop_write = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:
-            channel.close()
-            link.close()
-            os.close(why_read)
-            os.close(stop_write)
-            _leader(theirs, why_write, stop_read)
-        theirs.close()
-        os.close(why_write)
-        self.link, self.why, self.stop, self._stop_read = link, why_read, stop_write, stop_read
-
-    def close(self) -> None:
-        """The init's ends, once the leader has ended."""
-        self.link.close()
-        for fd in (self.why, self.stop, self._stop_read):
-            os.close(fd)
-
-
-def _end_orphans() -> None:
-    """Kill and reap every process left a child of the init (a command's pid 1 whose leader
-    was itself killed is one): none of a command outlives the answer for it."""
+def _end_orphans(leaders: set[int]) -> None:
+    """Kill and reap every process left a child of the init but the live `leaders` (a
+    command's pid 1 whose leader was itself killed is one): none of a command outlives the
+    answer for it."""
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit() or int(entry) == os.getpid() or int(entry) in leaders:
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
@@ -343,58 +301,125 @@ def _receive(channel: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 def _send(channel: socket.socket, **fields: Any) -> None:
-    channel.send(json.dumps(fields).encode())
+    with contextlib.suppress(OSError):  # a task's channel its service closed: none to tell
+        channel.send(json.dumps(fields).encode())
 
 
-def _run(channel: socket.socket, fds: list[int], leader: _Spare) -> bool:
-    """Have `leader` start one command and answer for it; `kill` meanwhile ends it.
-    Whether the leader was used (a request carrying too few descriptors leaves it)."""
-    if len(fds) < 3:
+class _Live:
+    """One running command: its leader, how to stop it, and the channel it answers on."""
+
+    def __init__(self, leader: int, stop: tuple[int, int], why: int, answer: socket.socket):
+        self.leader = leader
+        self.ended = os.pidfd_open(leader)
+        self.stop_read, self.stop_write = stop
+        self.why = why
+        self.answer = answer
+
+    def signal(self, what: bytes) -> None:
+        """Have the leader send `t` (SIGTERM to the group) or `k` (SIGKILL to pid 1)."""
+        with contextlib.suppress(OSError):  # the leader is gone already
+            os.write(self.stop_write, what)
+
+    def finish(self, leaders: set[int]) -> None:
+        """Reap the leader, end what the command left, and answer how it ended."""
+        _, status = os.waitpid(self.leader, 0)
+        leaders.discard(self.leader)
+        _end_orphans(leaders)
+        for fd in (self.ended, self.stop_read, self.stop_write):
+            os.close(fd)
+        os.set_blocking(self.why, False)
+        try:
+            why = os.read(self.why, 4096)
+        except BlockingIOError:
+            why = b""
+        os.close(self.why)
+        if why:
+            _send(self.answer, op="failed", why=why.decode(errors="replace"))
+        else:
+            _send(self.answer, op="exited", status=os.waitstatus_to_exitcode(status))
+
+
+def _start(request: dict[str, Any], fds: list[int], channel: socket.socket) -> _Live | None:
+    """Fork one command's leader; None (said on its channel) if the request cannot run."""
+    task = bool(request.get("task"))
+    answer = channel
+    if task and fds:
+        answer = socket.socket(fileno=fds.pop())
+        answer.set_inheritable(False)
+    if len(fds) < 3 or (task and answer is channel):
         for fd in fds:
             os.close(fd)
-        _send(channel, op="failed", why="the request carried too few descriptors")
-        return False
-    try:
-        socket.send_fds(leader.link, [b"run"], fds, socket.MSG_NOSIGNAL)
-    except OSError as error:
-        os.write(leader.stop, b"k")
-        os.waitpid(leader.pid, 0)
-        _end_orphans()
-        leader.close()
-        _send(channel, op="failed", why=f"the command's leader was gone ({error})")
-        return True
-    finally:
-        for fd in fds:
-            os.close(fd)
-    ended = os.pidfd_open(leader.pid)
-    _send(channel, op="started")
+        _send(answer, op="failed", why="the request carried too few descriptors")
+        if answer is not channel:
+            answer.close()
+        return None
+    memfd, stdout, stderr, *cgroups = fds
+    payload = bytearray(os.fstat(memfd).st_size)
+    os.preadv(memfd, [payload], 0)
+    os.close(memfd)
+    why_read, why_write = os.pipe()
+    stop_read, stop_write = os.pipe()
+    leader = os.fork()
+    if leader == 0:
+        os.close(stop_write)
+        os.close(why_read)
+        _leader(payload, (stdout, stderr), cgroups, why_write, stop_read)
+    payload[:] = bytes(len(payload))
+    for fd in (stdout, stderr, *cgroups, why_write):
+        os.close(fd)  # stop_read is kept: a `kill` after the leader ended raises no SIGPIPE
+    _send(answer, op="started")
+    return _Live(leader, (stop_read, stop_write), why_read, answer)
+
+
+def _serve(channel: socket.socket) -> None:
+    """Start each command the channel asks for and answer for each as it ends; once the
+    channel closes, kill every command still running and return."""
+    live: dict[int, _Live] = {}
+    """By the descriptor that becomes readable when the command's leader ends."""
+    tasks: dict[int, _Live] = {}
+    """Background tasks, by their own channel's descriptor."""
+    leaders: set[int] = set()
     while True:
-        ready, _, _ = select.select([channel.fileno(), ended], [], [])
-        if ended in ready:
-            break
-        request, extra = _receive(channel)
-        for fd in extra:
-            os.close(fd)
-        if request is None or request.get("op") == "kill":
-            os.write(leader.stop, b"k")  # the leader kills the command's pid 1
+        ready, _, _ = select.select([channel.fileno(), *live, *tasks], [], [])
+        for fd in ready:
+            if fd in live:
+                ended = live.pop(fd)
+                ended.finish(leaders)
+                if ended.answer is not channel:
+                    tasks.pop(ended.answer.fileno(), None)
+                    ended.answer.close()
+            elif fd in tasks:
+                task = tasks[fd]
+                asked, extra = _receive(task.answer)
+                for other in extra:
+                    os.close(other)
+                task.signal(b"t" if asked is not None and asked.get("op") == "term" else b"k")
+                if asked is None:  # its service let go of it: it dies
+                    del tasks[fd]
+        if channel.fileno() not in ready:
+            continue
+        request, fds = _receive(channel)
         if request is None:
-            os.waitpid(leader.pid, 0)
-            _end_orphans()
-            sys.exit(0)
-    _, status = os.waitpid(leader.pid, 0)
-    _end_orphans()
-    os.close(ended)
-    os.set_blocking(leader.why, False)
-    try:
-        why = os.read(leader.why, 4096)
-    except BlockingIOError:
-        why = b""
-    leader.close()
-    if why:
-        _send(channel, op="failed", why=why.decode(errors="replace"))
-    else:
-        _send(channel, op="exited", status=os.waitstatus_to_exitcode(status))
-    return True
+            for running in live.values():
+                running.signal(b"k")
+            for running in live.values():
+                os.waitpid(running.leader, 0)
+            _end_orphans(set())
+            return
+        if request.get("op") == "run":
+            started = _start(request, fds, channel)
+            if started is not None:
+                live[started.ended] = started
+                leaders.add(started.leader)
+                if started.answer is not channel:
+                    tasks[started.answer.fileno()] = started
+        else:
+            for fd in fds:
+                os.close(fd)
+            if request.get("op") == "kill":  # the foreground command, the one answering here
+                for running in live.values():
+                    if running.answer is channel:
+                        running.signal(b"k")
 
 
 def main() -> None:
@@ -407,17 +432,9 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    leader = _Spare(channel)
     _send(channel, op="ready")
-    while True:
-        request, fds = _receive(channel)
-        if request is None:
-            return  # the spare leader, asked for nothing, ends with the sandbox
-        if request.get("op") == "run" and _run(channel, fds, leader):
-            leader = _Spare(channel)  # after the answer: the next command finds it ready
-        elif request.get("op") != "run":
-            for fd in fds:
-                os.close(fd)
+    _serve(channel)
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,354 @@
+"""Running background tasks: start one in the session's warm sandbox, follow it to its end
+(its log, its wall clock), stop it, read its output, list a session's, and end them when
+their session closes or the service stops; at start, mark `lost` those an earlier run of
+this service left unfinished (docs/sandbox.md, "Background tasks")."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+
+from bastion.proto.tasks import (
+    LIVE_STATUSES,
+    StoppedBy,
+    TaskList,
+    TaskListing,
+    TaskOutput,
+    TaskRead,
+    TaskRecord,
+    TaskStarted,
+    TaskStop,
+    TaskView,
+)
+from bastion.sandbox.tasks.log import QUIET_S, TaskLog, read_log
+from bastion.sandbox.tasks.store import TaskStore, new_task_id
+from bastion.shared.errors import Unavailable
+from bastion.shared.redaction import Redactor
+from bastion.shared.sandboxing.task import SandboxTask
+
+__all__ = ["TaskLimits", "Tasks"]
+
+logger = logging.getLogger(__name__)
+
+STOP_GRACE_S: Final = 3.0
+"""How long a stopped task has between SIGTERM and SIGKILL."""
+_DRAIN_S: Final = 5.0
+"""How long the log is still read once every process of the task is gone."""
+
+Starter = Callable[[int], Awaitable[SandboxTask]]
+"""Starts the task's command, both its streams written to the descriptor it is given."""
+Ended = Callable[[TaskRecord], Awaitable[None]]
+"""Told of a task that ended on its own (succeeded, failed, its time ran out)."""
+
+
+@dataclass(frozen=True)
+class TaskLimits:
+    """What the operator allows: `BASTION_TASKS_*`."""
+
+    max_run_s: float = 3600.0
+    max_output_bytes: int = 2 * 1024 * 1024
+    per_session: int = 4
+    per_tenant: int = 16
+
+
+@dataclass
+class _Running:
+    """A task this service follows."""
+
+    record: TaskRecord
+    handle: SandboxTask
+    exited: anyio.Event = field(default_factory=anyio.Event)
+    settled: anyio.Event = field(default_factory=anyio.Event)
+    """Set once its final record is written."""
+
+
+def _view(record: TaskRecord) -> TaskView:
+    fields = msgspec.structs.asdict(record)
+    for name in ("session_id", "tenant", "owner"):
+        del fields[name]
+    return TaskView(**fields)
+
+
+def _ended(record: TaskRecord, status: int | None, seen: int) -> TaskRecord | None:
+    """The record of a task whose processes are all gone, by how it stood; None if it had
+    ended already (a terminal state is never left)."""
+    now = time.time()
+    if record.status == "running":
+        if status is None:
+            return msgspec.structs.replace(
+                record, status="failed", error="sandbox_ended", ended_at=now, output_bytes=seen
+            )
+        return msgspec.structs.replace(
+            record,
+            status="succeeded" if status == 0 else "failed",
+            exit_code=status,
+            error="" if status == 0 else "exit_status",
+            ended_at=now,
+            output_bytes=seen,
+        )
+    if record.status == "stopping":
+        timed_out = record.stopped_by == "timeout"
+        return msgspec.structs.replace(
+            record,
+            status="failed" if timed_out else "cancelled",
+            error="timeout" if timed_out else "",
+            exit_code=status,
+            ended_at=now,
+            output_bytes=seen,
+        )
+    return None
+
+
+class Tasks:
+    """The background tasks of this sandbox service."""
+
+    def __init__(
+        self, store: TaskStore, state_dir: Path, owner: str, limits: TaskLimits, ended: Ended
+    ) -> None:
+        self._store = store
+        self._logs = state_dir / "tasks"
+        self._owner = owner
+        self.limits = limits
+        self._on_ended = ended
+        self._running: dict[str, _Running] = {}
+        self._group: TaskGroup | None = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Follow tasks while the block runs; at its end, every live task is stopped
+        (origin `shutdown`) and its processes are gone."""
+        async with anyio.create_task_group() as group:
+            self._group = group
+            try:
+                yield
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._stop_all(list(self._running.values()), "shutdown")
+                self._group = None
+                group.cancel_scope.cancel()
+
+    def log_path(self, record: TaskRecord) -> Path:
+        """Where the service keeps a task's log: under its state dir, which no sandbox sees."""
+        return self._logs / record.session_id / f"{record.id}.log"
+
+    def timeout_ms(self, asked: int | None) -> int:
+        """A task's wall clock: what was asked, capped by `BASTION_TASKS_MAX_RUN_S`."""
+        most = int(self.limits.max_run_s * 1000)
+        return most if asked is None else min(asked, most)
+
+    async def start(
+        self,
+        *,
+        session_id: str,
+        tenant: str,
+        command: str,
+        label: str,
+        timeout_ms: int,
+        redactor: Redactor | None,
+        starter: Starter,
+    ) -> TaskStarted:
+        """Count, record and start a task, and follow it to its end.
+
+        Raises:
+            Unavailable: the session or the tenant has as many live tasks as it may, or
+                the service is stopping.
+            SandboxFailed: the command could not be started (its record says `failed`).
+        """
+        if self._group is None:
+            raise Unavailable("the sandbox service is stopping: start the task again shortly")
+        record = TaskRecord(
+            id=new_task_id(),
+            session_id=session_id,
+            tenant=tenant,
+            owner=self._owner,
+            command=command,
+            label=label or command[:60],
+            timeout_ms=timeout_ms,
+            started_at=time.time(),
+        )
+        log = TaskLog(self.log_path(record), self.limits.max_output_bytes, redactor)
+        try:
+            await self._store.admit(
+                record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
+            )
+        except BaseException:
+            log.close()
+            log.path.unlink(missing_ok=True)
+            raise
+        read_end, write_end = os.pipe()
+        try:
+            handle = await starter(write_end)
+        except BaseException:
+            os.close(read_end)
+            log.close()
+            with anyio.CancelScope(shield=True):
+                await self._store.change(
+                    record,
+                    lambda r: msgspec.structs.replace(
+                        r, status="failed", error="not_started", ended_at=time.time()
+                    ),
+                )
+            raise
+        finally:
+            os.close(write_end)
+        running = _Running(record, handle)
+        self._running[record.id] = running
+        self._group.start_soon(self._follow, running, log, read_end)
+        return TaskStarted(
+            id=record.id,
+            label=record.label,
+            status="running",
+            timeout_ms=timeout_ms,
+            note=(
+                "The task runs in this session's sandbox (its network too: a server it "
+                "starts is reachable from later shell commands). Read its output with "
+                "bg_output (offset 0, then each answer's next_offset); stop it with bg_stop. "
+                "Nothing tells you when it ends: check bg_output (eof) or bg_list."
+            ),
+        )
+
+    async def _follow(self, running: _Running, log: TaskLog, read_end: int) -> None:
+        """Log the task's output, stop it when its time runs out, and record its end."""
+        status: int | None = None
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_drain, read_end, log)
+                async with anyio.create_task_group() as clocked:
+                    clocked.start_soon(self._clock, running)
+                    status = await running.handle.wait()
+                    running.exited.set()
+                    clocked.cancel_scope.cancel()
+                group.cancel_scope.deadline = anyio.current_time() + _DRAIN_S
+        finally:
+            with anyio.CancelScope(shield=True):
+                os.close(read_end)
+                log.close()
+                written = await self._store.change(
+                    running.record, lambda r: _ended(r, status, log.seen)
+                )
+                self._running.pop(running.record.id, None)
+                running.settled.set()
+                if written is not None and written.stopped_by in (None, "timeout"):
+                    with contextlib.suppress(Exception):
+                        await self._on_ended(written)
+
+    async def _clock(self, running: _Running) -> None:
+        await anyio.sleep(running.record.timeout_ms / 1000)
+        await self._stop(running, "timeout")
+
+    async def _stop(self, running: _Running, origin: StoppedBy) -> None:
+        """Mark the task `stopping` (if it still runs), SIGTERM its process group, and
+        SIGKILL every process of it `STOP_GRACE_S` later if it has not ended."""
+
+        def stopping(record: TaskRecord) -> TaskRecord | None:
+            if record.status != "running":
+                return None
+            return msgspec.structs.replace(record, status="stopping", stopped_by=origin)
+
+        await self._store.change(running.record, stopping)
+        running.handle.terminate()
+        with anyio.move_on_after(STOP_GRACE_S):
+            await running.exited.wait()
+        if not running.exited.is_set():
+            running.handle.kill()
+
+    async def _stop_all(self, tasks: list[_Running], origin: StoppedBy) -> None:
+        async with anyio.create_task_group() as group:
+            for running in tasks:
+                group.start_soon(self._stop, running, origin)
+        for running in tasks:
+            await running.settled.wait()
+
+    async def stop(self, request: TaskStop) -> TaskView:
+        """`bg_stop`: the task as it is after the stop (`cancelled`, stopped by the model,
+        unless it had ended already)."""
+        record = await self._store.get(request.tenant, request.session_id, request.input.id)
+        running = self._running.get(record.id)
+        if running is not None and running.record.session_id == request.session_id:
+            await self._stop(running, "model")
+            await running.settled.wait()
+        elif record.status in LIVE_STATUSES:
+            raise Unavailable(
+                f"task {record.id} is run by another sandbox service instance, which this "
+                "one cannot stop: call bg_stop again"
+            )
+        return _view(await self._store.get(request.tenant, request.session_id, record.id))
+
+    async def release(self, session_id: str) -> None:
+        """The session closed: each of its live tasks ends `cancelled` (origin
+        `session_closed`), its processes gone."""
+        mine = [r for r in self._running.values() if r.record.session_id == session_id]
+        await self._stop_all(mine, "session_closed")
+
+    async def list(self, request: TaskList) -> TaskListing:
+        """`bg_list`: the session's tasks, newest first."""
+        records = await self._store.of_session(request.tenant, request.session_id)
+        wanted = request.input.status
+        shown = [_view(r) for r in records if wanted is None or r.status == wanted]
+        return TaskListing(tasks=tuple(shown[: request.input.limit]))
+
+    async def read(self, request: TaskRead, redactor: Redactor | None) -> TaskOutput:
+        """`bg_output`: the log from the asked offset, at most the asked limit."""
+        given = request.input
+        record = await self._store.get(request.tenant, request.session_id, given.id)
+        ended = record.status not in LIVE_STATUSES
+        data, size = await anyio.to_thread.run_sync(
+            read_log, self.log_path(record), given.offset, given.limit
+        )
+        start = min(given.offset, size)
+        text = data.decode(errors="replace")
+        next_offset = start + len(data)
+        return TaskOutput(
+            id=record.id,
+            status=record.status,
+            exit_code=record.exit_code,
+            text=redactor.redact(text) if redactor else text,
+            next_offset=next_offset,
+            eof=ended and next_offset >= size,
+            output_truncated=size > self.limits.max_output_bytes,
+        )
+
+    async def mark_lost(self) -> int:
+        """Mark `lost` every task an earlier run of this service left unfinished (its
+        processes were ended by the sweep of its sandboxes); how many."""
+        count = 0
+        for record in await self._store.unfinished(self._owner):
+            if record.id in self._running:
+                continue
+
+            def lost(current: TaskRecord) -> TaskRecord | None:
+                if current.status not in LIVE_STATUSES:
+                    return None
+                return msgspec.structs.replace(current, status="lost", ended_at=time.time())
+
+            if await self._store.change(record, lost) is not None:
+                count += 1
+        return count
+
+
+async def _drain(fd: int, log: TaskLog) -> None:
+    """Feed `log` from the pipe `fd` until every writer has closed it."""
+    os.set_blocking(fd, False)
+    while True:
+        with anyio.move_on_after(QUIET_S) as quiet:
+            await anyio.wait_readable(fd)
+        if quiet.cancelled_caught:
+            log.settle()
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            return
+        log.feed(chunk)

@@ -1,0 +1,133 @@
+"""What an agent could try with background tasks: reach another session's, outlive its own
+session or `bg_stop`, reach the sandbox's init, or rewrite its own log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bastion.proto import subjects
+from bastion.proto.errors import ErrorReply
+from bastion.proto.session import SessionInfo, SessionRef
+from bastion.proto.tools import ToolOutput
+from bastion.shared.bus import Client, request
+from tests.helpers.bus import Plane
+from tests.helpers.session import call, open_session
+
+
+async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
+    result = await call(client, session_id, name, **given)
+    assert isinstance(result, ToolOutput), result
+    return json.loads(result.text)
+
+
+def processes_with(word: str) -> list[int]:
+    """Pids of this machine whose command line holds `word`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if word.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+async def ended(client: Client, session_id: str, task_id: str) -> dict[str, Any]:
+    while True:
+        got: dict[str, Any] = await tool(client, session_id, "bg_output", id=task_id, limit=65536)
+        if got["eof"]:
+            return got
+        await anyio.sleep(0.1)
+
+
+async def test_another_session_of_the_same_tenant_and_workspace_finds_no_task_of_mine(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    async with plane_of():
+        a = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        b = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        mine = await tool(client, a.session_id, "bg_run", command="echo private; sleep 300")
+        listed = await tool(client, b.session_id, "bg_list")
+        read = await call(client, b.session_id, "bg_output", id=mine["id"])
+        stop = await call(client, b.session_id, "bg_stop", id=mine["id"])
+        still = await tool(client, a.session_id, "bg_list")
+    assert listed == {"tasks": []}
+    for refused in (read, stop):
+        assert isinstance(refused, ErrorReply) and refused.code == "not_found"
+        assert "private" not in refused.message
+    assert [t["status"] for t in still["tasks"]] == ["running"]
+
+
+async def test_no_task_is_left_running_once_its_session_closed(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        await tool(client, session.session_id, "bg_run", command="sleep 317 & sleep 318; wait")
+        while not processes_with("sleep 318"):  # noqa: ASYNC110 (a process, not an event)
+            await anyio.sleep(0.05)
+        await request(
+            client,
+            subjects.SESSION_CLOSE,
+            SessionRef(session_id=session.session_id),
+            SessionInfo,
+            timeout_s=30,
+        )
+        left = processes_with("sleep 317") + processes_with("sleep 318")
+    assert left == []
+
+
+async def test_a_task_that_double_forks_or_setsids_does_not_survive_bg_stop(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        started = await tool(
+            client,
+            session.session_id,
+            "bg_run",
+            command=(
+                "trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep 319' & "
+                "(sh -c 'sleep 320 &' &); nohup sleep 321 >/dev/null 2>&1 & sleep 322"
+            ),
+        )
+        sleeps = [f"sleep {n}" for n in (319, 320, 321, 322)]
+        while not all(processes_with(each) for each in sleeps):  # noqa: ASYNC110 (processes)
+            await anyio.sleep(0.05)
+        stopped = await tool(client, session.session_id, "bg_stop", id=started["id"])
+        left = [pid for each in sleeps for pid in processes_with(each)]
+    assert stopped["status"] == "cancelled"
+    assert left == []
+
+
+async def test_a_task_cannot_see_the_sandboxs_init_nor_rewrite_its_own_log(
+    client: Client, plane_of: Plane, workspace: Path, sandbox_state_dir: Path
+) -> None:
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        started = await tool(
+            client,
+            session.session_id,
+            "bg_run",
+            command=(
+                "echo first-line; "
+                "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'ini[t][.]py'; "
+                "kill -9 -1 2>/dev/null; "
+                f"ls {sandbox_state_dir} 2>&1 | head -1; "
+                "for f in $(find / -name '*.log' -path '*tasks*' 2>/dev/null); do : > $f; done; "
+                "echo last-line"
+            ),
+        )
+        got = await ended(client, session.session_id, started["id"])
+        after = await call(client, session.session_id, "shell", command="echo still-here")
+    logs = list((sandbox_state_dir / "tasks").rglob("*.log"))
+    assert got["text"].startswith("first-line\n0\n")  # no init in its /proc
+    assert "No such file or directory" in got["text"]  # the state dir is not there
+    assert got["text"].endswith("last-line\n")
+    assert [log.read_text() for log in logs] == [got["text"]]
+    assert isinstance(after, ToolOutput) and "still-here" in after.text
