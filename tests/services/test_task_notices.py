@@ -28,8 +28,9 @@ from tests.helpers.bus import Plane
 from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
 from tests.helpers.session import call, open_session
 
-QUICK = {"mcp_task_end_gather_s": 1.0, "mcp_task_end_every_s": 0.5}
-"""Ends within a second share a message; a session may be told again half a second later."""
+QUICK = {"mcp_task_end_gather_s": 2.0, "mcp_task_end_every_s": 0.5}
+"""Ends within 2 s share a message (as by default); a session may be told again half a
+second later, so a test's next end is told soon."""
 
 
 @dataclass
