@@ -57,8 +57,10 @@ async def mcp_client(
     transport: httpx2.AsyncBaseTransport | None = None,
     delete_on_exit: bool = True,
     sample: Any = None,
+    log: Any = None,
 ) -> AsyncIterator[Client]:
-    """The MCP SDK's client on the front door at `url` with `token`, in protocol `mode`."""
+    """The MCP SDK's client on the front door at `url` with `token`, in protocol `mode`;
+    `log` is its `logging_callback` (the `notifications/message` it is sent)."""
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"},
         timeout=httpx2.Timeout(30, read=120),
@@ -73,6 +75,7 @@ async def mcp_client(
             mode=mode,  # type: ignore[arg-type]
             elicitation_callback=elicit,
             sampling_callback=sample,
+            logging_callback=log,
             cache=None,
         ) as client,
     ):

@@ -41,7 +41,7 @@ from bastion.shared.codec import decode, encode
 from bastion.shared.errors import RemoteError
 from bastion.shared.leasing import redaction_context
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, service_env, write_nats_config
-from bastion.shared.natsperms import GRANTS, STREAM_SUBJECTS, permissions
+from bastion.shared.natsperms import GRANTS, HOOKS, STREAM_SUBJECTS, permissions
 from bastion.shared.sealing import open_sealed, public_bytes
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.vault.leasing import lease_context
@@ -471,3 +471,35 @@ async def test_only_the_sandbox_service_may_send_a_programs_nested_calls(
                 await orchestrator.client.flush()
                 await anyio.sleep(0.05)
     assert received == [subjects.session_nested(SESSION)]
+
+
+async def test_the_sandbox_tells_a_tasks_end_and_the_front_door_hears_it(
+    secured: Secured,
+) -> None:
+    """`events.task_ended.<tenant>`: published by the sandbox service (and the orchestrator,
+    which may publish every event), heard by the front door; a user granted neither is
+    refused both."""
+    ended = subjects.event("task_ended", "acme")
+    received: list[bytes] = []
+
+    async def keep(message: nats.aio.msg.Msg) -> None:
+        received.append(message.data)
+
+    for user in ("policy", "egress", "vault", HOOKS):
+        assert await refused_subscription(secured, user, ended), user
+        async with as_user(secured, user) as other:
+            await other.client.publish(ended, user.encode())
+            with anyio.fail_after(5):
+                while not any("permissions violation for publish" in e for e in other.errors):
+                    await other.client.flush()
+                    await anyio.sleep(0.05)
+    async with as_user(secured, "mcp") as door, as_user(secured, "sandbox") as sandbox:
+        await door.client.subscribe(subjects.event("task_ended", "*"), cb=keep)
+        await door.client.flush()
+        await sandbox.client.publish(ended, b"ended")
+        await sandbox.client.flush()
+        with anyio.fail_after(5):
+            while not received:
+                await door.client.flush()
+                await anyio.sleep(0.01)
+    assert received == [b"ended"] and sandbox.errors == [] and door.errors == []

@@ -174,6 +174,7 @@ GRANTS: Final[dict[str, Grant]] = {
             s.POLICY_CHECK_PATHS,
             s.CALLS_OUTPUT_ANY,  # a streamed call's output, as its command writes it
             s.SESSION_NESTED_ANY,  # a run_code program's calls, relayed: no one else may
+            s.event("task_ended", "*"),  # a background task that ended on its own
         ),
         listens=(s.CALLS_CANCEL,),
         buckets=(s.SANDBOX_SLOTS_BUCKET, s.SANDBOX_TASKS_BUCKET),
@@ -207,6 +208,7 @@ GRANTS: Final[dict[str, Grant]] = {
         # the front door reads the output of the calls it streams; no other user may
         listens=(
             s.event("session_closed", "*"),
+            s.event("task_ended", "*"),  # told to the MCP client whose session ran the task
             s.CALLS_OUTPUT_ANY,
             s.CALLS_CANCEL,
             s.MCP_PREFETCH,

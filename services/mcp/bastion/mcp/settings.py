@@ -53,3 +53,9 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     """`BASTION_MCP_PROGRESS_EVERY_S`: how often a `tools/call` through `/mcp` whose client
     asked for progress is told that it still runs (its output, for `shell`, is told as it
     comes: `BASTION_STREAM_INTERVAL_S` of the sandbox service)."""
+    mcp_task_end_gather_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 2.0
+    """`BASTION_MCP_TASK_END_GATHER_S`: background tasks of a session that end within this
+    long of the first share one `notifications/message` to its MCP client."""
+    mcp_task_end_every_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 10.0
+    """`BASTION_MCP_TASK_END_EVERY_S`: an MCP client is told of its tasks' ends at most once
+    this often; ends in between wait for the next message (none is dropped)."""

@@ -16,8 +16,10 @@ import functools
 import logging
 import math
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +28,7 @@ import anyio.to_thread
 import msgspec
 
 from bastion.proto import subjects, toolinput
+from bastion.proto.events import TaskEnded
 from bastion.proto.sandbox import (
     CodeCheck,
     CodeReport,
@@ -89,6 +92,7 @@ from bastion.sandbox.workspace import (
 )
 from bastion.shared.bus import Client, request
 from bastion.shared.cancelling import Running, listen
+from bastion.shared.codec import encode
 from bastion.shared.errors import BastionError, InvalidInput, NotImplementedYet
 from bastion.shared.leasing import LeaseClient, lease_key
 from bastion.shared.metrics import sandboxes_running
@@ -475,8 +479,23 @@ class Sandboxes:
         return await self._tasks().stop(request)
 
     async def _task_ended(self, record: TaskRecord) -> None:
-        """A task ended on its own (succeeded, failed, its time ran out): said in the log."""
+        """A task ended on its own (succeeded, failed, its time ran out): said in the log, and
+        told on `events.task_ended.<tenant>` (never its output), which the front door tells
+        the session's MCP client."""
         logger.info("background task %s ended %s", record.id, record.status)
+        if self._client is None:
+            return
+        ended = TaskEnded(
+            session_id=record.session_id,
+            tenant=record.tenant,
+            task_id=record.id,
+            label=record.label,
+            status=record.status,
+            exit_code=record.exit_code,
+            error=record.error,
+            at=datetime.fromtimestamp(record.ended_at or time.time(), UTC),
+        )
+        await self._client.publish(subjects.event("task_ended", record.tenant), encode(ended))
 
     async def _bounded(self, spec: SandboxSpec) -> tuple[SandboxSpec, int | None]:
         """`spec` with no file allowed to grow past the room its workspace has left under

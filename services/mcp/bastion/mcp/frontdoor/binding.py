@@ -79,6 +79,17 @@ class Binding:
                 self._known[key] = await self._find_or_open(key, agent, mcp_session_id)
             return self._known[key]
 
+    async def bound(self, mcp_session_id: str) -> str | None:
+        """The Bastion session of MCP session `mcp_session_id` if it has one already (never
+        opens one): known here, or read from its record."""
+        known = self._known.get(mcp_session_id)
+        if known is not None:
+            return known
+        record = await self._records.get(mcp_session_id)
+        return (
+            record.bastion_session_id if record is not None and record.bastion_session_id else None
+        )
+
     async def info(self, session_id: str) -> SessionInfo:
         found: SessionInfo = await self._bus.ask(
             subjects.SESSION_GET, SessionRef(session_id=session_id), SessionInfo

@@ -32,6 +32,8 @@ class FrontDoor:
     call_timeout_s: float = 3600.0
     session_idle_s: float = 1800.0
     progress_every_s: float = 2.0
+    task_end_gather_s: float = 2.0
+    task_end_every_s: float = 10.0
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -74,4 +76,6 @@ def front_door_of(settings: McpSettings) -> FrontDoor:
         call_timeout_s=settings.mcp_call_timeout_s,
         session_idle_s=settings.mcp_session_idle_s,
         progress_every_s=settings.mcp_progress_every_s,
+        task_end_gather_s=settings.mcp_task_end_gather_s,
+        task_end_every_s=settings.mcp_task_end_every_s,
     )

@@ -73,6 +73,17 @@ class DoorManager(StreamableHTTPSessionManager):
         self._ended = ended
         self._replica = replica
         self._token_of: dict[str, str] = {}
+        self._connections: dict[str, Connection] = {}
+
+    def connection(self, session_id: str) -> Connection | None:
+        """The live connection of session-based session `session_id` on this replica, once
+        its client is initialized; None if it has none here."""
+        found = self._connections.get(session_id)
+        return found if found is not None and found.initialized.is_set() else None
+
+    def connected(self) -> list[str]:
+        """The session-based sessions with a live connection on this replica."""
+        return list(self._connections)
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         agent = agent_of(scope)
@@ -192,6 +203,7 @@ class DoorManager(StreamableHTTPSessionManager):
                 read_stream, write_stream, inline_methods=frozenset({"initialize"})
             )
             connection = connection_of(dispatcher)
+            self._connections[session_id] = connection
             task_status.started()
             try:
                 idle_scope = transport.idle_scope or anyio.CancelScope()
@@ -208,6 +220,7 @@ class DoorManager(StreamableHTTPSessionManager):
             finally:
                 await self._discard_session(session_id, transport)
                 self._token_of.pop(session_id, None)
+                self._connections.pop(session_id, None)
         if idle:
             await self._expire(session_id)
 

@@ -1,5 +1,6 @@
 """The MCP endpoint put together: the SDK's low-level `Server` with Bastion's handlers, the
-session manager that serves both protocol eras, and the guard in front of it."""
+session manager that serves both protocol eras, the guard in front of it, and the notices
+of background tasks' ends."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from bastion.mcp.frontdoor.httpsettings import FrontDoor
 from bastion.mcp.frontdoor.manager import DoorManager
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.resources import ResourceHandlers
+from bastion.mcp.frontdoor.taskends import NoticeTimes, TaskNotices
 from bastion.mcp.frontdoor.tokens import TokenStore
 from bastion.mcp.frontdoor.tools import ToolHandlers
 from bastion.shared.bus import Client
@@ -35,17 +37,20 @@ INSTRUCTIONS = (
 
 @dataclass(frozen=True)
 class McpEndpoint:
-    """What `/mcp` is: the guarded ASGI app, and the manager to run in the app's lifespan."""
+    """What `/mcp` is: the guarded ASGI app, and the manager and the task notices to run in
+    the app's lifespan."""
 
     app: McpGuard
     manager: DoorManager
     tokens: TokenStore
     binding: Binding
+    notices: TaskNotices
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The manager's task group, for as long as the HTTP app runs (its lifespan)."""
-        async with self.manager.run():
+        """The manager's task group and the task notices, for as long as the HTTP app runs
+        (its lifespan)."""
+        async with self.manager.run(), self.notices.running():
             yield
 
 
@@ -85,4 +90,10 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
         manager=manager,
         tokens=tokens,
         binding=binding,
+        notices=TaskNotices(
+            client,
+            manager,
+            binding,
+            NoticeTimes(gather_s=door.task_end_gather_s, every_s=door.task_end_every_s),
+        ),
     )

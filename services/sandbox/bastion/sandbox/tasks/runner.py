@@ -213,7 +213,8 @@ class Tasks:
                 "The task runs in this session's sandbox (its network too: a server it "
                 "starts is reachable from later shell commands). Read its output with "
                 "bg_output (offset 0, then each answer's next_offset); stop it with bg_stop. "
-                "Nothing tells you when it ends: check bg_output (eof) or bg_list."
+                "A client of the MCP front door may be told when it ends on its own (a log "
+                "message naming it); do not count on it: check bg_output (eof) or bg_list."
             ),
         )
 
