@@ -398,6 +398,33 @@ async def test_a_cancelled_run_tests_kills_the_tests_it_runs(
     assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED
 
 
+async def test_a_cancelled_run_code_kills_its_program_and_the_session_goes_on(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    """A program waiting in its own sandbox ends with the cancel of its call (and with it
+    the tenant's sandbox slot it held), and the session's next command runs."""
+    duration = unique_duration()
+    program = f"import subprocess\nsubprocess.run(['sleep', '{duration}'])\n"
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        results: list[CallResult] = []
+
+        async def coding() -> None:
+            results.append(await call_with_id(client, sid, "r-1", "run_code", code=program))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(coding)
+            await until(lambda: bool(sleeping(duration)), "the program started")
+            answer = await cancel(client, sid, "r-1", "cli:tester")
+        await gone(lambda: sleeping(duration))
+        assert answer.outcome == "cancelled", answer.message
+        [result] = results
+        assert isinstance(result, ErrorReply) and result.code == codes.CANCELLED, result
+        after = await call_with_id(client, sid, "r-2", "shell", command="echo next")
+        assert isinstance(after, ToolOutput) and after.text.endswith("next"), after
+
+
 async def test_a_cancel_told_before_the_call_runs_stops_it_as_it_begins(
     client: Client,
     run_service: ServiceRunner,

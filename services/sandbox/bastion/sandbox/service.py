@@ -561,7 +561,14 @@ class Sandboxes:
 
     async def run_code(self, asked: RunCode, _context: RequestContext) -> ExecResult:
         """Run a `run_code` program in a cold sandbox with no workspace and no network, as
-        the session's owner with its limits, relaying each tool it calls (docs/sandbox.md)."""
+        the session's owner with its limits, relaying each tool it calls (docs/sandbox.md).
+        A cancel of its call kills the program (its sandbox's whole process group) and
+        gives its tenant's sandbox slot back."""
+        with self.running.scope(asked.session_id, asked.call_id) as running:
+            return await self._run_code(asked)
+        raise running.error("this program")
+
+    async def _run_code(self, asked: RunCode) -> ExecResult:
         backend = self._backend
         if asked.backend != "bwrap" or not isinstance(backend, BwrapBackend):
             raise NotImplementedYet(
