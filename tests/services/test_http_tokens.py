@@ -136,6 +136,7 @@ async def test_a_profile_the_bus_refuses_is_refused_over_http_with_the_same_sent
         (b'{"agent": "claude", "workspace_dir": "/tmp"}', "field the message does not have"),
         (b"{}", "agent"),
         (b'{"agent": "../x"}', "$.agent"),
+        (b'{"agent": "claude", "workspace": "/tmp/a\\u0000b"}', "$.workspace"),
     ],
 )
 async def test_a_body_that_is_not_a_profile_is_refused_400_and_nothing_is_minted(

@@ -53,4 +53,5 @@ SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
 """A session id: 16 lowercase hex digits, also a NATS subject token and a KV key."""
 
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
-PathText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PATH)]
+PathText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PATH, pattern=r"^[^\x00]*$")]
+"""A path as given: no NUL, which no path may hold (the system refuses it)."""
