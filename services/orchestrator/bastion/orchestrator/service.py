@@ -107,7 +107,9 @@ async def orchestrator_service(
         return await cancels.cancel(_session_of(context), ask)
 
     async def run_mark(mark: RunMark, _: RequestContext) -> RunMarked:
-        session = await sessions.get(mark.session_id)
+        # A run ends once its calls have (a client gone mid-call leaves one running).
+        ending = mark.event == "run_end"
+        session = await (sessions.after_calls if ending else sessions.get)(mark.session_id)
         await audit.record(session, mark.event, outcome=mark.ended, summary=mark.task)
         return RunMarked(notes=await hooks.run_mark(session, mark))
 

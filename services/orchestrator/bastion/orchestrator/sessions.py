@@ -307,6 +307,12 @@ class Sessions:
         session, _ = await self._store.get(session_id)
         return session
 
+    async def after_calls(self, session_id: str) -> SessionInfo:
+        """The session once the calls it runs now have ended (its turn taken and given
+        back): what a run's end is told after, so its hooks see what the run left."""
+        async with self._turn(session_id):
+            return await self.get(session_id)
+
     async def _as_opened(self, session_id: str) -> SessionInfo:
         """The session as read once by this instance: for what never changes once it is
         open (its tenant, its tools), so that a call reads the store once, in its turn."""
