@@ -37,6 +37,7 @@ __all__ = [
     "BastionError",
     "Cancelled",
     "InvalidInput",
+    "NoResponders",
     "NotFound",
     "NotImplementedYet",
     "QuotaExceeded",
@@ -87,6 +88,10 @@ class QuotaExceeded(BastionError):
 
 class Unavailable(BastionError):
     code = codes.UNAVAILABLE
+
+
+class NoResponders(Unavailable):
+    """Nothing is subscribed to the subject asked: no instance of the service runs there."""
 
 
 class Timeout(Unavailable):
