@@ -5,6 +5,7 @@ is `lost` with a sentence saying so."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,10 @@ from typing import Any
 import anyio
 import pytest
 
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.sandbox import ExecRequest, SandboxRelease, SandboxReleased
 from bastion.proto.tasks import (
@@ -30,6 +35,7 @@ from bastion.proto.tasks import (
     TaskView,
 )
 from bastion.proto.toolinput import BgOutputInput, BgStopInput
+from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
@@ -37,6 +43,7 @@ from bastion.shared.errors import BastionError, NotFound
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
+from tests.helpers.session import call, open_session
 
 SESSION = "00000000000000b1"
 
@@ -121,6 +128,52 @@ async def test_output_and_stop_sent_to_the_other_replica_read_and_stop_the_task(
     assert stopped.status == "cancelled" and stopped.stopped_by == "model"
     assert after.eof and after.status == "cancelled"
     assert after.text.startswith("from-replica-a\n")  # then the shell's "Terminated"
+    assert left == []
+
+
+async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
+    """A call's answer, decoded from the JSON the model is shown."""
+    result = await call(client, session_id, name, **given)
+    assert isinstance(result, ToolOutput), result
+    return json.loads(result.text)
+
+
+def reads(replica: Service) -> int:
+    """How many `bg_output` requests `replica` has answered from the queue group."""
+    return replica.endpoints["task_output"].requests
+
+
+async def test_through_the_orchestrator_every_bg_output_reads_the_text_whichever_replica_gets_it(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    tmp_path: Path,
+    workspace: Path,
+) -> None:
+    """Reads go to either replica (a queue group): they are sent until both have answered
+    some, and every one has the text; then a bg_stop and a session close, wherever they
+    land, leave the task cancelled and its processes gone."""
+    orchestrator = OrchestratorSettings(nats_url=bus_settings.nats_url)
+    async with (
+        replicas(run_service, bus_settings, tmp_path) as (a, b),
+        run_service(orchestrator_service, orchestrator),
+        run_service(policy_service, PolicySettings),
+    ):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(client, sid, "bg_run", command="echo both-see-this; sleep 325")
+        texts: list[str] = []
+        with anyio.fail_after(60):
+            while not texts or "both-see-this" not in texts[-1]:
+                texts = [(await tool(client, sid, "bg_output", id=started["id"]))["text"]]
+                await anyio.sleep(0.05)
+            before = reads(a), reads(b)
+            while reads(a) == before[0] or reads(b) == before[1]:
+                texts.append((await tool(client, sid, "bg_output", id=started["id"]))["text"])
+        stopped = await tool(client, sid, "bg_stop", id=started["id"])
+        left = processes_with("sleep 325")
+    assert set(texts) == {"both-see-this\n"}
+    assert stopped["status"] == "cancelled" and stopped["stopped_by"] == "model"
     assert left == []
 
 

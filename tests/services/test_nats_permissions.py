@@ -471,3 +471,36 @@ async def test_only_the_sandbox_service_may_send_a_programs_nested_calls(
                 await orchestrator.client.flush()
                 await anyio.sleep(0.05)
     assert received == [subjects.session_nested(SESSION)]
+
+
+async def test_only_the_sandbox_service_serves_and_asks_a_replicas_own_task_subjects(
+    secured: Secured,
+) -> None:
+    """`sandbox.tasks.<replica>.*`, where a request for a task another replica runs is
+    forwarded: subscribed and asked by the sandbox user alone."""
+    held = subjects.sandbox_task_held("0123456789abcdef", "stop")
+    for user in GRANTS:
+        assert await refused_subscription(secured, user, held) == (user != "sandbox"), user
+    received: list[str] = []
+
+    async def keep(message: nats.aio.msg.Msg) -> None:
+        received.append(message.subject)
+
+    async with as_user(secured, "sandbox") as holder:
+        await holder.client.subscribe(held, cb=keep)
+        await holder.client.flush()
+        for user in (u for u in GRANTS if u != "sandbox"):
+            async with as_user(secured, user) as other:
+                await other.client.publish(held, user.encode())
+                with anyio.fail_after(5):
+                    while not any("permissions violation for publish" in e for e in other.errors):
+                        await other.client.flush()
+                        await anyio.sleep(0.05)
+        async with as_user(secured, "sandbox") as asker:
+            await asker.client.publish(held, b"sandbox")
+            await asker.client.flush()
+        with anyio.fail_after(5):
+            while not received:
+                await holder.client.flush()
+                await anyio.sleep(0.05)
+    assert received == [held]
