@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ from bastion.proto.tasks import (
     TaskListing,
     TaskOutput,
     TaskRead,
+    TaskRecord,
     TaskStart,
     TaskStarted,
     TaskStop,
@@ -38,8 +40,12 @@ from bastion.proto.toolinput import BgOutputInput, BgStopInput
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
+from bastion.sandbox.tasks.holders import Holders
+from bastion.sandbox.tasks.runner import STOP_TAKES_S, TaskLimits, Tasks
+from bastion.sandbox.tasks.store import TaskStore, new_task_id
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, NotFound
+from bastion.shared.sandboxing.warm import marker
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
@@ -250,3 +256,48 @@ async def test_a_task_of_a_killed_replica_is_lost_with_a_sentence_saying_so(
     assert after[started.id].status == "lost" and after[started.id].error == "replica_gone"
     assert stopped.status == "lost"
     assert processes_with("sleep 324") == []
+
+
+async def unheard(_record: TaskRecord) -> None:
+    """Told of a task's end: nobody listens here."""
+
+
+async def test_a_restart_on_a_shared_state_dir_marks_lost_only_the_tasks_no_replica_answers_for(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """What a restarted replica's sweep marks `lost` (`Tasks.mark_lost`, here without the
+    sweep of sandboxes before it): of the tasks of its state dir, those of a replica that is
+    gone, never those of a sibling on the same state dir that still runs them."""
+    state = tmp_path / "state-shared"
+    settings = SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(state))
+    store = await TaskStore.open(client, settings.tasks_bucket)
+    orphan = TaskRecord(
+        id=new_task_id(),
+        session_id=SESSION,
+        tenant="default",
+        owner=marker(state.resolve()),
+        replica="0123456789abcdef",  # no replica of this id runs
+        command="sleep 326",
+        timeout_ms=60_000,
+        started_at=time.time(),
+    )
+    async with run_service(sandbox_service, settings) as sibling:
+        running = await start(sibling, workspace, "sleep 327")
+        await store.admit(orphan, per_session=4, per_tenant=16)  # after the sibling's sweep
+        restarted = Tasks(
+            store,
+            state.resolve(),
+            marker(state.resolve()),
+            TaskLimits(),
+            ended=unheard,
+            holders=Holders(client, timeout_s=10, stop_s=STOP_TAKES_S),
+        )
+        marked = await restarted.mark_lost()
+        tasks = await listed(sibling)
+    assert marked == 1
+    assert tasks[orphan.id].status == "lost" and tasks[orphan.id].error == "replica_gone"
+    assert tasks[running.id].status == "running"  # the sibling answers for it: not lost

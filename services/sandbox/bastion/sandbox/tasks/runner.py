@@ -421,13 +421,7 @@ class Tasks:
         for record in await self._store.unfinished(self._owner):
             if record.id in self._running or await self._answers(record):
                 continue
-
-            def lost(current: TaskRecord) -> TaskRecord | None:
-                if current.status not in LIVE_STATUSES:
-                    return None
-                return msgspec.structs.replace(current, status="lost", ended_at=time.time())
-
-            if await self._store.change(record, lost) is not None:
+            if await self._store.change(record, _gone) is not None:
                 count += 1
         return count
 
