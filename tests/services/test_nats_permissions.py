@@ -27,6 +27,9 @@ from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.policy import PolicyStatus, PolicyStatusQuery
+from bastion.proto.sandbox import ExecRequest
+from bastion.proto.tasks import TaskRead, TaskStart
+from bastion.proto.toolinput import BgOutputInput
 from bastion.proto.vault import (
     Lease,
     LeasedValues,
@@ -36,6 +39,8 @@ from bastion.proto.vault import (
     VaultKey,
     VaultKeyQuery,
 )
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import connect, request
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import RemoteError
@@ -43,6 +48,7 @@ from bastion.shared.leasing import redaction_context
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, service_env, write_nats_config
 from bastion.shared.natsperms import GRANTS, STREAM_SUBJECTS, permissions
 from bastion.shared.sealing import open_sealed, public_bytes
+from bastion.shared.service import RequestContext
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.vault.leasing import lease_context
 from bastion.vault.service import vault_service
@@ -504,3 +510,31 @@ async def test_only_the_sandbox_service_serves_and_asks_a_replicas_own_task_subj
                 await holder.client.flush()
                 await anyio.sleep(0.05)
     assert received == [held]
+
+
+async def test_a_tasks_output_is_forwarded_to_the_replica_running_it_as_the_sandbox_user(
+    secured: Secured, run_as: ServiceRunner, tmp_path: Path, workspace: Path
+) -> None:
+    """Two sandbox replicas connected as the sandbox user: B asks A's own subject for the
+    output of A's task, and A's answer comes back to B, on the grants alone."""
+
+    def replica(name: str) -> SandboxSettings:
+        env = secured.users["sandbox"].env(secured.url)
+        return load_settings(SandboxSettings, {**env, "BASTION_STATE_DIR": str(tmp_path / name)})
+
+    async with (
+        run_as(sandbox_service, replica("a")) as a,
+        run_as(sandbox_service, replica("b")) as b,
+    ):
+        begin = TaskStart(
+            exec=ExecRequest(session_id=SESSION, workspace=str(workspace), command="echo held")
+        )
+        started = await a.endpoints["task_start"].handler(begin, RequestContext("", {}))
+        read = TaskRead(session_id=SESSION, input=BgOutputInput(id=started.id))
+        text = ""
+        with anyio.fail_after(30):
+            while "held" not in text:
+                got = await b.endpoints["task_output"].handler(read, RequestContext("", {}))
+                text = got.text
+                await anyio.sleep(0.05)
+    assert text == "held\n"
