@@ -27,6 +27,9 @@ from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.proto.policy import PolicyStatus, PolicyStatusQuery
+from bastion.proto.sandbox import ExecRequest
+from bastion.proto.tasks import TaskRead, TaskStart
+from bastion.proto.toolinput import BgOutputInput
 from bastion.proto.vault import (
     Lease,
     LeasedValues,
@@ -36,6 +39,8 @@ from bastion.proto.vault import (
     VaultKey,
     VaultKeyQuery,
 )
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import connect, request
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import RemoteError
@@ -43,6 +48,7 @@ from bastion.shared.leasing import redaction_context
 from bastion.shared.natsconfig import SERVER_FILE, UserCredentials, service_env, write_nats_config
 from bastion.shared.natsperms import GRANTS, HOOKS, STREAM_SUBJECTS, permissions
 from bastion.shared.sealing import open_sealed, public_bytes
+from bastion.shared.service import RequestContext
 from bastion.shared.settings import BusSettings, load_settings
 from bastion.vault.leasing import lease_context
 from bastion.vault.service import vault_service
@@ -503,3 +509,64 @@ async def test_the_sandbox_tells_a_tasks_end_and_the_front_door_hears_it(
                 await door.client.flush()
                 await anyio.sleep(0.01)
     assert received == [b"ended"] and sandbox.errors == [] and door.errors == []
+
+
+async def test_only_the_sandbox_service_serves_and_asks_a_replicas_own_task_subjects(
+    secured: Secured,
+) -> None:
+    """`sandbox.tasks.<replica>.*`, where a request for a task another replica runs is
+    forwarded: subscribed and asked by the sandbox user alone."""
+    held = subjects.sandbox_task_held("0123456789abcdef", "stop")
+    for user in GRANTS:
+        assert await refused_subscription(secured, user, held) == (user != "sandbox"), user
+    received: list[str] = []
+
+    async def keep(message: nats.aio.msg.Msg) -> None:
+        received.append(message.subject)
+
+    async with as_user(secured, "sandbox") as holder:
+        await holder.client.subscribe(held, cb=keep)
+        await holder.client.flush()
+        for user in (u for u in GRANTS if u != "sandbox"):
+            async with as_user(secured, user) as other:
+                await other.client.publish(held, user.encode())
+                with anyio.fail_after(5):
+                    while not any("permissions violation for publish" in e for e in other.errors):
+                        await other.client.flush()
+                        await anyio.sleep(0.05)
+        async with as_user(secured, "sandbox") as asker:
+            await asker.client.publish(held, b"sandbox")
+            await asker.client.flush()
+        with anyio.fail_after(5):
+            while not received:
+                await holder.client.flush()
+                await anyio.sleep(0.05)
+    assert received == [held]
+
+
+async def test_a_tasks_output_is_forwarded_to_the_replica_running_it_as_the_sandbox_user(
+    secured: Secured, run_as: ServiceRunner, tmp_path: Path, workspace: Path
+) -> None:
+    """Two sandbox replicas connected as the sandbox user: B asks A's own subject for the
+    output of A's task, and A's answer comes back to B, on the grants alone."""
+
+    def replica(name: str) -> SandboxSettings:
+        env = secured.users["sandbox"].env(secured.url)
+        return load_settings(SandboxSettings, {**env, "BASTION_STATE_DIR": str(tmp_path / name)})
+
+    async with (
+        run_as(sandbox_service, replica("a")) as a,
+        run_as(sandbox_service, replica("b")) as b,
+    ):
+        begin = TaskStart(
+            exec=ExecRequest(session_id=SESSION, workspace=str(workspace), command="echo held")
+        )
+        started = await a.endpoints["task_start"].handler(begin, RequestContext("", {}))
+        read = TaskRead(session_id=SESSION, input=BgOutputInput(id=started.id))
+        text = ""
+        with anyio.fail_after(30):
+            while "held" not in text:
+                got = await b.endpoints["task_output"].handler(read, RequestContext("", {}))
+                text = got.text
+                await anyio.sleep(0.05)
+    assert text == "held\n"

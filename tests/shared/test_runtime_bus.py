@@ -8,7 +8,7 @@ import pytest
 from bastion.cli.natsserver import free_port
 from bastion.proto.policy import PolicyDecision
 from bastion.shared.bus import Client, connect, request
-from bastion.shared.errors import BadRequest, Timeout, Unavailable
+from bastion.shared.errors import BadRequest, NoResponders, Timeout, Unavailable
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.runtime import SUBJECT, Echo, Echoed, Harness
@@ -17,7 +17,7 @@ from tests.helpers.runtime import SUBJECT, Echo, Echoed, Harness
 async def test_a_request_nobody_serves_raises_unavailable_not_timeout(client: Client) -> None:
     with anyio.fail_after(10), pytest.raises(Unavailable) as raised:
         await request(client, "bastion.v1.nobody.home", Echo(text="hi"), Echoed, timeout_s=5)
-    assert type(raised.value) is Unavailable
+    assert type(raised.value) is NoResponders  # an Unavailable, never a Timeout
     assert raised.value.code == "unavailable"
     assert "no service answers on bastion.v1.nobody.home" in raised.value.message
 

@@ -301,9 +301,11 @@ class SandboxReady(Message, frozen=True, kw_only=True, tag="sandbox.ready"):
 
 
 class SandboxRelease(Message, frozen=True, kw_only=True, tag="sandbox.release"):
-    """A session closed: remove what its sandbox kept (a Docker container)."""
+    """A session closed: remove what its sandbox kept (a Docker container), and end its
+    background tasks on every replica that runs one (they are found by `tenant`)."""
 
     session_id: SessionId
+    tenant: Identifier = "default"
 
 
 class SandboxReleased(Message, frozen=True, kw_only=True, tag="sandbox.released"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
 __all__ = [
     "APPROVALS_ANSWER",
@@ -56,6 +56,7 @@ __all__ = [
     "SANDBOX_SKILL_WRITE",
     "SANDBOX_SLOTS_BUCKET",
     "SANDBOX_TASKS_BUCKET",
+    "SANDBOX_TASKS_HELD_ANY",
     "SANDBOX_TASK_LIST",
     "SANDBOX_TASK_OUTPUT",
     "SANDBOX_TASK_START",
@@ -86,6 +87,7 @@ __all__ = [
     "mcp_elicit",
     "mcp_sample",
     "reply_subject",
+    "sandbox_task_held",
     "session_call",
     "session_cancel",
     "session_nested",
@@ -146,6 +148,9 @@ SANDBOX_TASK_START: Final = f"{PREFIX}.sandbox.task_start"
 SANDBOX_TASK_LIST: Final = f"{PREFIX}.sandbox.task_list"
 SANDBOX_TASK_OUTPUT: Final = f"{PREFIX}.sandbox.task_output"
 SANDBOX_TASK_STOP: Final = f"{PREFIX}.sandbox.task_stop"
+SANDBOX_TASKS_HELD_ANY: Final = f"{PREFIX}.sandbox.tasks.*.*"
+"""What one sandbox replica alone serves for the tasks it runs (`sandbox_task_held`): the
+replica that got a request for another's task forwards it there."""
 EGRESS_FETCH: Final = f"{PREFIX}.egress.fetch"
 EGRESS_SEARCH: Final = f"{PREFIX}.egress.search"
 """A web search through the provider the egress service is configured with."""
@@ -291,3 +296,9 @@ def audit(tenant: str, session_id: str) -> str:
 def hook(event: str, tenant: str, name: str) -> str:
     """The subject hook `name` answers for `event` (e.g. `before_tool`) of `tenant`."""
     return f"{PREFIX}.hooks.{event}.{tenant}.{name}"
+
+
+def sandbox_task_held(replica: str, verb: Literal["output", "stop", "release"]) -> str:
+    """The subject sandbox replica `replica` alone serves `verb` of the tasks it runs on:
+    `sandbox.tasks.<replica>.output|stop|release` (no other replica subscribes to it)."""
+    return f"{PREFIX}.sandbox.tasks.{replica}.{verb}"

@@ -80,12 +80,16 @@ class TaskRecord(Message, frozen=True, kw_only=True, tag="sandbox.task_record"):
     """A task as the tasks bucket keeps it; each change of `status` a compare-and-set.
 
     `owner` names the sandbox service that runs it (its state dir's marker): the only one
-    that may mark it `lost` after a restart."""
+    that may mark it `lost` after a restart. `replica` names the one process of it that
+    runs the task (a fresh id each start; empty in a record of before replicas were
+    named): a request for the task that lands on another replica is forwarded to it
+    (`subjects.sandbox_task_held`)."""
 
     id: TaskId
     session_id: SessionId
     tenant: Identifier
     owner: Annotated[str, msgspec.Meta(max_length=64)]
+    replica: Annotated[str, msgspec.Meta(max_length=64, pattern=r"^[a-z0-9]*$")] = ""
     command: Annotated[str, msgspec.Meta(max_length=8000)]
     label: Label = ""
     status: TaskStatus = "running"

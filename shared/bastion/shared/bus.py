@@ -34,7 +34,7 @@ from opentelemetry.trace import SpanKind
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.shared.codec import decode, encode
-from bastion.shared.errors import InvalidInput, RemoteError, Timeout, Unavailable
+from bastion.shared.errors import InvalidInput, NoResponders, RemoteError, Timeout, Unavailable
 from bastion.shared.natsperms import answered_on_inbox
 from bastion.shared.nkeyseeds import check_seed_file
 from bastion.shared.settings import BusSettings
@@ -255,7 +255,7 @@ async def request(
 
     Raises:
         TooLarge: `message` is more than the bus carries; nothing was sent.
-        Unavailable: nothing is subscribed to `subject`.
+        NoResponders: nothing is subscribed to `subject` (an `Unavailable`).
         Timeout: no reply within `timeout_s`.
         RemoteError: the service answered with a typed error.
         BadRequest: the reply is not a `reply_type` (a service of another version).
@@ -283,7 +283,7 @@ async def request(
         except nats.errors.MaxPayloadError:
             raise _too_large(subject, len(payload), client.max_payload) from None
         except nats.errors.NoRespondersError:
-            raise Unavailable(f"no service answers on {subject}: is it running?") from None
+            raise NoResponders(f"no service answers on {subject}: is it running?") from None
         except nats.errors.TimeoutError:
             raise Timeout(f"no answer on {subject} within {timeout_s:g} s") from None
         except nats.errors.ConnectionClosedError:

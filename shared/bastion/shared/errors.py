@@ -2,6 +2,7 @@
 
     BastionError                  code: internal
     ├── BadRequest                code: bad_request     (the bytes are not the message)
+    ├── Cancelled                 code: cancelled       (a call stopped while it ran)
     ├── InvalidInput              code: invalid_input   (the message is, a value is not)
     │   └── TooLarge, InvalidPattern, InvalidHostName, InvalidSkillFile, GitEntryRefused,
     │       SealError             (in the shared modules that raise them)
@@ -10,6 +11,7 @@
     ├── NotImplementedYet         code: not_implemented
     ├── QuotaExceeded             code: quota_exceeded  (at a cap: sessions, workspace size)
     ├── Unavailable               code: unavailable     (no responder, bus down)
+    │   ├── NoResponders          (nothing subscribes to the subject asked)
     │   ├── Timeout               code: timeout
     │   └── CredentialsRefused    (`bus`: NATS refused this process's nkey)
     ├── AlreadyStored, ChangedSince, KeptChanging
@@ -37,6 +39,7 @@ __all__ = [
     "BastionError",
     "Cancelled",
     "InvalidInput",
+    "NoResponders",
     "NotFound",
     "NotImplementedYet",
     "QuotaExceeded",
@@ -87,6 +90,10 @@ class QuotaExceeded(BastionError):
 
 class Unavailable(BastionError):
     code = codes.UNAVAILABLE
+
+
+class NoResponders(Unavailable):
+    """Nothing is subscribed to the subject asked: no instance of the service runs there."""
 
 
 class Timeout(Unavailable):

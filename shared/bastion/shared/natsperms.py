@@ -165,8 +165,9 @@ GRANTS: Final[dict[str, Grant]] = {
         serves=(s.POLICY_DECIDE, s.POLICY_CHECK_RULE, s.POLICY_CHECK_PATHS, s.POLICY_STATUS)
     ),
     "sandbox": Grant(
-        serves=SANDBOX_ENDPOINTS,
+        serves=(*SANDBOX_ENDPOINTS, s.SANDBOX_TASKS_HELD_ANY),
         asks=(
+            s.SANDBOX_TASKS_HELD_ANY,  # a request for a task another replica runs, forwarded
             s.VAULT_LEASE,
             s.VAULT_REDACTION,
             s.EGRESS_GRANT,

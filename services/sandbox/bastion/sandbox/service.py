@@ -1,6 +1,8 @@
 """The sandbox service's endpoints: `sandbox.exec`, `.files`, `.check`, `.check_code`,
 `.release`, `.skill_read`, `.skill_find`, `.skill_run`, `.skill_write`, `.run_code` and
-the background tasks' `.task_start`, `.task_list`, `.task_output` and `.task_stop`.
+the background tasks' `.task_start`, `.task_list`, `.task_output` and `.task_stop`; and,
+this replica alone, `sandbox.tasks.<replica>.output|stop|release` for the tasks it runs
+(what another replica forwards to it).
 
 Everything a command or a file tool answers, its errors too, leaves with every value of
 the tenant's secrets cut out (`bastion.shared.secretcuts`); a call that reaches declared
@@ -80,7 +82,8 @@ from bastion.sandbox.skills import checked_skills_dir, read_skill
 from bastion.sandbox.skillwrite import write_skill
 from bastion.sandbox.streaming import OutputStreams, StreamBounds
 from bastion.sandbox.tasks.cwd import checked_cwd
-from bastion.sandbox.tasks.runner import TaskLimits, Tasks
+from bastion.sandbox.tasks.holders import Holders
+from bastion.sandbox.tasks.runner import STOP_TAKES_S, TaskLimits, Tasks
 from bastion.sandbox.tasks.store import TaskStore
 from bastion.sandbox.tenants import TenantSlots
 from bastion.sandbox.usage import LEAST_FILE_BYTES, WorkspaceBound
@@ -281,6 +284,9 @@ class Sandboxes:
                     per_tenant=settings.tasks_max_per_tenant,
                 ),
                 self._task_ended,
+                holders=Holders(client, settings.request_timeout_s, STOP_TAKES_S)
+                if client is not None
+                else None,
             )
             if tasks is not None
             else None
@@ -477,6 +483,23 @@ class Sandboxes:
     async def task_stop(self, request: TaskStop, _context: RequestContext) -> TaskView:
         """`bg_stop`: stop one of the session's tasks; the task as it is then."""
         return await self._tasks().stop(request)
+
+    async def held_output(self, request: TaskRead, _context: RequestContext) -> TaskOutput:
+        """`bg_output` forwarded by another replica: read from this replica's log."""
+        redactor = await self.secrets.redactor(request.tenant, request.session_id)
+        return await self._tasks().read_here(request, redactor)
+
+    async def held_stop(self, request: TaskStop, _context: RequestContext) -> TaskView:
+        """`bg_stop` forwarded by another replica: the task stopped here."""
+        return await self._tasks().stop_here(request)
+
+    async def held_release(
+        self, request: SandboxRelease, _context: RequestContext
+    ) -> SandboxReleased:
+        """The session's close, forwarded by the replica that got it: released here."""
+        if self.tasks is not None:
+            await self.tasks.release_here(request.session_id)
+        return await self._release_here(request.session_id)
 
     async def _task_ended(self, record: TaskRecord) -> None:
         """A task ended on its own (succeeded, failed, its time ran out): said in the log, and
@@ -752,13 +775,18 @@ class Sandboxes:
         return SandboxReady(backend=request.backend, detail=detail)
 
     async def release(self, request: SandboxRelease, _context: RequestContext) -> SandboxReleased:
-        """Remove what a closed session kept (its Docker container); nothing held is fine."""
+        """Remove what a closed session kept (its Docker container); nothing held is fine.
+        Its background tasks end here and on every replica that runs one of them."""
         if self.tasks is not None:
-            await self.tasks.release(request.session_id)
-        self.secrets.forget(request.session_id)
+            await self.tasks.release(request.tenant, request.session_id)
+        return await self._release_here(request.session_id)
+
+    async def _release_here(self, session_id: str) -> SandboxReleased:
+        """Forget the session's values and close what this replica keeps of it."""
+        self.secrets.forget(session_id)
         if isinstance(self._backend, BwrapBackend) and self._backend.warm is not None:
-            await self._backend.warm.release(request.session_id)
-        return SandboxReleased(containers=await self.docker.release(request.session_id))
+            await self._backend.warm.release(session_id)
+        return SandboxReleased(containers=await self.docker.release(session_id))
 
     async def close_idle(self) -> None:
         """Close the warm sandboxes idle for `BASTION_SANDBOX_IDLE_S`, checking now and then."""
@@ -861,6 +889,14 @@ async def sandbox_service(client: Client, settings: SandboxSettings) -> AsyncIte
         "task_output", subjects.SANDBOX_TASK_OUTPUT, TaskRead, sandboxes.task_output
     )
     service.add_endpoint("task_stop", subjects.SANDBOX_TASK_STOP, TaskStop, sandboxes.task_stop)
+    if sandboxes.tasks is not None:
+        replica = sandboxes.tasks.replica
+        held = functools.partial(subjects.sandbox_task_held, replica)
+        service.add_endpoint("held_output", held("output"), TaskRead, sandboxes.held_output)
+        service.add_endpoint("held_stop", held("stop"), TaskStop, sandboxes.held_stop)
+        service.add_endpoint(
+            "held_release", held("release"), SandboxRelease, sandboxes.held_release
+        )
     try:
         async with anyio.create_task_group() as group, sandboxes.tasks_running():
             group.start_soon(sandboxes.close_idle)

@@ -1,13 +1,16 @@
 """Running background tasks: start one in the session's warm sandbox, follow it to its end
 (its log, its wall clock), stop it, read its output, list a session's, and end them when
 their session closes or the service stops; at start, mark `lost` those an earlier run of
-this service left unfinished (docs/sandbox.md, "Background tasks")."""
+this service left unfinished. A request for a task another replica runs is forwarded to it
+(`Holders`); one whose replica is gone marks the task `lost` (docs/sandbox.md, "Background
+tasks")."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,13 +33,15 @@ from bastion.proto.tasks import (
     TaskStop,
     TaskView,
 )
+from bastion.proto.toolinput import BgOutputInput
+from bastion.sandbox.tasks.holders import Holders
 from bastion.sandbox.tasks.log import QUIET_S, TaskLog, read_log
 from bastion.sandbox.tasks.store import TaskStore, new_task_id
-from bastion.shared.errors import Unavailable
+from bastion.shared.errors import BastionError, NoResponders, NotFound, Unavailable
 from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing.task import SandboxTask
 
-__all__ = ["TaskLimits", "Tasks"]
+__all__ = ["STOP_GRACE_S", "STOP_TAKES_S", "TaskLimits", "Tasks"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,8 @@ STOP_GRACE_S: Final = 3.0
 """How long a stopped task has between SIGTERM and SIGKILL."""
 _DRAIN_S: Final = 5.0
 """How long the log is still read once every process of the task is gone."""
+STOP_TAKES_S: Final = STOP_GRACE_S + _DRAIN_S
+"""The longest a stop takes: its grace, then the log drained."""
 
 Starter = Callable[[int], Awaitable[SandboxTask]]
 """Starts the task's command, both its streams written to the descriptor it is given."""
@@ -74,7 +81,7 @@ class _Running:
 
 def _view(record: TaskRecord) -> TaskView:
     fields = msgspec.structs.asdict(record)
-    for name in ("session_id", "tenant", "owner"):
+    for name in ("session_id", "tenant", "owner", "replica"):
         del fields[name]
     return TaskView(**fields)
 
@@ -109,15 +116,35 @@ def _ended(record: TaskRecord, status: int | None, seen: int) -> TaskRecord | No
     return None
 
 
+def _gone(record: TaskRecord) -> TaskRecord | None:
+    """The record of a live task whose replica is gone; None if it had ended already."""
+    if record.status not in LIVE_STATUSES:
+        return None
+    return msgspec.structs.replace(
+        record, status="lost", error="replica_gone", ended_at=time.time()
+    )
+
+
 class Tasks:
-    """The background tasks of this sandbox service."""
+    """The background tasks of this sandbox service: those this replica runs, and the way
+    to the replica running any other (`holders`; None: every task is run here)."""
 
     def __init__(
-        self, store: TaskStore, state_dir: Path, owner: str, limits: TaskLimits, ended: Ended
+        self,
+        store: TaskStore,
+        state_dir: Path,
+        owner: str,
+        limits: TaskLimits,
+        ended: Ended,
+        *,
+        holders: Holders | None = None,
     ) -> None:
         self._store = store
         self._logs = state_dir / "tasks"
         self._owner = owner
+        self.replica = secrets.token_hex(8)
+        """This process's id among the sandbox replicas: fresh each start."""
+        self._holders = holders
         self.limits = limits
         self._on_ended = ended
         self._running: dict[str, _Running] = {}
@@ -171,6 +198,7 @@ class Tasks:
             session_id=session_id,
             tenant=tenant,
             owner=self._owner,
+            replica=self.replica,
             command=command,
             label=label or command[:60],
             timeout_ms=timeout_ms,
@@ -270,9 +298,28 @@ class Tasks:
         for running in tasks:
             await running.settled.wait()
 
+    def _elsewhere(self, record: TaskRecord) -> Holders | None:
+        """The way to the replica running `record` when it is another one; else None."""
+        if record.replica in ("", self.replica):
+            return None
+        return self._holders
+
     async def stop(self, request: TaskStop) -> TaskView:
         """`bg_stop`: the task as it is after the stop (`cancelled`, stopped by the model,
-        unless it had ended already)."""
+        unless it had ended already), made by the replica that runs it; `lost` if that
+        replica is gone."""
+        record = await self._store.get(request.tenant, request.session_id, request.input.id)
+        holders = self._elsewhere(record)
+        if holders is None or record.status not in LIVE_STATUSES:
+            return await self.stop_here(request)
+        try:
+            return await holders.stop(record.replica, request)
+        except NoResponders:
+            await self._store.change(record, _gone)
+        return _view(await self._store.get(request.tenant, request.session_id, record.id))
+
+    async def stop_here(self, request: TaskStop) -> TaskView:
+        """`bg_stop` of a task this replica runs (or one that has ended)."""
         record = await self._store.get(request.tenant, request.session_id, request.input.id)
         running = self._running.get(record.id)
         if running is not None and running.record.session_id == request.session_id:
@@ -285,9 +332,31 @@ class Tasks:
             )
         return _view(await self._store.get(request.tenant, request.session_id, record.id))
 
-    async def release(self, session_id: str) -> None:
+    async def release(self, tenant: str, session_id: str) -> None:
         """The session closed: each of its live tasks ends `cancelled` (origin
-        `session_closed`), its processes gone."""
+        `session_closed`), its processes gone, here and on every replica running one (a
+        gone replica's are marked `lost`)."""
+        records = await self._store.of_session(tenant, session_id)
+        live = [r for r in records if r.status in LIVE_STATUSES]
+        async with anyio.create_task_group() as group:
+            group.start_soon(self.release_here, session_id)
+            if self._holders is not None:
+                for replica in {r.replica for r in live if r.replica not in ("", self.replica)}:
+                    held = [r for r in live if r.replica == replica]
+                    group.start_soon(self._release_at, self._holders, replica, session_id, held)
+
+    async def _release_at(
+        self, holders: Holders, replica: str, session_id: str, held: list[TaskRecord]
+    ) -> None:
+        """Have `replica` release the session; if it is gone, its tasks there are lost."""
+        try:
+            await holders.release(replica, session_id)
+        except NoResponders:
+            for record in held:
+                await self._store.change(record, _gone)
+
+    async def release_here(self, session_id: str) -> None:
+        """The session closed: each of its live tasks this replica runs ends `cancelled`."""
         mine = [r for r in self._running.values() if r.record.session_id == session_id]
         await self._stop_all(mine, "session_closed")
 
@@ -299,7 +368,33 @@ class Tasks:
         return TaskListing(tasks=tuple(shown[: request.input.limit]))
 
     async def read(self, request: TaskRead, redactor: Redactor | None) -> TaskOutput:
-        """`bg_output`: the log from the asked offset, at most the asked limit."""
+        """`bg_output`, answered by the replica that runs (or ran) the task, which keeps its
+        log.
+
+        Raises:
+            NotFound: no such task, or the replica that ran it is gone, its log with it
+                (the task is marked `lost` if it was live).
+        """
+        record = await self._store.get(request.tenant, request.session_id, request.input.id)
+        holders = self._elsewhere(record)
+        if holders is None:
+            return await self.read_here(request, redactor)
+        try:
+            return await holders.output(record.replica, request)
+        except NoResponders:
+            lost = await self._store.change(record, _gone)
+        if record.owner == self._owner:  # the same state dir: the log is here too
+            return await self.read_here(request, redactor)
+        raise NotFound(
+            f"background task {record.id} ran on a sandbox replica that is gone (stopped or "
+            "restarted), and its output went with it"
+            + (": the task is marked lost (bg_list shows it)" if lost is not None else "")
+            + "; start the command again with bg_run if it is still needed"
+        )
+
+    async def read_here(self, request: TaskRead, redactor: Redactor | None) -> TaskOutput:
+        """`bg_output` from this replica's log: from the asked offset, at most the asked
+        limit."""
         given = request.input
         record = await self._store.get(request.tenant, request.session_id, given.id)
         ended = record.status not in LIVE_STATUSES
@@ -321,20 +416,33 @@ class Tasks:
 
     async def mark_lost(self) -> int:
         """Mark `lost` every task an earlier run of this service left unfinished (its
-        processes were ended by the sweep of its sandboxes); how many."""
+        processes were ended by the sweep of its sandboxes); how many. A task whose replica
+        still answers (another replica on the same state dir) is left to it."""
         count = 0
         for record in await self._store.unfinished(self._owner):
-            if record.id in self._running:
+            if record.id in self._running or await self._answers(record):
                 continue
-
-            def lost(current: TaskRecord) -> TaskRecord | None:
-                if current.status not in LIVE_STATUSES:
-                    return None
-                return msgspec.structs.replace(current, status="lost", ended_at=time.time())
-
-            if await self._store.change(record, lost) is not None:
+            if await self._store.change(record, _gone) is not None:
                 count += 1
         return count
+
+    async def _answers(self, record: TaskRecord) -> bool:
+        """Whether the replica running `record` is another one that still answers for it."""
+        holders = self._elsewhere(record)
+        if holders is None:
+            return False
+        asked = TaskRead(
+            session_id=record.session_id,
+            tenant=record.tenant,
+            input=BgOutputInput(id=record.id, limit=1),
+        )
+        try:
+            await holders.output(record.replica, asked)
+        except NoResponders:
+            return False
+        except BastionError:
+            return True  # it answered, if with an error: it runs
+        return True
 
 
 async def _drain(fd: int, log: TaskLog) -> None:
