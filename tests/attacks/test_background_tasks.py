@@ -4,6 +4,8 @@ session or `bg_stop`, reach the sandbox's init, or rewrite its own log."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +133,59 @@ async def test_a_task_cannot_see_the_sandboxs_init_nor_rewrite_its_own_log(
     assert got["text"].endswith("last-line\n")
     assert [log.read_text() for log in logs] == [got["text"]]
     assert isinstance(after, ToolOutput) and "still-here" in after.text
+
+
+def _repository(workspace: Path) -> None:
+    """A repository with one commit, made by the workspace's owner (uid 1000)."""
+    for args in (
+        ("init", "-q"),
+        (
+            "-c",
+            "user.name=o",
+            "-c",
+            "user.email=o@x",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "first",
+        ),
+    ):
+        subprocess.run(
+            ["git", "-c", "safe.directory=*", *args],
+            cwd=workspace, check=True, capture_output=True,
+        )  # fmt: skip
+    for path in [workspace, *workspace.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+
+
+async def test_a_task_cannot_plant_what_git_reads_while_later_commands_are_swept(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    """A task runs past the sweep that ends each command: were `.git` writable to it, a
+    `commondir` (or `alternates`, hooks, config) it put back after each sweep would stay
+    for the host's git. It sees `.git` read-only, so nothing of it lands there."""
+    _repository(workspace)
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(
+            client,
+            sid,
+            "bg_run",
+            command=(
+                "cp -a .git ev; "
+                "for i in 1 2 3 4 5 6 7 8 9 10; do "
+                "echo ../ev > .git/commondir; mkdir -p .git/objects/info; "
+                "echo /etc > .git/objects/info/alternates; echo x >> .git/config; "
+                "sleep 0.2; done 2>&1 | sort | uniq -c"
+            ),
+        )
+        for _ in range(3):  # commands beside it, each swept as it ends
+            swept = await call(client, sid, "shell", command="true")
+            assert isinstance(swept, ToolOutput), swept
+        got = await ended(client, sid, started["id"])
+    assert "Read-only file system" in got["text"], got["text"]
+    assert not (workspace / ".git" / "commondir").exists()
+    assert not (workspace / ".git" / "objects" / "info" / "alternates").exists()
+    assert "x\n" not in (workspace / ".git" / "config").read_text()

@@ -480,7 +480,7 @@ class BwrapBackend:
             sandbox = await warm.for_task(
                 shape, git_signature(git), lambda: self._spawn(warm, spec, programs)
             )
-            payload = self._payload(spec, command, cgroup, cwd)
+            payload = self._payload(spec, command, cgroup, cwd, task=True)
             cgroup_fds = cgroup.procs_fds() if cgroup is not None else []
             try:
                 task = await sandbox.start_task(payload, cgroup_fds, output)
@@ -496,9 +496,18 @@ class BwrapBackend:
         return SandboxTask(task, cgroup, kept)
 
     def _payload(
-        self, spec: SandboxSpec, command: str, cgroup: CommandCgroup | None, cwd: str = ""
+        self,
+        spec: SandboxSpec,
+        command: str,
+        cgroup: CommandCgroup | None,
+        cwd: str = "",
+        *,
+        task: bool = False,
     ) -> bytes:
-        """What the init is sent to start `command` as `spec` says, in `/workspace/cwd`."""
+        """What the init is sent to start `command` as `spec` says, in `/workspace/cwd`. A
+        background `task` sees the workspace's `.git` read-only: it runs beside later
+        commands, past the sweep that ends each of them (docs/git-protection.md), so what
+        it could leave in `.git` no sweep would take back before host tools read it."""
         environment = list(ENVIRONMENT if spec.skill_dir is None else SKILL_ENVIRONMENT)
         environment += spec.secret_environment
         shell = shell_argv(command)
@@ -512,6 +521,7 @@ class BwrapBackend:
             # a skill's script gets a /tmp (its HOME) of its own, as in a cold sandbox
             "fresh_tmp": f"mode=1777,size={WARM_TMP_BYTES}" if spec.skill_dir else "",
             "shm": f"mode=1777,size={WARM_SHM_BYTES}",
+            "read_only": [f"{WORKSPACE}/.git"] if task else [],
         }
         block = b"".join(f"{name}={value}".encode() + b"\0" for name, value in environment)
         return json.dumps(header).encode() + b"\n" + block

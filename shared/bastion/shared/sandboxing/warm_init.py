@@ -107,11 +107,13 @@ def _mount(source: str | None, target: str, kind: str | None, flags: int, data: 
     )
 
 
-def _fresh_mounts(fresh_tmp: str, shm: str) -> None:
+def _fresh_mounts(fresh_tmp: str, shm: str, read_only: list[str]) -> None:
     """A `/proc` of the command's own pid namespace, masked as bwrap masks the sandbox's
     (the kernel lets a new proc be mounted only where the old one is fully visible, so
-    the old one's masks are lifted first, in this mount namespace only), and an empty
-    `/dev/shm` of `shm`'s size, gone with the command's mount namespace."""
+    the old one's masks are lifted first, in this mount namespace only), an empty
+    `/dev/shm` of `shm`'s size, gone with the command's mount namespace, and each path of
+    `read_only` made read-only for this command alone (a background task's view of the
+    workspace's `.git`, which no sweep follows while it runs)."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     _mount("/proc/sys", "/proc/sys", None, _MS_BIND | _MS_REC)
@@ -123,6 +125,11 @@ def _fresh_mounts(fresh_tmp: str, shm: str) -> None:
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, shm)
     if fresh_tmp:
         _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, fresh_tmp)
+    for path in read_only:
+        if not os.path.lexists(path):
+            raise OSError(errno.ENOENT, f"{path} is missing", path)
+        _mount(path, path, None, _MS_BIND | _MS_REC)
+        _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
 
 
 def _fresh_keyrings() -> None:
@@ -203,7 +210,7 @@ def _command(
         header = json.loads(text)
         environment = dict(_pairs([entry for entry in block.split(b"\0") if entry]))
         del block
-        _fresh_mounts(header["fresh_tmp"], header["shm"])
+        _fresh_mounts(header["fresh_tmp"], header["shm"], header.get("read_only", []))
         _fresh_keyrings()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
