@@ -1,0 +1,252 @@
+"""Background tasks (`bg_run`, `bg_output`, `bg_stop`) in a Docker session, through the
+sandbox service on the bus: each task an exec of its reaper in the session's container."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bastion.proto import subjects
+from bastion.proto.sandbox import ExecRequest, ExecResult
+from bastion.proto.tasks import (
+    BgOutputInput,
+    BgStopInput,
+    TaskList,
+    TaskListing,
+    TaskOutput,
+    TaskRead,
+    TaskStart,
+    TaskStarted,
+    TaskStop,
+    TaskView,
+)
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
+from bastion.shared.bus import Client, request
+from bastion.shared.settings import BusSettings
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.docker import containers_of
+from tests.helpers.owners import OWNER_GID, OWNER_UID, owned
+
+SESSION = "0123456789abcdef"
+
+
+@pytest.fixture
+def settings(bus_settings: BusSettings, tmp_path: Path, owner: str) -> SandboxSettings:
+    state = tmp_path / "state"
+    state.mkdir()
+    return SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(state), docker_owner=owner)
+
+
+@pytest.fixture
+async def sandbox(run_service: ServiceRunner, settings: SandboxSettings) -> AsyncIterator[None]:
+    async with run_service(sandbox_service, settings):
+        yield
+
+
+def _exec(workspace: Path, backend: str, command: str) -> ExecRequest:
+    return ExecRequest(
+        session_id=SESSION,
+        workspace=str(workspace),
+        command=command,
+        backend=backend,
+        network="none",
+    )
+
+
+async def shell(client: Client, workspace: Path, backend: str, command: str) -> ExecResult:
+    result: ExecResult = await request(
+        client, subjects.SANDBOX_EXEC, _exec(workspace, backend, command), ExecResult, timeout_s=60
+    )
+    return result
+
+
+async def bg_run(
+    client: Client, workspace: Path, backend: str, command: str, cwd: str = ""
+) -> TaskStarted:
+    start = TaskStart(exec=_exec(workspace, backend, command), cwd=cwd)
+    started: TaskStarted = await request(
+        client, subjects.SANDBOX_TASK_START, start, TaskStarted, timeout_s=60
+    )
+    return started
+
+
+async def bg_output(
+    client: Client, task_id: str, offset: int = 0, limit: int = 65536
+) -> TaskOutput:
+    read = TaskRead(session_id=SESSION, input=BgOutputInput(id=task_id, offset=offset, limit=limit))
+    output: TaskOutput = await request(
+        client, subjects.SANDBOX_TASK_OUTPUT, read, TaskOutput, timeout_s=30
+    )
+    return output
+
+
+async def bg_stop(client: Client, task_id: str) -> TaskView:
+    stop = TaskStop(session_id=SESSION, input=BgStopInput(id=task_id))
+    view: TaskView = await request(client, subjects.SANDBOX_TASK_STOP, stop, TaskView, timeout_s=60)
+    return view
+
+
+async def until_ended(client: Client, task_id: str) -> TaskView:
+    """The task once it has ended (polled: the test waits on the task, not on a clock)."""
+    while True:
+        listing = await request(
+            client,
+            subjects.SANDBOX_TASK_LIST,
+            TaskList(session_id=SESSION),
+            TaskListing,
+            timeout_s=30,
+        )
+        [found] = [t for t in listing.tasks if t.id == task_id]
+        if found.status not in ("running", "stopping"):
+            return found
+        await anyio.sleep(0.1)
+
+
+async def until_said(client: Client, task_id: str, word: str) -> str:
+    """The task's output once it holds `word`."""
+    while True:
+        text = (await bg_output(client, task_id)).text
+        if word in text:
+            return text
+        await anyio.sleep(0.05)
+
+
+async def until_running(engine: Any, owner: str, words: list[str]) -> None:
+    """Once each of `words` is in a command line of the session's container."""
+    while True:
+        lines = commands_in(engine, owner)
+        if all(any(word in line for line in lines) for word in words):
+            return
+        await anyio.sleep(0.05)
+
+
+def commands_in(engine: Any, owner: str) -> list[str]:
+    """The command lines of every process of the session's container (`docker top`)."""
+    [container] = containers_of(engine, owner, SESSION)
+    top = container.top(ps_args="-eo pid,args")
+    return [" ".join(process) for process in top["Processes"]]
+
+
+async def test_a_task_runs_in_the_sessions_container_and_is_read_by_offsets(
+    client: Client, sandbox: None, workspace: Path, backend_name: str, engine: Any, owner: str
+) -> None:
+    owned(workspace / "sub")
+    await shell(client, workspace, backend_name, "echo kept > /tmp/kept")
+    started = await bg_run(
+        client,
+        workspace,
+        backend_name,
+        "pwd; cat /tmp/kept; for i in $(seq 1 200); do echo line $i; done; echo err >&2",
+        cwd="sub",
+    )
+    offset, text = 0, ""
+    while True:
+        got = await bg_output(client, started.id, offset=offset, limit=100)
+        assert got.next_offset >= offset
+        text += got.text
+        offset = got.next_offset
+        if got.eof:
+            break
+        if not got.text:
+            await anyio.sleep(0.05)
+    ended = await until_ended(client, started.id)
+    expected = "/workspace/sub\nkept\n" + "".join(f"line {i}\n" for i in range(1, 201)) + "err\n"
+    assert text == expected
+    assert (ended.status, ended.exit_code, ended.output_bytes) == ("succeeded", 0, len(expected))
+    assert len(containers_of(engine, owner, SESSION)) == 1
+
+
+async def test_a_failing_task_ends_failed_with_its_status(
+    client: Client, sandbox: None, workspace: Path, backend_name: str
+) -> None:
+    started = await bg_run(client, workspace, backend_name, "exit 3")
+    ended = await until_ended(client, started.id)
+    assert (ended.status, ended.exit_code, ended.error) == ("failed", 3, "exit_status")
+
+
+async def test_bg_stop_leaves_no_process_of_it_and_spares_the_sessions_others(
+    client: Client, sandbox: None, workspace: Path, backend_name: str, engine: Any, owner: str
+) -> None:
+    await shell(client, workspace, backend_name, "nohup sleep 3061 >/dev/null 2>&1 &")
+    started = await bg_run(
+        client, workspace, backend_name, "sleep 3062 & sleep 3063 & echo up; wait"
+    )
+    await until_said(client, started.id, "up")
+    assert any("sleep 3063" in line for line in commands_in(engine, owner))
+    stopped = await bg_stop(client, started.id)
+    left = commands_in(engine, owner)
+    assert stopped.status == "cancelled" and stopped.stopped_by == "model"
+    assert not [line for line in left if "sleep 306" in line and "3061" not in line]
+    assert any("sleep 3061" in line for line in left)  # not the task's: still runs
+
+
+async def test_a_task_that_left_its_session_and_ignored_sigterm_still_dies(
+    client: Client, sandbox: None, workspace: Path, backend_name: str, engine: Any, owner: str
+) -> None:
+    command = (
+        "trap '' TERM; "
+        "setsid sh -c 'trap \"\" TERM; sleep 3071' & "  # a session of its own
+        "(setsid sh -c 'sleep 3072 & exit 0' &); "  # double-forked: an orphan at once
+        "nohup sleep 3073 >/dev/null 2>&1 & "
+        "echo up; while :; do sleep 1; done"
+    )
+    started = await bg_run(client, workspace, backend_name, command)
+    await until_said(client, started.id, "up")
+    await until_running(engine, owner, ["sleep 3071", "sleep 3072", "sleep 3073"])
+    stopped = await bg_stop(client, started.id)
+    left = commands_in(engine, owner)
+    assert stopped.status == "cancelled"
+    assert not [line for line in left if "sleep 307" in line or "reaper" in line], left
+
+
+async def test_what_a_task_leaves_dies_when_its_command_ends(
+    client: Client, sandbox: None, workspace: Path, backend_name: str, engine: Any, owner: str
+) -> None:
+    started = await bg_run(client, workspace, backend_name, "(sleep 3081 &); echo done")
+    ended = await until_ended(client, started.id)
+    assert (ended.status, ended.exit_code) == ("succeeded", 0)
+    assert not [line for line in commands_in(engine, owner) if "sleep 3081" in line]
+
+
+async def test_a_dev_server_task_answers_a_later_shell_command(
+    client: Client, sandbox: None, workspace: Path, backend_name: str
+) -> None:
+    page = workspace / "hello.txt"
+    page.write_text("served from the task\n")
+    os.chown(page, OWNER_UID, OWNER_GID)
+    started = await bg_run(
+        client, workspace, backend_name, "exec python3 -m http.server 8765 --bind 127.0.0.1"
+    )
+    fetch = workspace / "fetch.py"
+    fetch.write_text(
+        "import time, urllib.request\n"
+        "for _ in range(200):\n"
+        "    try:\n"
+        "        page = urllib.request.urlopen('http://127.0.0.1:8765/hello.txt')\n"
+        "        print(page.read().decode(), end='')\n"
+        "        break\n"
+        "    except OSError:\n"
+        "        time.sleep(0.1)\n"
+    )
+    os.chown(fetch, OWNER_UID, OWNER_GID)
+    answered = await shell(client, workspace, backend_name, "python3 fetch.py")
+    stopped = await bg_stop(client, started.id)
+    assert answered.stdout == "served from the task\n", answered.stderr
+    assert stopped.status == "cancelled"
+
+
+async def test_a_removed_container_ends_its_tasks_failed(
+    client: Client, sandbox: None, workspace: Path, backend_name: str, engine: Any, owner: str
+) -> None:
+    started = await bg_run(client, workspace, backend_name, "echo up; sleep 3091")
+    await until_said(client, started.id, "up")
+    [container] = containers_of(engine, owner, SESSION)
+    container.remove(force=True)
+    ended = await until_ended(client, started.id)
+    assert (ended.status, ended.error) == ("failed", "sandbox_ended")
