@@ -250,3 +250,14 @@ async def test_a_removed_container_ends_its_tasks_failed(
     container.remove(force=True)
     ended = await until_ended(client, started.id)
     assert (ended.status, ended.error) == ("failed", "sandbox_ended")
+
+
+async def test_a_task_that_killed_its_reaper_ends_failed_and_what_it_left_dies(
+    client: Client, sandbox: None, workspace: Path, backend_name: str, engine: Any, owner: str
+) -> None:
+    command = "kill -9 $PPID; setsid sleep 3101 & echo up; sleep 3102"
+    started = await bg_run(client, workspace, backend_name, command)
+    ended = await until_ended(client, started.id)
+    left = commands_in(engine, owner)
+    assert (ended.status, ended.exit_code) == ("failed", 137)
+    assert not [line for line in left if "sleep 310" in line], left

@@ -28,7 +28,7 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -201,6 +201,8 @@ class DockerSandboxes:
         self._image_ids: dict[str, str] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._streams = anyio.CapacityLimiter(256)
+        self._busy: dict[str, int] = {}
+        """How many commands and tasks run in each container."""
         self._used = False
 
     def backend(self, target: DockerTarget) -> DockerBackend:
@@ -386,6 +388,21 @@ class DockerSandboxes:
             read_only=shown + protected,
         )
 
+    @contextlib.contextmanager
+    def _running(self, container_id: str) -> Iterator[None]:
+        """Count a command or a task as running in the container for the block."""
+        self._busy[container_id] = self._busy.get(container_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._busy[container_id] -= 1
+            if not self._busy[container_id]:
+                del self._busy[container_id]
+
+    def idle(self, container_id: str) -> bool:
+        """Whether no command or task of this service runs in the container."""
+        return container_id not in self._busy
+
     async def exec(
         self,
         container_id: str,
@@ -396,6 +413,17 @@ class DockerSandboxes:
     ) -> ExecResult:
         """Run `command` in the container as `user`, within `limits.wall_s`; how it ended.
         Each chunk of its output is also given to `tap` (from the thread that reads it)."""
+        with self._running(container_id):
+            return await self._exec(container_id, user, command, limits, tap)
+
+    async def _exec(
+        self,
+        container_id: str,
+        user: str,
+        command: str,
+        limits: Limits,
+        tap: OutputTap | None,
+    ) -> ExecResult:
         engine = self._engine
         cap = min(limits.output_bytes, MAX_TEXT - 64)
         out, err = capped_pair(cap, tap)
@@ -530,6 +558,7 @@ class DockerSandboxes:
         try:
             git = kept.enter_context(guard(spec.workspace, spec.git_writable))
             container_id = await self.container(target, spec, spec.session_id, git)
+            kept.enter_context(self._running(container_id))
             workdir = f"{WORKSPACE}/{cwd}" if cwd else WORKSPACE
             exec_id = await self.call(
                 partial(self._engine.exec_create, container_id, reaper_argv(command), user, workdir)

@@ -97,20 +97,26 @@ def term(*_):
         pass
 def stop(*_):
     raise Stop
+signal.signal(signal.SIGTERM, term)
+signal.signal(signal.SIGUSR1, stop)
+asks = {signal.SIGTERM, signal.SIGUSR1}
+signal.pthread_sigmask(signal.SIG_BLOCK, asks)  # held until the leader is known
+with open("/proc/self/stat", "rb") as stat:
+    began = stat.read().rpartition(b")")[2].split()[19]
+os.write(2, b"started %d %s\n" % (me, began))  # before the command can kill it
 leader = os.fork()
 if leader == 0:
     try:
+        for number in asks:
+            signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, asks)
         os.setsid()
         os.dup2(1, 2)
         os.execv("/bin/sh", ["/bin/sh", "-c", sys.argv[1]])
     finally:
         os._exit(127)
-signal.signal(signal.SIGTERM, term)
-signal.signal(signal.SIGUSR1, stop)
-with open("/proc/self/stat", "rb") as stat:
-    began = stat.read().rpartition(b")")[2].split()[19]
-os.write(2, b"started %d %s\n" % (me, began))
 try:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, asks)
     while status is None:
         pid, raw = os.waitpid(-1, 0)
         if pid == leader:
@@ -296,14 +302,23 @@ class DockerTask:
             self._kept.close()  # the exec's output, the log pipe, the git plan
         if failed or self._sandboxes.gone(self._container_id):
             return None
-        said = self._pump.ended()
         code = await self._sandboxes.exit_code(self._exec_id)
-        if said is None and code is not None:
-            logger.warning(
-                "a background task's reaper was killed: what the task left may still run in "
-                "its session's container"
-            )
+        if self._pump.ended() is None and code is not None:
+            await self._escaped()
         return code
+
+    async def _escaped(self) -> None:
+        """The reaper was killed before it said the task ended (by the task: it runs as the
+        same user): what the task left is known only as processes of the container's user,
+        killed all when nothing else of the session runs there."""
+        if self._sandboxes.idle(self._container_id):
+            with anyio.CancelScope(shield=True):
+                await self._sandboxes.kill_all(self._container_id, self._user)
+            return
+        logger.warning(
+            "a background task's reaper was killed while other commands or tasks ran in "
+            "its session's container: what the task left runs on until the container ends"
+        )
 
     def _sweep(self) -> list[str]:
         """What the git sweep moved aside of what the task wrote, said in its log."""
