@@ -1,4 +1,5 @@
-"""The Docker backend: one container per session, started on first use, one `exec` per call.
+"""The Docker backend: one container per session, started on first use, one `exec` per call
+and one per background task (under its reaper, `docker_task`).
 
 A container runs as the workspace's owner with no capabilities, no new privileges, a
 read-only root, a private `/tmp` tmpfs, the workspace at `/workspace`, and the limits of
