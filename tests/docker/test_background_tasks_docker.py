@@ -3,12 +3,18 @@ sandbox service on the bus: each task an exec of its reaper in the session's con
 
 from __future__ import annotations
 
+import io
 import os
-from collections.abc import AsyncIterator
+import re
+import shutil
+import subprocess
+import tarfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from bastion.proto import subjects
@@ -28,6 +34,7 @@ from bastion.proto.tasks import (
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
+from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.docker import containers_of
@@ -261,3 +268,48 @@ async def test_a_task_that_killed_its_reaper_ends_failed_and_what_it_left_dies(
     left = commands_in(engine, owner)
     assert (ended.status, ended.exit_code) == ("failed", 137)
     assert not [line for line in left if "sleep 310" in line], left
+
+
+def _with_libraries(program: str) -> list[Path]:
+    """A host program and the shared libraries it loads (`ldd`), for an image of its own."""
+    found = shutil.which(program)
+    assert found is not None, f"the host has no {program}"
+    listed = subprocess.run(["ldd", found], capture_output=True, text=True, check=True).stdout
+    return [Path(found), *(Path(p) for p in re.findall(r"(/\S+) \(0x", listed))]
+
+
+@pytest.fixture
+def shell_only_image(engine: Any) -> Iterator[str]:
+    """An image with `/bin/sh` and `sleep` and nothing else (no python3): its ID."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in {*_with_libraries("dash"), *_with_libraries("sleep")}:
+            tar.add(path.resolve(), arcname=str(path).lstrip("/"))
+        tar.add(Path(shutil.which("dash") or "/bin/dash").resolve(), arcname="bin/sh")
+    found = engine.images.client.api.import_image_from_data(
+        buffer.getvalue(), repository="bastion-shell-only-test"
+    )
+    image_id = re.search(r"sha256:[0-9a-f]{64}", str(found))
+    assert image_id is not None, found
+    yield image_id.group(0)
+    for container in engine.containers.list(all=True, filters={"ancestor": image_id.group(0)}):
+        container.remove(force=True)
+    engine.images.remove(image_id.group(0), force=True)
+
+
+async def test_an_image_without_python3_is_refused_with_a_sentence(
+    client: Client,
+    run_service: ServiceRunner,
+    settings: SandboxSettings,
+    workspace: Path,
+    shell_only_image: str,
+) -> None:
+    # git's mounts are checked with `stat`, which this image lacks too
+    writable = msgspec.structs.replace(settings, git_writable=True)
+    backend = f"docker:bastion-shell-only-test@{shell_only_image}"
+    async with run_service(sandbox_service, writable):
+        ran = await shell(client, workspace, backend, "echo plain")
+        with pytest.raises(RemoteError) as refused:
+            await bg_run(client, workspace, backend, "sleep 3111")
+    assert ran.stdout == "plain\n"
+    assert "python3" in refused.value.message and "use an image with" in refused.value.message

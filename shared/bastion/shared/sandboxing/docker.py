@@ -591,10 +591,10 @@ class DockerSandboxes:
 
     async def _not_started(self, exec_id: str, pump: TaskPump) -> str:
         """Why the reaper did not start the task, as a sentence saying what to do."""
-        if await self._exit_code(exec_id) == 127:
+        if await self._exit_code(exec_id) in (126, 127):  # the engine's "cannot run it"
             return (
                 "background tasks in a Docker session run under a small Python reaper, and "
-                "the image has no `python3` on its PATH: use an image with python3"
+                "the image has no `python3` on its PATH that runs: use an image with python3"
             )
         said = pump.control.decode(errors="replace").strip()[:300]
         return f"the task's reaper did not start it ({said or 'it said nothing'}): start it again"
