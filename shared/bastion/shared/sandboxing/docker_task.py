@@ -350,9 +350,12 @@ class DockerTask:
                     await self._done.wait()
                 if self._done.is_set():
                     continue
-                # The reaper is gone (the task killed it): what it left is known only as
-                # processes of the container's user.
-                logger.warning("a background task outlived its reaper: killing its container's")
+                # The reaper is gone (the task killed it, and the engine keeps the exec's
+                # output open) or starved (a fork bomb): the stop must end, so it goes as a
+                # `shell` command past its wall clock does.
+                logger.warning(
+                    "a background task did not end when killed: killing its container's processes"
+                )
                 await self._sandboxes.kill_all(self._container_id, self._user)
                 with anyio.move_on_after(DRAIN_GRACE_S):
                     await self._done.wait()
