@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from bastion.proto import subjects
-from bastion.proto.sandbox import ExecRequest, ExecResult
+from bastion.proto.sandbox import ExecRequest, ExecResult, Limits
 from bastion.proto.tasks import (
     BgOutputInput,
     BgStopInput,
@@ -37,7 +37,7 @@ from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
-from tests.helpers.docker import containers_of
+from tests.helpers.docker import containers_of, release
 from tests.helpers.owners import OWNER_GID, OWNER_UID, owned
 
 SESSION = "0123456789abcdef"
@@ -313,3 +313,38 @@ async def test_an_image_without_python3_is_refused_with_a_sentence(
             await bg_run(client, workspace, backend, "sleep 3111")
     assert ran.stdout == "plain\n"
     assert "python3" in refused.value.message and "use an image with" in refused.value.message
+
+
+async def test_a_task_past_its_wall_clock_ends_failed_with_nothing_left(
+    client: Client, sandbox: None, workspace: Path, backend_name: str, engine: Any, owner: str
+) -> None:
+    start = TaskStart(exec=_exec(workspace, backend_name, "sleep 3121"), timeout_ms=1000)
+    started = await request(client, subjects.SANDBOX_TASK_START, start, TaskStarted, timeout_s=60)
+    ended = await until_ended(client, started.id)
+    assert (ended.status, ended.error, ended.stopped_by) == ("failed", "timeout", "timeout")
+    assert not [line for line in commands_in(engine, owner) if "sleep 3121" in line]
+
+
+async def test_closing_the_session_cancels_its_tasks_and_removes_the_container(
+    client: Client, sandbox: None, workspace: Path, backend_name: str, engine: Any, owner: str
+) -> None:
+    started = await bg_run(client, workspace, backend_name, "echo up; sleep 3131")
+    await until_said(client, started.id, "up")
+    removed = await release(client, SESSION)
+    ended = await until_ended(client, started.id)
+    assert removed == 1 and not containers_of(engine, owner, SESSION)
+    assert (ended.status, ended.stopped_by) == ("cancelled", "session_closed")
+
+
+async def test_a_shell_command_past_its_wall_clock_ends_the_sessions_tasks_failed(
+    client: Client, sandbox: None, workspace: Path, backend_name: str
+) -> None:
+    started = await bg_run(client, workspace, backend_name, "echo up; sleep 3141")
+    await until_said(client, started.id, "up")
+    stuck = msgspec.structs.replace(
+        _exec(workspace, backend_name, "sleep 3142"), limits=Limits(wall_s=1)
+    )
+    result = await request(client, subjects.SANDBOX_EXEC, stuck, ExecResult, timeout_s=60)
+    ended = await until_ended(client, started.id)
+    assert result.ended == "timeout"
+    assert (ended.status, ended.exit_code, ended.error) == ("failed", 137, "exit_status")
