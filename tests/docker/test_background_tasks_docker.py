@@ -203,13 +203,16 @@ async def test_a_task_that_left_its_session_and_ignored_sigterm_still_dies(
         "nohup sleep 3073 >/dev/null 2>&1 & "
         "echo up; while :; do sleep 1; done"
     )
+    await shell(client, workspace, backend_name, "nohup sleep 3070 >/dev/null 2>&1 &")
     started = await bg_run(client, workspace, backend_name, command)
     await until_said(client, started.id, "up")
     await until_running(engine, owner, ["sleep 3071", "sleep 3072", "sleep 3073"])
     stopped = await bg_stop(client, started.id)
     left = commands_in(engine, owner)
     assert stopped.status == "cancelled"
-    assert not [line for line in left if "sleep 307" in line or "reaper" in line], left
+    assert not [line for line in left if "sleep 307" in line and "3070" not in line], left
+    assert not [line for line in left if "reaper" in line], left
+    assert any("sleep 3070" in line for line in left)  # the reaper's kill, not `kill -9 -1`
 
 
 async def test_what_a_task_leaves_dies_when_its_command_ends(
