@@ -351,3 +351,16 @@ async def test_a_shell_command_past_its_wall_clock_ends_the_sessions_tasks_faile
     ended = await until_ended(client, started.id)
     assert result.ended == "timeout"
     assert (ended.status, ended.exit_code, ended.error) == ("failed", 137, "exit_status")
+
+
+async def test_a_task_started_after_its_container_went_runs_in_a_new_one(
+    client: Client, sandbox: None, workspace: Path, backend_name: str, engine: Any, owner: str
+) -> None:
+    await shell(client, workspace, backend_name, "true")
+    [gone] = containers_of(engine, owner, SESSION)
+    gone.remove(force=True)
+    started = await bg_run(client, workspace, backend_name, "echo again")
+    ended = await until_ended(client, started.id)
+    [container] = containers_of(engine, owner, SESSION)
+    assert (ended.status, (await bg_output(client, started.id)).text) == ("succeeded", "again\n")
+    assert container.id != gone.id

@@ -558,17 +558,23 @@ class DockerSandboxes:
         kept = contextlib.ExitStack()
         try:
             git = kept.enter_context(guard(spec.workspace, spec.git_writable))
-            container_id = await self.container(target, spec, spec.session_id, git)
-            kept.enter_context(self._running(container_id))
             workdir = f"{WORKSPACE}/{cwd}" if cwd else WORKSPACE
-            exec_id = await self.call(
-                partial(self._engine.exec_create, container_id, reaper_argv(command), user, workdir)
-            )
-            if exec_id is None:
-                await self.discard(spec.session_id, container_id)
-                raise SandboxFailed(
-                    "the session's Docker container went as the task started: start it again"
+            for _ in range(2):  # once more should the container have gone meanwhile
+                container_id = await self.container(target, spec, spec.session_id, git)
+                exec_id = await self.call(
+                    partial(
+                        self._engine.exec_create, container_id, reaper_argv(command), user, workdir
+                    )
                 )
+                if exec_id is not None:
+                    break
+                await self.discard(spec.session_id, container_id)
+            else:
+                raise SandboxFailed(
+                    "the session's Docker container stopped as soon as it started: check the "
+                    f"engine's log for container events of session {spec.session_id}"
+                )
+            kept.enter_context(self._running(container_id))
             reading = await self.call(partial(self._engine.exec_start, exec_id))
             pump = TaskPump(reading, os.dup(output))
             kept.callback(pump.close)
