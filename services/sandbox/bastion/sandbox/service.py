@@ -103,6 +103,7 @@ from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing import (
     BwrapBackend,
     ContainerLimits,
+    DockerBackend,
     DockerSandboxes,
     HostIds,
     Network,
@@ -444,12 +445,13 @@ class Sandboxes:
         try:
             tasks = self._tasks()
             backend, spec = self._spec_of(given)
-            if not isinstance(backend, BwrapBackend) or (
+            if not isinstance(backend, BwrapBackend | DockerBackend) or (
                 given.network == "declared" and given.declared_hosts
             ):
                 raise NotImplementedYet(
-                    "background tasks run in the bwrap backend's warm sandbox, without "
-                    "declared hosts, for now: open the session with the bwrap backend"
+                    "background tasks run in the bwrap backend's warm sandbox or the "
+                    "session's Docker container, without declared hosts, for now: open the "
+                    "session with one of those backends"
                 )
             cwd = await anyio.to_thread.run_sync(checked_cwd, spec.workspace, request.cwd)
             spec, _room = await self._bounded(spec)

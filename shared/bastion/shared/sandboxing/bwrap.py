@@ -69,7 +69,7 @@ from bastion.shared.sandboxing.hostids import HostIds, drop_argv, sandbox_ids, u
 from bastion.shared.sandboxing.pidone import PidOne
 from bastion.shared.sandboxing.process import Finished, run_limited
 from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
-from bastion.shared.sandboxing.task import SandboxTask
+from bastion.shared.sandboxing.task import SandboxTask, WarmSandboxTask
 from bastion.shared.sandboxing.warm import (
     INIT_PATH,
     INIT_PROGRAM,
@@ -493,7 +493,7 @@ class BwrapBackend:
                     await cgroup.aclose()
                 kept.close()
             raise
-        return SandboxTask(task, cgroup, kept)
+        return WarmSandboxTask(task, cgroup, kept)
 
     def _payload(
         self,

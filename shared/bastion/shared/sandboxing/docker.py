@@ -1,4 +1,5 @@
-"""The Docker backend: one container per session, started on first use, one `exec` per call.
+"""The Docker backend: one container per session, started on first use, one `exec` per call
+and one per background task (under its reaper, `docker_task`).
 
 A container runs as the workspace's owner with no capabilities, no new privileges, a
 read-only root, a private `/tmp` tmpfs, the workspace at `/workspace`, and the limits of
@@ -21,12 +22,14 @@ what its previous life left (`DockerSandboxes.sweep`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
 import secrets
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -48,6 +51,7 @@ from bastion.shared.sandboxing.docker_engine import (
     engine_address,
 )
 from bastion.shared.sandboxing.docker_target import DOCKER_PREFIX, DockerTarget
+from bastion.shared.sandboxing.docker_task import DockerTask, TaskPump, reaper_argv
 from bastion.shared.sandboxing.errors import SandboxFailed
 from bastion.shared.sandboxing.gitguard import GitGuard, guard
 from bastion.shared.sandboxing.output import CappedOutput, OutputTap, capped_pair
@@ -82,6 +86,8 @@ KILL_ALL: Final = ("/bin/sh", "-c", "kill -9 -1")
 _KILL_S: Final = 20.0
 """How long a cancelled exec's `KILL_ALL` may take before the cancel goes on without it."""
 _CONTROL_DEADLINE_S: Final = 60.0
+_TASK_READY_S: Final = 30.0
+"""How long a task's reaper may take to say it started the command."""
 _CHECK_LIMITS: Final = Limits(wall_s=30.0, cpu_s=10)
 _SIGNAL_STATUSES: Final = range(129, 129 + 64)
 
@@ -196,6 +202,8 @@ class DockerSandboxes:
         self._image_ids: dict[str, str] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._streams = anyio.CapacityLimiter(256)
+        self._busy: dict[str, int] = {}
+        """How many commands and tasks run in each container."""
         self._used = False
 
     def backend(self, target: DockerTarget) -> DockerBackend:
@@ -381,6 +389,21 @@ class DockerSandboxes:
             read_only=shown + protected,
         )
 
+    @contextlib.contextmanager
+    def _running(self, container_id: str) -> Iterator[None]:
+        """Count a command or a task as running in the container for the block."""
+        self._busy[container_id] = self._busy.get(container_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._busy[container_id] -= 1
+            if not self._busy[container_id]:
+                del self._busy[container_id]
+
+    def idle(self, container_id: str) -> bool:
+        """Whether no command or task of this service runs in the container."""
+        return container_id not in self._busy
+
     async def exec(
         self,
         container_id: str,
@@ -391,6 +414,17 @@ class DockerSandboxes:
     ) -> ExecResult:
         """Run `command` in the container as `user`, within `limits.wall_s`; how it ended.
         Each chunk of its output is also given to `tap` (from the thread that reads it)."""
+        with self._running(container_id):
+            return await self._exec(container_id, user, command, limits, tap)
+
+    async def _exec(
+        self,
+        container_id: str,
+        user: str,
+        command: str,
+        limits: Limits,
+        tap: OutputTap | None,
+    ) -> ExecResult:
         engine = self._engine
         cap = min(limits.output_bytes, MAX_TEXT - 64)
         out, err = capped_pair(cap, tap)
@@ -426,7 +460,7 @@ class DockerSandboxes:
                 group.start_soon(read)
                 await anyio.sleep(limits.wall_s)
                 timed_out = True
-                await self._kill_all(container_id, user)
+                await self.kill_all(container_id, user)
                 await anyio.sleep(DRAIN_GRACE_S)
                 # Nothing could run `kill` (a fork bomb), or the engine is stuck: end it all.
                 logger.warning("sandbox container removed: its command outlived its time")
@@ -438,7 +472,7 @@ class DockerSandboxes:
             # The call was cancelled (`bastion.shared.cancelling`): the exec'd command ends
             # as one whose time ran out does, with every process of it.
             with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_S):
-                await self._kill_all(container_id, user)
+                await self.kill_all(container_id, user)
             raise
         finally:
             output.close()
@@ -457,19 +491,119 @@ class DockerSandboxes:
                 await anyio.sleep(0.01)
         return None
 
-    async def _kill_all(self, container_id: str, user: str) -> None:
+    async def kill_all(self, container_id: str, user: str) -> None:
         """Every process of the container but its init, killed by one of the same user."""
+        await self.control(container_id, user, KILL_ALL)
+
+    async def control(self, container_id: str, user: str, argv: Sequence[str]) -> None:
+        """Run a short control command (a kill) in the container, to its end or for 10 s;
+        one that fails is let be: its caller removes the container if what it was for
+        does not end."""
         engine = self._engine
         try:
-            killer = await self.call(partial(engine.exec_create, container_id, KILL_ALL, user), 10)
-            if killer is not None:
-                done = await self.call(partial(engine.exec_start, killer), 10)
+            runner = await self.call(partial(engine.exec_create, container_id, argv, user), 10)
+            if runner is not None:
+                done = await self.call(partial(engine.exec_start, runner), 10)
                 try:
                     await self.call(lambda: list(done.chunks()), 10)
                 finally:
                     done.close()
         except SandboxFailed:
-            pass  # the caller removes the container if the call does not end
+            pass
+
+    @property
+    def streams(self) -> anyio.CapacityLimiter:
+        """The threads reading exec output: one per running command or task."""
+        return self._streams
+
+    def gone(self, container_id: str) -> bool:
+        """Whether an exec (or a task's stop) removed the container."""
+        return container_id in self._removed
+
+    async def exit_code(self, exec_id: str) -> int | None:
+        """The exec's exit code, once the engine has it (None: it lost the exec)."""
+        return await self._exit_code(exec_id)
+
+    async def remove_stuck(self, container_id: str) -> None:
+        """Remove a container whose processes could not be killed from inside (a fork
+        bomb): its session's next call makes a new one."""
+        logger.warning("sandbox container removed: a background task could not be stopped")
+        self._removed.add(container_id)
+        with anyio.CancelScope(shield=True):
+            await self.call(partial(self._engine.remove, container_id))
+
+    async def start_task(
+        self,
+        target: DockerTarget,
+        spec: SandboxSpec,
+        command: str,
+        output: int,
+        cwd: str = "",
+    ) -> DockerTask:
+        """Start `command` as a background task in the session's container (made if it has
+        none), under its reaper, in `/workspace/cwd`, both streams written to `output`, with
+        no wall clock (its caller keeps one).
+
+        Raises:
+            SandboxFailed: there is no session, or the task could not start (the image
+                has no `python3`, the container went).
+        """
+        if not spec.session_id:
+            raise SandboxFailed(
+                "background tasks run in a session's container, and this call has no "
+                "session: open a session first"
+            )
+        uid, gid = _owner(spec.workspace)
+        user = f"{uid}:{gid}"
+        kept = contextlib.ExitStack()
+        try:
+            git = kept.enter_context(guard(spec.workspace, spec.git_writable))
+            workdir = f"{WORKSPACE}/{cwd}" if cwd else WORKSPACE
+            for _ in range(2):  # once more should the container have gone meanwhile
+                container_id = await self.container(target, spec, spec.session_id, git)
+                exec_id = await self.call(
+                    partial(
+                        self._engine.exec_create, container_id, reaper_argv(command), user, workdir
+                    )
+                )
+                if exec_id is not None:
+                    break
+                await self.discard(spec.session_id, container_id)
+            else:
+                raise SandboxFailed(
+                    "the session's Docker container stopped as soon as it started: check the "
+                    f"engine's log for container events of session {spec.session_id}"
+                )
+            kept.enter_context(self._running(container_id))
+            reading = await self.call(partial(self._engine.exec_start, exec_id))
+            pump = TaskPump(reading, os.dup(output))
+            kept.callback(pump.close)
+            reaper = await self.call(pump.reading(pump.until_started), deadline_s=_TASK_READY_S)
+            if reaper is None:
+                raise SandboxFailed(await self._not_started(exec_id, pump))
+        except BaseException:
+            kept.close()
+            raise
+        return DockerTask(
+            self,
+            container_id=container_id,
+            user=user,
+            exec_id=exec_id,
+            pump=pump,
+            reaper=reaper,
+            git=git,
+            kept=kept,
+        )
+
+    async def _not_started(self, exec_id: str, pump: TaskPump) -> str:
+        """Why the reaper did not start the task, as a sentence saying what to do."""
+        if await self._exit_code(exec_id) in (126, 127):  # the engine's "cannot run it"
+            return (
+                "background tasks in a Docker session run under a small Python reaper, and "
+                "the image has no `python3` on its PATH that runs: use an image with python3"
+            )
+        said = pump.control.decode(errors="replace").strip()[:300]
+        return f"the task's reaper did not start it ({said or 'it said nothing'}): start it again"
 
 
 class DockerBackend:
@@ -508,6 +642,13 @@ class DockerBackend:
         finally:
             if not spec.session_id:
                 await self._sandboxes.release(session_id)
+
+    async def start_task(
+        self, spec: SandboxSpec, command: str, output: int, cwd: str = ""
+    ) -> DockerTask:
+        """Start `command` as a background task in the session's container
+        (`DockerSandboxes.start_task`)."""
+        return await self._sandboxes.start_task(self.target, spec, command, output, cwd)
 
     async def check(self, spec: SandboxSpec) -> str:
         """Run `true` in a throwaway container like the session's; say what ran."""

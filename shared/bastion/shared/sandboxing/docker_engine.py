@@ -283,10 +283,14 @@ class DockerEngine:
         with _engine_call(f"remove container {container_id[:12]}", gone_is_fine=True):
             self._api().remove_container(container_id, force=True)
 
-    def exec_create(self, container_id: str, argv: Sequence[str], user: str) -> str | None:
-        """A new exec of `argv` in the container, or `None` if the container is gone."""
+    def exec_create(
+        self, container_id: str, argv: Sequence[str], user: str, workdir: str | None = None
+    ) -> str | None:
+        """A new exec of `argv` in the container (in `workdir`, else the container's), or
+        `None` if the container is gone."""
         with _engine_call("run the command", gone_is_fine=True):
-            return str(self._api().exec_create(container_id, list(argv), user=user)["Id"])
+            created = self._api().exec_create(container_id, list(argv), user=user, workdir=workdir)
+            return str(created["Id"])
         return None
 
     def exec_start(self, exec_id: str) -> ExecOutput:

@@ -1,21 +1,44 @@
-"""A background task running in a session's warm sandbox, as its backend hands it out:
-wait for its end, stop it (SIGTERM to its process group, SIGKILL later), and what it leaves
-(its cgroup, its git plan) released once it has ended (docs/sandbox.md, "Background tasks")."""
+"""A background task as a backend hands it out: wait for its end, stop it (SIGTERM to its
+process group, SIGKILL to every process of it later); the bubblewrap one, in a session's
+warm sandbox, releases what it leaves (its cgroup, its git plan) once it has ended
+(docs/sandbox.md, "Background tasks")."""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Protocol
 
 import anyio
 
 from bastion.shared.sandboxing.cgroup import CommandCgroup
 from bastion.shared.sandboxing.warm import WarmTask
 
-__all__ = ["SandboxTask"]
+__all__ = ["SandboxTask", "WarmSandboxTask"]
 
 
-class SandboxTask:
-    """One started task: its warm-sandbox channel, its cgroup and its git plan."""
+class SandboxTask(Protocol):
+    """One started task, whichever backend runs it."""
+
+    async def wait(self) -> int | None:
+        """Its exit status once every process of it is gone (None: its sandbox ended
+        first)."""
+        ...
+
+    def limit_hit(self) -> str:
+        """The limit it was seen to hit (`oom`, `process_limit`), else empty."""
+        ...
+
+    def terminate(self) -> None:
+        """SIGTERM to the task's process group."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the task."""
+        ...
+
+
+class WarmSandboxTask:
+    """One task of a warm bubblewrap sandbox: its channel, its cgroup and its git plan."""
 
     def __init__(
         self, task: WarmTask, cgroup: CommandCgroup | None, kept: contextlib.ExitStack
