@@ -17,6 +17,7 @@ import anyio
 import msgspec
 import pytest
 
+from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.sandbox import ExecRequest, ExecResult, Limits
 from bastion.proto.tasks import (
@@ -167,6 +168,26 @@ async def test_a_task_runs_in_the_sessions_container_and_is_read_by_offsets(
     assert text == expected
     assert (ended.status, ended.exit_code, ended.output_bytes) == ("succeeded", 0, len(expected))
     assert len(containers_of(engine, owner, SESSION)) == 1
+
+
+def _repository(workspace: Path) -> None:
+    """The workspace made a repository by its owner."""
+    subprocess.run(["git", "-c", "safe.directory=*", "init", "-q"], cwd=workspace, check=True)
+    for path in [workspace, *workspace.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+
+
+async def test_a_task_in_a_repository_is_refused_saying_why(
+    client: Client, sandbox: None, workspace: Path, backend_name: str
+) -> None:
+    """A task runs past the sweep of `.git` that ends each command, and a container cannot
+    show `.git` read-only to one exec: in a repository a Docker session gets no task."""
+    _repository(workspace)
+    with pytest.raises(RemoteError) as refused:
+        await bg_run(client, workspace, backend_name, "echo ../ev > .git/commondir")
+    assert refused.value.code == codes.NOT_IMPLEMENTED
+    assert "no repository" in refused.value.message
+    assert not (workspace / ".git" / "commondir").exists()
 
 
 async def test_a_failing_task_ends_failed_with_its_status(

@@ -41,7 +41,7 @@ import msgspec
 
 from bastion.proto._base import MAX_TEXT
 from bastion.proto.sandbox import ExecResult, Limits
-from bastion.shared.errors import InvalidInput
+from bastion.shared.errors import InvalidInput, NotImplementedYet
 from bastion.shared.sandboxing.argv import ENVIRONMENT, shell_argv
 from bastion.shared.sandboxing.docker_engine import (
     LABEL_MANAGED,
@@ -558,6 +558,13 @@ class DockerSandboxes:
         kept = contextlib.ExitStack()
         try:
             git = kept.enter_context(guard(spec.workspace, spec.git_writable))
+            if git is not None and git.repository:
+                raise NotImplementedYet(
+                    "background tasks in a Docker session run only in a workspace that is no "
+                    "repository: a task runs past the sweep of .git that ends each command, "
+                    "and a container cannot show .git read-only to one exec; run it with "
+                    "shell, or open the session with the bwrap backend"
+                )
             workdir = f"{WORKSPACE}/{cwd}" if cwd else WORKSPACE
             for _ in range(2):  # once more should the container have gone meanwhile
                 container_id = await self.container(target, spec, spec.session_id, git)

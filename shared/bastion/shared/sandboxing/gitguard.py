@@ -185,6 +185,11 @@ class GitGuard:
     _pointers: dict[str, tuple[int, int, int, int] | None] = field(default_factory=dict)
     """Each of `POINTER_FILES` as it was before the command (None: missing)."""
 
+    @property
+    def repository(self) -> bool:
+        """Whether the workspace is a repository (its `.git` is swept after each run)."""
+        return self._git is not None
+
     def options(self, inside: str) -> list[str]:
         """bwrap's options binding each entry by its descriptor, under `inside`."""
         options: list[str] = []
