@@ -15,6 +15,7 @@ from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
+from bastion.sandbox.tasks.runner import KEPT_ENDED
 from bastion.shared.bus import Client, request
 from tests.helpers.bus import Plane
 from tests.helpers.session import call, open_session
@@ -189,3 +190,29 @@ async def test_a_task_cannot_plant_what_git_reads_while_later_commands_are_swept
     assert not (workspace / ".git" / "commondir").exists()
     assert not (workspace / ".git" / "objects" / "info" / "alternates").exists()
     assert "x\n" not in (workspace / ".git" / "config").read_text()
+
+
+async def test_a_session_keeps_only_its_last_ended_tasks_and_its_close_forgets_them_all(
+    client: Client, plane_of: Plane, workspace: Path, sandbox_state_dir: Path
+) -> None:
+    """Ended tasks' logs stay readable for a while but cannot pile up on the state dir's
+    disk: a session keeps its last `KEPT_ENDED`, and none once it closed."""
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        first = None
+        for _ in range(KEPT_ENDED + 3):
+            started = await tool(
+                client, sid, "bg_run", command="head -c 1000 /dev/zero | tr '\\0' x"
+            )
+            first = first or started["id"]
+            await ended(client, sid, started["id"])
+        listed = await tool(client, sid, "bg_list", limit=50)
+        logs = sorted((sandbox_state_dir / "tasks" / sid).glob("*.log"))
+        gone = await call(client, sid, "bg_output", id=first)
+        await request(
+            client, subjects.SESSION_CLOSE, SessionRef(session_id=sid), SessionInfo, timeout_s=30
+        )
+    assert len(listed["tasks"]) == KEPT_ENDED and len(logs) == KEPT_ENDED
+    assert isinstance(gone, ErrorReply) and gone.code == "not_found", gone
+    assert not (sandbox_state_dir / "tasks" / sid).exists()

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 import anyio
+import anyio.to_thread
 import msgspec
 from anyio.abc import TaskGroup
 
@@ -56,6 +58,11 @@ Starter = Callable[[int], Awaitable[SandboxTask]]
 """Starts the task's command, both its streams written to the descriptor it is given."""
 Ended = Callable[[TaskRecord], Awaitable[None]]
 """Told of a task that ended on its own (succeeded, failed, its time ran out)."""
+
+
+KEPT_ENDED: Final = 32
+"""How many ended tasks a session keeps (records and logs) for `bg_list` and `bg_output`;
+starting one more forgets the oldest, and a session's close removes their logs."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,7 @@ class Tasks:
             timeout_ms=timeout_ms,
             started_at=time.time(),
         )
+        await self._forget_oldest(tenant, session_id)
         log = TaskLog(self.log_path(record), self.limits.max_output_bytes, redactor)
         try:
             await self._store.admit(
@@ -334,16 +342,27 @@ class Tasks:
 
     async def release(self, tenant: str, session_id: str) -> None:
         """The session closed: each of its live tasks ends `cancelled` (origin
-        `session_closed`), its processes gone, here and on every replica running one (a
-        gone replica's are marked `lost`)."""
+        `session_closed`), its processes gone, here and on every replica that ran one (a
+        gone replica's are marked `lost`), and each of them removes the logs it keeps of the
+        session's tasks, which no session may read any more (their records go with the
+        bucket's age limit)."""
         records = await self._store.of_session(tenant, session_id)
         live = [r for r in records if r.status in LIVE_STATUSES]
         async with anyio.create_task_group() as group:
             group.start_soon(self.release_here, session_id)
             if self._holders is not None:
-                for replica in {r.replica for r in live if r.replica not in ("", self.replica)}:
+                for replica in {r.replica for r in records if r.replica not in ("", self.replica)}:
                     held = [r for r in live if r.replica == replica]
                     group.start_soon(self._release_at, self._holders, replica, session_id, held)
+
+    async def _forget_oldest(self, tenant: str, session_id: str) -> None:
+        """Keep the session's last `KEPT_ENDED` ended tasks: forget the older ones' records,
+        and their logs where this replica holds them."""
+        records = await self._store.of_session(tenant, session_id)  # newest first
+        ended = [r for r in records if r.status not in LIVE_STATUSES]
+        for record in ended[KEPT_ENDED - 1 :]:
+            self.log_path(record).unlink(missing_ok=True)
+            await self._store.forget(record)
 
     async def _release_at(
         self, holders: Holders, replica: str, session_id: str, held: list[TaskRecord]
@@ -356,9 +375,13 @@ class Tasks:
                 await self._store.change(record, _gone)
 
     async def release_here(self, session_id: str) -> None:
-        """The session closed: each of its live tasks this replica runs ends `cancelled`."""
+        """The session closed: each of its live tasks this replica runs ends `cancelled`,
+        and the logs it keeps of the session's tasks are removed."""
         mine = [r for r in self._running.values() if r.record.session_id == session_id]
         await self._stop_all(mine, "session_closed")
+        await anyio.to_thread.run_sync(
+            lambda: shutil.rmtree(self._logs / session_id, ignore_errors=True)
+        )
 
     async def list(self, request: TaskList) -> TaskListing:
         """`bg_list`: the session's tasks, newest first."""

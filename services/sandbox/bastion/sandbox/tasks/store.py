@@ -37,6 +37,11 @@ def _hex(text: str) -> str:
     return text.encode().hex()
 
 
+RECORDS_KEPT_S: Final = 7 * 24 * 3600.0
+"""How long a task's record is kept after its last change: a week, as ended tasks' logs
+are kept while their session lives."""
+
+
 class TaskStore:
     """The records of background tasks, by tenant, session and id."""
 
@@ -46,8 +51,9 @@ class TaskStore:
 
     @classmethod
     async def open(cls, client: Client, bucket: str) -> TaskStore:
-        """The store on `bucket`, created if missing."""
-        return cls(await TypedBucket.open(client, bucket, TaskRecord))
+        """The store on `bucket`, created if missing, each record kept `RECORDS_KEPT_S`
+        after its last change (longer than any task may run)."""
+        return cls(await TypedBucket.open(client, bucket, TaskRecord, ttl_s=RECORDS_KEPT_S))
 
     @staticmethod
     def key(tenant: str, session_id: str, task_id: str) -> str:
@@ -131,6 +137,11 @@ class TaskStore:
         prefix = f"task.{_hex(tenant)}.{session_id}."
         found = [entry.value async for entry in self._records.iterate(prefix)]
         return sorted(found, key=lambda record: record.id, reverse=True)
+
+    async def forget(self, record: TaskRecord) -> None:
+        """Remove an ended task's record (its session closed, or it is past what the
+        session keeps)."""
+        await self._records.delete(self.key(record.tenant, record.session_id, record.id))
 
     async def unfinished(self, owner: str) -> list[TaskRecord]:
         """Every live task `owner` runs, of every tenant and session."""
