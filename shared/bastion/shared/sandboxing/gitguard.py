@@ -24,6 +24,9 @@ after the container starts).
 - A control entry that is a symbolic link or of the wrong type (a `hooks` that is a
   file) cannot be protected where git would follow it: the call is refused, saying
   which entry to fix (`GitEntryRefused`). No sandbox can make one: only the host can.
+  So is a link or a non-directory where git reads text through a directory
+  (`objects`, `objects/info`, `info`, `refs`, `logs`: `_LINK_AREAS`), as the run starts;
+  one a command makes there is moved aside when it ends (`GitGuard.sweep`).
 
 `control_path` is the same table for the file tools, which refuse to touch these paths.
 `LOCKED_GIT_ENVIRONMENT` is how git runs on the host for a command hook.
@@ -153,6 +156,13 @@ def refusal(path: str) -> InvalidInput:
     )
 
 
+_State = tuple[str, int, int, int, int] | None
+"""What is at a path of `.git`: the path of what was found there (the file, or the first
+component of its way that is no directory) and its device, inode, size and change time."""
+_Link = tuple[str, int, int]
+"""A symbolic link of `.git`: its path, device and inode (a link replaced is a new one)."""
+
+
 @dataclass
 class _Watched:
     """A control entry that was missing when the run started: moved aside if made."""
@@ -180,9 +190,9 @@ class GitGuard:
     _owned: list[int] = field(default_factory=list)
     _git: int | None = None
     """The repository's `.git`, when the workspace is one: its links are swept too."""
-    _links: frozenset[str] = frozenset()
+    _links: frozenset[_Link] = frozenset()
     """The symbolic links in the parts of `.git` git reads as text, before the command."""
-    _pointers: dict[str, tuple[int, int, int, int] | None] = field(default_factory=dict)
+    _pointers: dict[str, _State] = field(default_factory=dict)
     """Each of `POINTER_FILES` as it was before the command (None: missing)."""
 
     def options(self, inside: str) -> list[str]:
@@ -297,21 +307,27 @@ class GitGuard:
         else:
             self._bind(fd, ".git", writable=True)
             self._entries(fd)
+            _areas_are_directories(fd)
             self._git = fd
             self._links = _links_in(fd)
-            self._pointers = {name: _file_state(fd, name) for name in POINTER_FILES}
+            self._pointers = {name: _state(fd, name) for name in POINTER_FILES}
 
     def sweep(self) -> list[str]:
-        """Move aside each watched entry the command made, and each symbolic link it made
-        where git reads text (`_LINK_AREAS`); a sentence for each."""
+        """Move aside each watched entry the command made, each symbolic link it made where
+        git reads text (`_LINK_AREAS`), each link or non-directory it put on the way to one
+        of those parts, and each pointer file it made or changed; a sentence for each."""
         said: list[str] = []
         if self._git is not None:
-            for link in sorted(_links_in(self._git) - self._links):
+            for link, *_ in sorted(_links_in(self._git) - self._links):
                 said += _link_aside(self._git, link)
+            for area, _ in _LINK_AREAS[1:]:
+                odd = _state(self._git, area, directory=True)
+                if odd is not None:
+                    said += _link_aside(self._git, odd[0])
             for name, before in self._pointers.items():
-                after = _file_state(self._git, name)
+                after = _state(self._git, name)
                 if after is not None and after != before:
-                    said += _link_aside(self._git, name)
+                    said += _link_aside(self._git, after[0])
         for entry in self.watched:
             *dirs, name = entry.name.split("/")
             if not dirs:
@@ -344,15 +360,21 @@ def _odd(shown: str, info: os.stat_result, wanted: str) -> GitEntryRefused:
 
 _LINK_AREAS: Final = (
     ("", False),
-    ("info", False),
-    ("objects/info", False),
+    ("info", True),
+    ("objects", False),
+    ("objects/info", True),
+    ("objects/pack", False),
     ("refs", True),
     ("logs", True),
 )
-"""The parts of `.git` (and whether below them too) that git reads as text: HEAD and the
-other heads, packed-refs, `info/`, `objects/info/alternates`, refs and reflogs. A symbolic
-link there would make git on the host (root's, for one) read the file it names and quote it
-in an error (`alternates -> /etc/shadow`), so one a command makes is moved aside."""
+"""The parts of `.git` (and whether below them too) that git reads as text or as another
+store's objects: HEAD and the other heads, packed-refs, `info/` (grafts, exclude,
+attributes), `objects/info` (alternates, the commit-graph chain), the packs, refs and
+reflogs. A symbolic link there would make git on the host (root's, for one) read the file
+it names and quote it in an error (`alternates -> /etc/shadow`), so one a command makes is
+moved aside; and each part but the top must be a directory of `.git`'s own (a link at
+`objects/info` leads git's reads elsewhere): a link or other non-directory there refuses
+the run as it starts, and one a command puts there is moved aside."""
 _MAX_LINK_ENTRIES: Final = 50_000
 _DIR_OPEN: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -364,28 +386,47 @@ which no sandbox shows — so it is moved aside after the command (a changed one
 repository's own back by hand)."""
 
 
-def _file_state(git: int, path: str) -> tuple[int, int, int, int] | None:
-    """`path` (relative to `.git`, reached without following a link) as device, inode,
-    size and change time; None when it is missing."""
-    *dirs, name = path.split("/")
+def _state(git: int, path: str, *, directory: bool = False) -> _State:
+    """What git would reach at `path` (relative to `.git`), looked at without following a
+    link: None when nothing is there (or, for a `directory`, a directory of `.git`'s own
+    is); a link or non-directory on the way is what is found, not a missing file."""
+    parts = path.split("/")
     fd = os.open(".", _DIR_OPEN, dir_fd=git)
     try:
-        for directory in dirs:
-            inner = os.open(directory, _DIR_OPEN, dir_fd=fd)
+        for depth, part in enumerate(parts):
+            info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISDIR(info.st_mode):
+                found = "/".join(parts[: depth + 1])
+                return found, info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns
+            if depth == len(parts) - 1:
+                if directory:
+                    return None
+                return path, info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns
+            inner = os.open(part, _DIR_OPEN, dir_fd=fd)
             os.close(fd)
             fd = inner
-        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except OSError:
-        return None
+        return None  # missing (or changed while looked at: looked at again next run)
     finally:
         os.close(fd)
-    return info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns
+    return None
 
 
-def _links_in(git: int) -> frozenset[str]:
+def _areas_are_directories(git: int) -> None:
+    """Refuse a `.git` where a part of `_LINK_AREAS` is a link or no directory: what git
+    reads through it could not be watched without following the link."""
+    for area, _ in _LINK_AREAS[1:]:
+        odd = _state(git, area, directory=True)
+        if odd is not None:
+            info = os.stat(odd[0], dir_fd=git, follow_symlinks=False)
+            raise _odd(f".git/{odd[0]}", info, "a directory")
+
+
+def _links_in(git: int) -> frozenset[_Link]:
     """The symbolic links in `_LINK_AREAS` of the `.git` whose descriptor is `git`, as paths
-    relative to it (at most `_MAX_LINK_ENTRIES` entries looked at)."""
-    found: set[str] = set()
+    relative to it with their device and inode (at most `_MAX_LINK_ENTRIES` entries looked
+    at)."""
+    found: set[_Link] = set()
     seen = 0
     for area, below in _LINK_AREAS:
         pending = [area]
@@ -401,7 +442,8 @@ def _links_in(git: int) -> frozenset[str]:
                         seen += 1
                         path = f"{where}/{entry.name}" if where else entry.name
                         if entry.is_symlink():
-                            found.add(path)
+                            info = entry.stat(follow_symlinks=False)
+                            found.add((path, info.st_dev, info.st_ino))
                         elif below and entry.is_dir(follow_symlinks=False):
                             pending.append(path)
             finally:
