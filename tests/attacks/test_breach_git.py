@@ -484,6 +484,27 @@ async def test_a_link_on_the_way_to_what_git_reads_is_moved_aside(
     assert _quotes_shadow(host.workspace) == []
 
 
+async def test_a_linked_objects_never_leads_the_sweep_out_of_the_workspace(
+    client: Client, sandbox: None, host: Host, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`.git/objects` a link to a host directory with links in its `info/`: the sweep (the
+    service's, root's) must move the link aside, never rename what is in that directory."""
+    outside = tmp_path_factory.mktemp("host-dir")
+    (outside / "info").mkdir()
+    (outside / "info/kept").symlink_to("/etc/hostname")
+    (outside / "pack").mkdir()
+    (outside / "pack/kept").symlink_to("/etc/hostname")
+    _repo(host.workspace)
+    result = await shell(
+        client, host.workspace, f"rm -rf .git/objects; ln -s {outside} .git/objects; echo done"
+    )
+    assert result.stdout == "done\n", result.stderr
+    _moved_aside(host.workspace, "objects", result.stderr)
+    assert "objects/info" not in result.stderr
+    assert sorted(p.name for p in (outside / "info").iterdir()) == ["kept"]
+    assert sorted(p.name for p in (outside / "pack").iterdir()) == ["kept"]
+
+
 async def test_a_linked_objects_info_naming_another_repositorys_store_is_moved_aside(
     client: Client, sandbox: None, host: Host, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -644,6 +665,42 @@ async def test_the_workspaces_own_gitconfig_made_by_a_command_is_moved_aside(
     assert "the command made .config/git" in result.stderr
     assert not (host.workspace / ".gitconfig").exists()
     assert not (host.workspace / ".config/git").exists()
+    await _host_git_runs_nothing(host.workspace, mark, home=host.workspace)
+
+
+@pytest.mark.parametrize(
+    ("had", "plant", "moved"),
+    [
+        pytest.param(
+            True,
+            "mv .config moved && mkdir -p .config/git && printf '{config}' > .config/git/config",
+            ".config/git",
+            id="renamed-parent",
+        ),
+        pytest.param(
+            False,
+            "mkdir -p cfg/git && printf '{config}' > cfg/git/config && ln -s cfg .config",
+            ".config",
+            id="linked-parent",
+        ),
+    ],
+)
+async def test_a_config_git_reached_through_a_new_parent_is_moved_aside(
+    client: Client, sandbox: None, host: Host, had: bool, plant: str, moved: str
+) -> None:
+    """`.config/git` read-only (or watched) is no protection if a command can put another
+    `.config` in the way: git with HOME at the workspace reads what is there now."""
+    _repo(host.workspace)
+    if had:
+        (host.workspace / ".config/git").mkdir(parents=True)
+        (host.workspace / ".config/git/ignore").write_text("*.log\n")
+        _own(host.workspace)
+    mark = host.workspace / "PWNED"
+    config = _fsmonitor(mark).replace("\n", "\\n").replace("\t", "\\t")
+    result = await shell(client, host.workspace, plant.format(config=config) + "; echo done")
+    assert result.stdout == "done\n", result.stderr
+    assert f"the command made {moved}," in result.stderr
+    assert not (host.workspace / ".config/git/config").exists()
     await _host_git_runs_nothing(host.workspace, mark, home=host.workspace)
 
 

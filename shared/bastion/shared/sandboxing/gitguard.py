@@ -194,6 +194,10 @@ class GitGuard:
     """The symbolic links in the parts of `.git` git reads as text, before the command."""
     _pointers: dict[str, _State] = field(default_factory=dict)
     """Each of `POINTER_FILES` as it was before the command (None: missing)."""
+    _root: int | None = None
+    """The workspace: its `HOME_DIRS` are looked at again after the command."""
+    _homes: dict[str, _State] = field(default_factory=dict)
+    """What each of `HOME_DIRS` led to before the command (path, device and inode)."""
 
     def options(self, inside: str) -> list[str]:
         """bwrap's options binding each entry by its descriptor, under `inside`."""
@@ -267,6 +271,8 @@ class GitGuard:
             self._bind(fd, f".git/{name}")
 
     def _home(self, workspace: int) -> None:
+        self._root = workspace
+        self._homes = {"/".join(home): _way(workspace, "/".join(home)) for home in HOME_DIRS}
         for name in HOME_FILES:
             found = self._open(name, workspace)
             if found is None:
@@ -341,6 +347,11 @@ class GitGuard:
                 said += _move_aside(parent, name, entry.shown)
             finally:
                 os.close(parent)
+        if self._root is not None:
+            for home, before in self._homes.items():
+                after = _way(self._root, home)
+                if after is not None and after != before:  # another `.config` in the way
+                    said += _aside(self._root, after[0], "")
         return said
 
     def close(self) -> None:
@@ -412,6 +423,29 @@ def _state(git: int, path: str, *, directory: bool = False) -> _State:
     return None
 
 
+def _open_dir(base: int, path: str) -> int:
+    """A descriptor of the directory `path` (relative to `base`, "" for `base` itself),
+    reached one component at a time without following a link (`O_NOFOLLOW` alone guards
+    the last one only: a linked `objects` would lead `objects/info` out of the workspace)."""
+    fd = os.open(".", _DIR_OPEN, dir_fd=base)
+    try:
+        for part in filter(None, path.split("/")):
+            inner = os.open(part, _DIR_OPEN, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _way(root: int, path: str) -> _State:
+    """What `path` leads to, as `_state` finds it, by its path, device and inode only (a
+    directory's size and change time change with what is in it)."""
+    found = _state(root, path)
+    return None if found is None else (*found[:3], 0, 0)
+
+
 def _areas_are_directories(git: int) -> None:
     """Refuse a `.git` where a part of `_LINK_AREAS` is a link or no directory: what git
     reads through it could not be watched without following the link."""
@@ -433,7 +467,7 @@ def _links_in(git: int) -> frozenset[_Link]:
         while pending and seen < _MAX_LINK_ENTRIES:
             where = pending.pop()
             try:
-                fd = os.open(where or ".", _DIR_OPEN, dir_fd=git)
+                fd = _open_dir(git, where)
             except OSError:
                 continue  # missing, or itself a link (found from its parent's listing)
             try:
@@ -453,13 +487,19 @@ def _links_in(git: int) -> frozenset[_Link]:
 
 def _link_aside(git: int, link: str) -> list[str]:
     """Move the link `link` (relative to `.git`) aside; what to say of it."""
-    *dirs, name = link.split("/")
+    return _aside(git, link, ".git/")
+
+
+def _aside(base: int, path: str, shown: str) -> list[str]:
+    """Move `path` (relative to `base`, shown after `shown`) aside, reaching its directory
+    without following a link; what to say of it."""
+    *dirs, name = path.split("/")
     try:
-        parent = os.open("/".join(dirs) or ".", _DIR_OPEN, dir_fd=git)
+        parent = _open_dir(base, "/".join(dirs))
     except OSError:
         return []
     try:
-        return _move_aside(parent, name, f".git/{link}")
+        return _move_aside(parent, name, f"{shown}{path}")
     finally:
         os.close(parent)
 
