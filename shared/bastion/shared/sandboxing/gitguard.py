@@ -20,7 +20,8 @@ after the container starts).
 - `commondir`, `gitdir`, and the workspace's `.gitconfig` and `.config/git` (HOME is the
   workspace inside): bound read-only when present. A missing one cannot be stood in for
   (git dies reading an empty `commondir`), so one a command made is moved aside when
-  the command ends (`GitGuard.sweep`), and the result says so.
+  the command ends (`GitGuard.sweep`), and the result says so; so is a `.config/git`
+  reached through another `.config` than the one the run started with.
 - A control entry that is a symbolic link or of the wrong type (a `hooks` that is a
   file) cannot be protected where git would follow it: the call is refused, saying
   which entry to fix (`GitEntryRefused`). No sandbox can make one: only the host can.
