@@ -970,3 +970,14 @@ async def test_docker_swapping_dot_git_while_containers_start_never_shows_a_host
             assert "is a symbolic link" in reason, reason
         else:
             assert reason.startswith(codes.SANDBOX_FAILED), reason
+
+
+async def test_docker_a_linked_objects_info_is_moved_aside(docker_box: Box) -> None:
+    """The Docker backend runs the same sweep once its container's command ends."""
+    box = docker_box
+    workspace = box.host.workspace
+    _repo(workspace)
+    result = await box.shell(f"{LINKED_WAYS[0].values[0]}; echo done")
+    assert result.stdout == "done\n", result.stderr
+    assert _moved_aside(workspace, "objects/info", result.stderr).is_symlink()
+    assert _quotes_shadow(workspace) == []
