@@ -26,8 +26,8 @@ after the container starts).
   file) cannot be protected where git would follow it: the call is refused, saying
   which entry to fix (`GitEntryRefused`). No sandbox can make one: only the host can.
   So is a link or a non-directory where git reads text through a directory
-  (`objects`, `objects/info`, `info`, `refs`, `logs`: `_LINK_AREAS`), as the run starts;
-  one a command makes there is moved aside when it ends (`GitGuard.sweep`).
+  (`objects`, `objects/info`, `objects/pack`, `info`, `refs`, `logs`: `_LINK_AREAS`) as
+  the run starts; one a command makes there is moved aside when it ends (`GitGuard.sweep`).
 
 `control_path` is the same table for the file tools, which refuse to touch these paths.
 `LOCKED_GIT_ENVIRONMENT` is how git runs on the host for a command hook.
@@ -158,8 +158,9 @@ def refusal(path: str) -> InvalidInput:
 
 
 _State = tuple[str, int, int, int, int] | None
-"""What is at a path of `.git`: the path of what was found there (the file, or the first
-component of its way that is no directory) and its device, inode, size and change time."""
+"""What is at a path of `.git` (or of the workspace): the path of what was found there (the
+file, or the first component of its way that is no directory) and its device, inode, size
+and change time."""
 _Link = tuple[str, int, int]
 """A symbolic link of `.git`: its path, device and inode (a link replaced is a new one)."""
 
@@ -398,12 +399,13 @@ which no sandbox shows — so it is moved aside after the command (a changed one
 repository's own back by hand)."""
 
 
-def _state(git: int, path: str, *, directory: bool = False) -> _State:
-    """What git would reach at `path` (relative to `.git`), looked at without following a
-    link: None when nothing is there (or, for a `directory`, a directory of `.git`'s own
-    is); a link or non-directory on the way is what is found, not a missing file."""
+def _state(base: int, path: str, *, directory: bool = False) -> _State:
+    """What git would reach at `path` (relative to `base`: `.git`, or the workspace), looked
+    at without following a link: None when nothing is there (or, for a `directory`, a
+    directory of `base`'s own is); a link or non-directory on the way is what is found, not
+    a missing file."""
     parts = path.split("/")
-    fd = os.open(".", _DIR_OPEN, dir_fd=git)
+    fd = os.open(".", _DIR_OPEN, dir_fd=base)
     try:
         for depth, part in enumerate(parts):
             info = os.stat(part, dir_fd=fd, follow_symlinks=False)
@@ -477,7 +479,10 @@ def _links_in(git: int) -> frozenset[_Link]:
                         seen += 1
                         path = f"{where}/{entry.name}" if where else entry.name
                         if entry.is_symlink():
-                            info = entry.stat(follow_symlinks=False)
+                            try:
+                                info = entry.stat(follow_symlinks=False)
+                            except OSError:
+                                continue  # gone as it was looked at
                             found.add((path, info.st_dev, info.st_ino))
                         elif below and entry.is_dir(follow_symlinks=False):
                             pending.append(path)
