@@ -535,6 +535,21 @@ async def test_a_linked_objects_info_naming_another_repositorys_store_is_moved_a
     assert "only in the other repository" not in person.stdout + person.stderr
 
 
+async def test_a_link_behind_many_files_a_command_makes_in_dot_git_is_moved_aside(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """Filling `.git`'s top with files must not use up what the sweep looks at before it
+    reaches `info/`."""
+    _repo(host.workspace)
+    fill = 'python3 -c \'for n in range(60000): open(f".git/filler-{n}", "w").close()\''
+    result = await shell(
+        client, host.workspace, f"{fill} && ln -s /etc/shadow .git/info/grafts; echo done"
+    )
+    assert result.stdout == "done\n", result.stderr
+    assert _moved_aside(host.workspace, "info/grafts", result.stderr).is_symlink()
+    assert _quotes_shadow(host.workspace) == []
+
+
 async def test_a_file_where_git_expects_objects_info_is_moved_aside(
     client: Client, sandbox: None, host: Host
 ) -> None:

@@ -389,6 +389,10 @@ moved aside; and each part but the top must be a directory of `.git`'s own (a li
 `objects/info` leads git's reads elsewhere): a link or other non-directory there refuses
 the run as it starts, and one a command puts there is moved aside."""
 _MAX_LINK_ENTRIES: Final = 50_000
+_CAPPED: Final = ("refs", "logs")
+"""The areas a big repository fills (loose refs and their logs), where git names a linked
+file it cannot parse (`ignoring broken ref`) rather than quote it: at most
+`_MAX_LINK_ENTRIES` entries of each are looked at."""
 _DIR_OPEN: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -461,13 +465,14 @@ def _areas_are_directories(git: int) -> None:
 
 def _links_in(git: int) -> frozenset[_Link]:
     """The symbolic links in `_LINK_AREAS` of the `.git` whose descriptor is `git`, as paths
-    relative to it with their device and inode (at most `_MAX_LINK_ENTRIES` entries looked
-    at)."""
+    relative to it with their device and inode. Every entry is looked at but in `_CAPPED`
+    areas, where at most `_MAX_LINK_ENTRIES` each are (a command filling one area must not
+    keep the sweep from another)."""
     found: set[_Link] = set()
-    seen = 0
     for area, below in _LINK_AREAS:
+        seen = 0
         pending = [area]
-        while pending and seen < _MAX_LINK_ENTRIES:
+        while pending and (area not in _CAPPED or seen < _MAX_LINK_ENTRIES):
             where = pending.pop()
             try:
                 fd = _open_dir(git, where)
