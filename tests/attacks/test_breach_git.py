@@ -811,6 +811,10 @@ HOOK_MOVE: Final = (
             lambda w: _write(w, ".git/config", "[core]\n\tfsmonitor = x\n"), id="write-config"
         ),
         pytest.param(lambda w: _write(w, ".git/commondir", "../x\n"), id="write-commondir"),
+        pytest.param(
+            lambda w: _write(w, ".git/objects/info/alternates", "/elsewhere/.git/objects\n"),
+            id="write-alternates",
+        ),
         pytest.param(lambda w: _write(w, ".git/hooks/pre-commit", "x"), id="write-hook"),
         pytest.param(lambda w: _write(w, ".git/modules/s/config", "x"), id="write-module"),
         pytest.param(lambda w: _write(w, ".git/worktrees/w/config.worktree", "x"), id="worktree"),

@@ -128,7 +128,8 @@ class GitEntryRefused(InvalidInput):
 def control_path(parts: Sequence[str]) -> bool:
     """Whether a workspace path, as resolved components, is or lies in a control entry:
     a `.git` anywhere (nested repositories too), what git reads for configuration or
-    hooks inside one, or the workspace's `.gitconfig` and `.config/git`."""
+    hooks inside one or for other object stores (`POINTER_FILES`), or the workspace's
+    `.gitconfig` and `.config/git`."""
     if not parts:
         return False
     if parts[0] in HOME_FILES and len(parts) == 1:
@@ -144,6 +145,8 @@ def control_path(parts: Sequence[str]) -> bool:
         if rest[0] in CONTROL_DIRS:
             return True
         if len(rest) == 1 and rest[0] in (*CONTROL_FILES, *WATCHED_FILES):
+            return True
+        if "/".join(rest) in POINTER_FILES:
             return True
     return False
 
