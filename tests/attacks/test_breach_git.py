@@ -30,6 +30,7 @@ from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
+from bastion.shared.sandboxing import BwrapBackend, SandboxSpec
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.docker import Box, containers_of, release
@@ -416,6 +417,206 @@ async def test_an_alternates_file_a_command_writes_is_moved_aside(
     assert "only in the other repository" not in ran.stdout + ran.stderr
 
 
+def _shadow() -> list[str]:
+    """The lines of `/etc/shadow` (the test runs as root, as the finding's git did)."""
+    return [line for line in Path("/etc/shadow").read_text().splitlines() if line]
+
+
+def _quotes_shadow(workspace: Path) -> list[str]:
+    """The lines of `/etc/shadow` that root's git on the host quoted in the workspace."""
+    lines = _shadow()
+    said = ""
+    for args in (("log", "--oneline", "-1"), ("status",), ("diff", "HEAD")):
+        done = _git(workspace, *args)
+        said += done.stdout + done.stderr
+    return [line for line in lines if line in said]
+
+
+def _moved_aside(workspace: Path, moved: str, stderr: str) -> Path:
+    """`.git/moved` was moved aside by the sweep, which said so: what is aside now."""
+    assert f"the command made .git/{moved}, one of git's control files" in stderr, stderr
+    made = workspace / ".git" / moved
+    assert not made.is_symlink()
+    aside = [p for p in made.parent.iterdir() if p.name.startswith(made.name + ".refused-")]
+    assert len(aside) == 1, aside
+    return aside[0]
+
+
+LINKED_WAYS: Final = [
+    pytest.param(
+        "mkdir evilinfo; ln -s /etc/shadow evilinfo/alternates; rm -rf .git/objects/info; "
+        "ln -s ../../evilinfo .git/objects/info",
+        "objects/info",
+        id="objects-info",
+    ),
+    pytest.param(
+        "cp -r .git/objects evilobjects; mkdir -p evilobjects/info; "
+        "ln -sf /etc/shadow evilobjects/info/alternates; rm -rf .git/objects; "
+        "ln -s ../evilobjects .git/objects",
+        "objects",
+        id="objects",
+    ),
+    pytest.param(
+        "mkdir evilinfo; for f in grafts exclude attributes; do ln -s /etc/shadow evilinfo/$f; "
+        "done; rm -rf .git/info; ln -s ../evilinfo .git/info",
+        "info",
+        id="info",
+    ),
+    pytest.param(
+        "mkdir -p .git/objects/info/commit-graphs; "
+        "ln -s /etc/shadow .git/objects/info/commit-graphs/commit-graph-chain",
+        "objects/info/commit-graphs/commit-graph-chain",
+        id="commit-graph-chain",
+    ),
+]
+"""Links a plain command makes on the way to what git reads as text, each to `/etc/shadow`,
+and what must be moved aside: a link at `objects/info` was taken for a missing alternates."""
+
+
+@pytest.mark.parametrize(("plant", "moved"), LINKED_WAYS)
+async def test_a_link_on_the_way_to_what_git_reads_is_moved_aside(
+    client: Client, sandbox: None, host: Host, plant: str, moved: str
+) -> None:
+    _repo(host.workspace)
+    result = await shell(client, host.workspace, f"{plant}; echo done")
+    assert result.stdout == "done\n", result.stderr
+    assert _moved_aside(host.workspace, moved, result.stderr).is_symlink()
+    assert _quotes_shadow(host.workspace) == []
+
+
+async def test_a_linked_objects_never_leads_the_sweep_out_of_the_workspace(
+    client: Client, sandbox: None, host: Host, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`.git/objects` a link to a host directory with links in its `info/`: the sweep (the
+    service's, root's) must move the link aside, never rename what is in that directory."""
+    outside = tmp_path_factory.mktemp("host-dir")
+    (outside / "info").mkdir()
+    (outside / "info/kept").symlink_to("/etc/hostname")
+    (outside / "pack").mkdir()
+    (outside / "pack/kept").symlink_to("/etc/hostname")
+    _repo(host.workspace)
+    result = await shell(
+        client, host.workspace, f"rm -rf .git/objects; ln -s {outside} .git/objects; echo done"
+    )
+    assert result.stdout == "done\n", result.stderr
+    _moved_aside(host.workspace, "objects", result.stderr)
+    assert "objects/info" not in result.stderr
+    assert sorted(p.name for p in (outside / "info").iterdir()) == ["kept"]
+    assert sorted(p.name for p in (outside / "pack").iterdir()) == ["kept"]
+
+
+async def test_a_linked_objects_info_naming_another_repositorys_store_is_moved_aside(
+    client: Client, sandbox: None, host: Host, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The same link, its alternates naming another repository's objects: a hook's git (the
+    workspace owner's, who can read that store) must not show a commit of it."""
+    other = tmp_path_factory.mktemp("other-repo")
+    _repo(other)
+    _git(other, "commit", "-q", "--allow-empty", "-m", "only in the other repository")
+    foreign = _git(other, "rev-parse", "HEAD").stdout.strip()
+    _repo(host.workspace)
+    result = await shell(
+        client,
+        host.workspace,
+        f"mkdir evilinfo; printf '%s\\n' {other}/.git/objects > evilinfo/alternates; "
+        "rm -rf .git/objects/info; ln -s ../../evilinfo .git/objects/info; "
+        f"echo {foreign} > .git/refs/heads/foreign; echo done",
+    )
+    assert result.stdout == "done\n", result.stderr
+    _moved_aside(host.workspace, "objects/info", result.stderr)
+    ran = await run_command(
+        ["git", "-c", "safe.directory=*", "log", "--oneline", "-1", "foreign"],
+        {"event": "after-tool", "session": SESSION},
+        str(host.workspace),
+        30,
+    )
+    assert "only in the other repository" not in ran.stdout + ran.stderr
+    person = _git(host.workspace, "log", "--oneline", "-1", "foreign")
+    assert "only in the other repository" not in person.stdout + person.stderr
+
+
+async def test_a_link_behind_many_files_a_command_makes_in_dot_git_is_moved_aside(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """Filling `.git`'s top with files must not use up what the sweep looks at before it
+    reaches `info/`."""
+    _repo(host.workspace)
+    fill = 'python3 -c \'for n in range(60000): open(f".git/filler-{n}", "w").close()\''
+    result = await shell(
+        client, host.workspace, f"{fill} && ln -s /etc/shadow .git/info/grafts; echo done"
+    )
+    assert result.stdout == "done\n", result.stderr
+    assert _moved_aside(host.workspace, "info/grafts", result.stderr).is_symlink()
+    assert _quotes_shadow(host.workspace) == []
+
+
+async def test_a_file_where_git_expects_objects_info_is_moved_aside(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    _repo(host.workspace)
+    result = await shell(
+        client, host.workspace, "rm -rf .git/objects/info; echo x > .git/objects/info; echo done"
+    )
+    assert result.stdout == "done\n", result.stderr
+    assert _moved_aside(host.workspace, "objects/info", result.stderr).is_file()
+
+
+async def test_a_link_already_in_the_repository_replaced_by_a_command_is_moved_aside(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """A link the repository had is left, but one a command puts in its place is new."""
+    _repo(host.workspace)
+    (host.workspace / ".git/info").mkdir(exist_ok=True)
+    (host.workspace / ".git/info/grafts").symlink_to("../description")
+    _own(host.workspace)
+    result = await shell(client, host.workspace, "ln -sf /etc/shadow .git/info/grafts; echo done")
+    assert result.stdout == "done\n", result.stderr
+    assert _moved_aside(host.workspace, "info/grafts", result.stderr).is_symlink()
+    assert _quotes_shadow(host.workspace) == []
+
+
+async def test_a_linked_objects_info_made_on_the_host_refuses_the_call_and_a_fix_restores_it(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """What git reads through a link there could not be watched: refused as the run starts."""
+    _repo(host.workspace)
+    git = host.workspace / ".git"
+    (git / "objects/info").rename(host.workspace / "myinfo")
+    (git / "objects/info").symlink_to("../../myinfo")
+    _own(host.workspace)
+    with pytest.raises(RemoteError) as refused:
+        await shell(client, host.workspace, "echo hi")
+    assert refused.value.code == codes.INVALID_INPUT
+    assert ".git/objects/info is a symbolic link" in refused.value.message
+    assert "BASTION_GIT_WRITABLE" in refused.value.message
+    (git / "objects/info").unlink()
+    (host.workspace / "myinfo").rename(git / "objects/info")
+    result = await shell(client, host.workspace, "echo fine")
+    assert result.stdout == "fine\n"
+
+
+@pytest.mark.parametrize("session", [SESSION, ""], ids=["warm", "cold"])
+async def test_a_linked_objects_info_is_moved_aside_in_warm_and_cold_sandboxes(
+    host: Host, session: str
+) -> None:
+    """The bubblewrap backend itself, in a session's warm sandbox and in a cold one: the
+    sweep after each command is the same."""
+    _repo(host.workspace)
+    backend = BwrapBackend(state_dir=host.state_dir)
+    spec = SandboxSpec(workspace=host.workspace, session_id=session, hidden=(host.state_dir,))
+    try:
+        await backend.run(spec, "true")  # the warm sandbox is there before the attack
+        result = await backend.run(spec, f"{LINKED_WAYS[0].values[0]}; echo done")
+        again = await backend.run(spec, "echo next")
+    finally:
+        await backend.aclose()
+    assert result.stdout == "done\n", result.stderr
+    assert _moved_aside(host.workspace, "objects/info", result.stderr).is_symlink()
+    assert again.stdout == "next\n", again.stderr
+    assert "bastion:" not in again.stderr
+    assert _quotes_shadow(host.workspace) == []
+
+
 async def test_a_link_already_in_the_repository_is_left_as_it_was(
     client: Client, sandbox: None, host: Host
 ) -> None:
@@ -479,6 +680,42 @@ async def test_the_workspaces_own_gitconfig_made_by_a_command_is_moved_aside(
     assert "the command made .config/git" in result.stderr
     assert not (host.workspace / ".gitconfig").exists()
     assert not (host.workspace / ".config/git").exists()
+    await _host_git_runs_nothing(host.workspace, mark, home=host.workspace)
+
+
+@pytest.mark.parametrize(
+    ("had", "plant", "moved"),
+    [
+        pytest.param(
+            True,
+            "mv .config moved && mkdir -p .config/git && printf '{config}' > .config/git/config",
+            ".config/git",
+            id="renamed-parent",
+        ),
+        pytest.param(
+            False,
+            "mkdir -p cfg/git && printf '{config}' > cfg/git/config && ln -s cfg .config",
+            ".config",
+            id="linked-parent",
+        ),
+    ],
+)
+async def test_a_config_git_reached_through_a_new_parent_is_moved_aside(
+    client: Client, sandbox: None, host: Host, had: bool, plant: str, moved: str
+) -> None:
+    """`.config/git` read-only (or watched) is no protection if a command can put another
+    `.config` in the way: git with HOME at the workspace reads what is there now."""
+    _repo(host.workspace)
+    if had:
+        (host.workspace / ".config/git").mkdir(parents=True)
+        (host.workspace / ".config/git/ignore").write_text("*.log\n")
+        _own(host.workspace)
+    mark = host.workspace / "PWNED"
+    config = _fsmonitor(mark).replace("\n", "\\n").replace("\t", "\\t")
+    result = await shell(client, host.workspace, plant.format(config=config) + "; echo done")
+    assert result.stdout == "done\n", result.stderr
+    assert f"the command made {moved}," in result.stderr
+    assert not (host.workspace / ".config/git/config").exists()
     await _host_git_runs_nothing(host.workspace, mark, home=host.workspace)
 
 
@@ -574,6 +811,10 @@ HOOK_MOVE: Final = (
             lambda w: _write(w, ".git/config", "[core]\n\tfsmonitor = x\n"), id="write-config"
         ),
         pytest.param(lambda w: _write(w, ".git/commondir", "../x\n"), id="write-commondir"),
+        pytest.param(
+            lambda w: _write(w, ".git/objects/info/alternates", "/elsewhere/.git/objects\n"),
+            id="write-alternates",
+        ),
         pytest.param(lambda w: _write(w, ".git/hooks/pre-commit", "x"), id="write-hook"),
         pytest.param(lambda w: _write(w, ".git/modules/s/config", "x"), id="write-module"),
         pytest.param(lambda w: _write(w, ".git/worktrees/w/config.worktree", "x"), id="worktree"),
@@ -748,3 +989,14 @@ async def test_docker_swapping_dot_git_while_containers_start_never_shows_a_host
             assert "is a symbolic link" in reason, reason
         else:
             assert reason.startswith(codes.SANDBOX_FAILED), reason
+
+
+async def test_docker_a_linked_objects_info_is_moved_aside(docker_box: Box) -> None:
+    """The Docker backend runs the same sweep once its container's command ends."""
+    box = docker_box
+    workspace = box.host.workspace
+    _repo(workspace)
+    result = await box.shell(f"{LINKED_WAYS[0].values[0]}; echo done")
+    assert result.stdout == "done\n", result.stderr
+    assert _moved_aside(workspace, "objects/info", result.stderr).is_symlink()
+    assert _quotes_shadow(workspace) == []

@@ -20,10 +20,14 @@ after the container starts).
 - `commondir`, `gitdir`, and the workspace's `.gitconfig` and `.config/git` (HOME is the
   workspace inside): bound read-only when present. A missing one cannot be stood in for
   (git dies reading an empty `commondir`), so one a command made is moved aside when
-  the command ends (`GitGuard.sweep`), and the result says so.
+  the command ends (`GitGuard.sweep`), and the result says so; so is a `.config/git`
+  reached through another `.config` than the one the run started with.
 - A control entry that is a symbolic link or of the wrong type (a `hooks` that is a
   file) cannot be protected where git would follow it: the call is refused, saying
   which entry to fix (`GitEntryRefused`). No sandbox can make one: only the host can.
+  So is a link or a non-directory where git reads text through a directory
+  (`objects`, `objects/info`, `objects/pack`, `info`, `refs`, `logs`: `_LINK_AREAS`) as
+  the run starts; one a command makes there is moved aside when it ends (`GitGuard.sweep`).
 
 `control_path` is the same table for the file tools, which refuse to touch these paths.
 `LOCKED_GIT_ENVIRONMENT` is how git runs on the host for a command hook.
@@ -124,7 +128,8 @@ class GitEntryRefused(InvalidInput):
 def control_path(parts: Sequence[str]) -> bool:
     """Whether a workspace path, as resolved components, is or lies in a control entry:
     a `.git` anywhere (nested repositories too), what git reads for configuration or
-    hooks inside one, or the workspace's `.gitconfig` and `.config/git`."""
+    hooks inside one or for other object stores (`POINTER_FILES`), or the workspace's
+    `.gitconfig` and `.config/git`."""
     if not parts:
         return False
     if parts[0] in HOME_FILES and len(parts) == 1:
@@ -141,6 +146,8 @@ def control_path(parts: Sequence[str]) -> bool:
             return True
         if len(rest) == 1 and rest[0] in (*CONTROL_FILES, *WATCHED_FILES):
             return True
+        if "/".join(rest) in POINTER_FILES:
+            return True
     return False
 
 
@@ -151,6 +158,14 @@ def refusal(path: str) -> InvalidInput:
         "for them), which would run outside any sandbox when git is used on the host: it "
         f"may not be created or changed by an agent; {_SWITCH}"
     )
+
+
+_State = tuple[str, int, int, int, int] | None
+"""What is at a path of `.git` (or of the workspace): the path of what was found there (the
+file, or the first component of its way that is no directory) and its device, inode, size
+and change time."""
+_Link = tuple[str, int, int]
+"""A symbolic link of `.git`: its path, device and inode (a link replaced is a new one)."""
 
 
 @dataclass
@@ -180,10 +195,14 @@ class GitGuard:
     _owned: list[int] = field(default_factory=list)
     _git: int | None = None
     """The repository's `.git`, when the workspace is one: its links are swept too."""
-    _links: frozenset[str] = frozenset()
+    _links: frozenset[_Link] = frozenset()
     """The symbolic links in the parts of `.git` git reads as text, before the command."""
-    _pointers: dict[str, tuple[int, int, int, int] | None] = field(default_factory=dict)
+    _pointers: dict[str, _State] = field(default_factory=dict)
     """Each of `POINTER_FILES` as it was before the command (None: missing)."""
+    _root: int | None = None
+    """The workspace: its `HOME_DIRS` are looked at again after the command."""
+    _homes: dict[str, _State] = field(default_factory=dict)
+    """What each of `HOME_DIRS` led to before the command (path, device and inode)."""
 
     @property
     def repository(self) -> bool:
@@ -262,6 +281,8 @@ class GitGuard:
             self._bind(fd, f".git/{name}")
 
     def _home(self, workspace: int) -> None:
+        self._root = workspace
+        self._homes = {"/".join(home): _way(workspace, "/".join(home)) for home in HOME_DIRS}
         for name in HOME_FILES:
             found = self._open(name, workspace)
             if found is None:
@@ -302,21 +323,27 @@ class GitGuard:
         else:
             self._bind(fd, ".git", writable=True)
             self._entries(fd)
+            _areas_are_directories(fd)
             self._git = fd
             self._links = _links_in(fd)
-            self._pointers = {name: _file_state(fd, name) for name in POINTER_FILES}
+            self._pointers = {name: _state(fd, name) for name in POINTER_FILES}
 
     def sweep(self) -> list[str]:
-        """Move aside each watched entry the command made, and each symbolic link it made
-        where git reads text (`_LINK_AREAS`); a sentence for each."""
+        """Move aside each watched entry the command made, each symbolic link it made where
+        git reads text (`_LINK_AREAS`), each link or non-directory it put on the way to one
+        of those parts, and each pointer file it made or changed; a sentence for each."""
         said: list[str] = []
         if self._git is not None:
-            for link in sorted(_links_in(self._git) - self._links):
+            for link, *_ in sorted(_links_in(self._git) - self._links):
                 said += _link_aside(self._git, link)
+            for area, _ in _LINK_AREAS[1:]:
+                odd = _state(self._git, area, directory=True)
+                if odd is not None:
+                    said += _link_aside(self._git, odd[0])
             for name, before in self._pointers.items():
-                after = _file_state(self._git, name)
+                after = _state(self._git, name)
                 if after is not None and after != before:
-                    said += _link_aside(self._git, name)
+                    said += _link_aside(self._git, after[0])
         for entry in self.watched:
             *dirs, name = entry.name.split("/")
             if not dirs:
@@ -330,6 +357,11 @@ class GitGuard:
                 said += _move_aside(parent, name, entry.shown)
             finally:
                 os.close(parent)
+        if self._root is not None:
+            for home, before in self._homes.items():
+                after = _way(self._root, home)
+                if after is not None and after != before:  # another `.config` in the way
+                    said += _aside(self._root, after[0], "")
         return said
 
     def close(self) -> None:
@@ -349,16 +381,26 @@ def _odd(shown: str, info: os.stat_result, wanted: str) -> GitEntryRefused:
 
 _LINK_AREAS: Final = (
     ("", False),
-    ("info", False),
-    ("objects/info", False),
+    ("info", True),
+    ("objects", False),
+    ("objects/info", True),
+    ("objects/pack", False),
     ("refs", True),
     ("logs", True),
 )
-"""The parts of `.git` (and whether below them too) that git reads as text: HEAD and the
-other heads, packed-refs, `info/`, `objects/info/alternates`, refs and reflogs. A symbolic
-link there would make git on the host (root's, for one) read the file it names and quote it
-in an error (`alternates -> /etc/shadow`), so one a command makes is moved aside."""
+"""The parts of `.git` (and whether below them too) that git reads as text or as another
+store's objects: HEAD and the other heads, packed-refs, `info/` (grafts, exclude,
+attributes), `objects/info` (alternates, the commit-graph chain), the packs, refs and
+reflogs. A symbolic link there would make git on the host (root's, for one) read the file
+it names and quote it in an error (`alternates -> /etc/shadow`), so one a command makes is
+moved aside; and each part but the top must be a directory of `.git`'s own (a link at
+`objects/info` leads git's reads elsewhere): a link or other non-directory there refuses
+the run as it starts, and one a command puts there is moved aside."""
 _MAX_LINK_ENTRIES: Final = 50_000
+_CAPPED: Final = ("refs", "logs")
+"""The areas a big repository fills (loose refs and their logs), where git names a linked
+file it cannot parse (`ignoring broken ref`) rather than quote it: at most
+`_MAX_LINK_ENTRIES` entries of each are looked at."""
 _DIR_OPEN: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -369,35 +411,79 @@ which no sandbox shows — so it is moved aside after the command (a changed one
 repository's own back by hand)."""
 
 
-def _file_state(git: int, path: str) -> tuple[int, int, int, int] | None:
-    """`path` (relative to `.git`, reached without following a link) as device, inode,
-    size and change time; None when it is missing."""
-    *dirs, name = path.split("/")
-    fd = os.open(".", _DIR_OPEN, dir_fd=git)
+def _state(base: int, path: str, *, directory: bool = False) -> _State:
+    """What git would reach at `path` (relative to `base`: `.git`, or the workspace), looked
+    at without following a link: None when nothing is there (or, for a `directory`, a
+    directory of `base`'s own is); a link or non-directory on the way is what is found, not
+    a missing file."""
+    parts = path.split("/")
+    fd = os.open(".", _DIR_OPEN, dir_fd=base)
     try:
-        for directory in dirs:
-            inner = os.open(directory, _DIR_OPEN, dir_fd=fd)
+        for depth, part in enumerate(parts):
+            info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISDIR(info.st_mode):
+                found = "/".join(parts[: depth + 1])
+                return found, info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns
+            if depth == len(parts) - 1:
+                if directory:
+                    return None
+                return path, info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns
+            inner = os.open(part, _DIR_OPEN, dir_fd=fd)
             os.close(fd)
             fd = inner
-        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except OSError:
-        return None
+        return None  # missing (or changed while looked at: looked at again next run)
     finally:
         os.close(fd)
-    return info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns
+    return None
 
 
-def _links_in(git: int) -> frozenset[str]:
+def _open_dir(base: int, path: str) -> int:
+    """A descriptor of the directory `path` (relative to `base`, "" for `base` itself),
+    reached one component at a time without following a link (`O_NOFOLLOW` alone guards
+    the last one only: a linked `objects` would lead `objects/info` out of the workspace)."""
+    fd = os.open(".", _DIR_OPEN, dir_fd=base)
+    try:
+        for part in filter(None, path.split("/")):
+            inner = os.open(part, _DIR_OPEN, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _way(root: int, path: str) -> _State:
+    """What `path` leads to, as `_state` finds it, by its path, device and inode only (a
+    directory's size and change time change with what is in it)."""
+    found = _state(root, path)
+    return None if found is None else (*found[:3], 0, 0)
+
+
+def _areas_are_directories(git: int) -> None:
+    """Refuse a `.git` where a part of `_LINK_AREAS` is a link or no directory: what git
+    reads through it could not be watched without following the link."""
+    for area, _ in _LINK_AREAS[1:]:
+        odd = _state(git, area, directory=True)
+        if odd is not None:
+            info = os.stat(odd[0], dir_fd=git, follow_symlinks=False)
+            raise _odd(f".git/{odd[0]}", info, "a directory")
+
+
+def _links_in(git: int) -> frozenset[_Link]:
     """The symbolic links in `_LINK_AREAS` of the `.git` whose descriptor is `git`, as paths
-    relative to it (at most `_MAX_LINK_ENTRIES` entries looked at)."""
-    found: set[str] = set()
-    seen = 0
+    relative to it with their device and inode. Every entry is looked at but in `_CAPPED`
+    areas, where at most `_MAX_LINK_ENTRIES` each are (a command filling one area must not
+    keep the sweep from another)."""
+    found: set[_Link] = set()
     for area, below in _LINK_AREAS:
+        seen = 0
         pending = [area]
-        while pending and seen < _MAX_LINK_ENTRIES:
+        while pending and (area not in _CAPPED or seen < _MAX_LINK_ENTRIES):
             where = pending.pop()
             try:
-                fd = os.open(where or ".", _DIR_OPEN, dir_fd=git)
+                fd = _open_dir(git, where)
             except OSError:
                 continue  # missing, or itself a link (found from its parent's listing)
             try:
@@ -406,7 +492,11 @@ def _links_in(git: int) -> frozenset[str]:
                         seen += 1
                         path = f"{where}/{entry.name}" if where else entry.name
                         if entry.is_symlink():
-                            found.add(path)
+                            try:
+                                info = entry.stat(follow_symlinks=False)
+                            except OSError:
+                                continue  # gone as it was looked at
+                            found.add((path, info.st_dev, info.st_ino))
                         elif below and entry.is_dir(follow_symlinks=False):
                             pending.append(path)
             finally:
@@ -416,13 +506,19 @@ def _links_in(git: int) -> frozenset[str]:
 
 def _link_aside(git: int, link: str) -> list[str]:
     """Move the link `link` (relative to `.git`) aside; what to say of it."""
-    *dirs, name = link.split("/")
+    return _aside(git, link, ".git/")
+
+
+def _aside(base: int, path: str, shown: str) -> list[str]:
+    """Move `path` (relative to `base`, shown after `shown`) aside, reaching its directory
+    without following a link; what to say of it."""
+    *dirs, name = path.split("/")
     try:
-        parent = os.open("/".join(dirs) or ".", _DIR_OPEN, dir_fd=git)
+        parent = _open_dir(base, "/".join(dirs))
     except OSError:
         return []
     try:
-        return _move_aside(parent, name, f".git/{link}")
+        return _move_aside(parent, name, f"{shown}{path}")
     finally:
         os.close(parent)
 
