@@ -564,14 +564,39 @@ async def test_a_file_where_git_expects_objects_info_is_moved_aside(
 async def test_a_link_already_in_the_repository_replaced_by_a_command_is_moved_aside(
     client: Client, sandbox: None, host: Host
 ) -> None:
-    """A link the repository had is left, but one a command puts in its place is new."""
+    """A link git never makes (`info/grafts`) found as a run starts is moved aside before
+    it (something that outlived a sweep left it), and one a command puts there after."""
     _repo(host.workspace)
     (host.workspace / ".git/info").mkdir(exist_ok=True)
     (host.workspace / ".git/info/grafts").symlink_to("../description")
     _own(host.workspace)
     result = await shell(client, host.workspace, "ln -sf /etc/shadow .git/info/grafts; echo done")
     assert result.stdout == "done\n", result.stderr
-    assert _moved_aside(host.workspace, "info/grafts", result.stderr).is_symlink()
+    assert "the run found .git/info/grafts as it started" in result.stderr, result.stderr
+    assert "the command made .git/info/grafts" in result.stderr, result.stderr
+    info = host.workspace / ".git/info"
+    aside = sorted(p.name for p in info.iterdir() if p.name.startswith("grafts.refused-"))
+    assert len(aside) == 2 and not (info / "grafts").exists(), aside
+    assert _quotes_shadow(host.workspace) == []
+
+
+async def test_a_commondir_or_alternates_link_left_between_commands_is_moved_aside_first(
+    client: Client, sandbox: None, host: Host
+) -> None:
+    """What outlived a command's sweep (a process of the session, another session's
+    command) and left a `commondir` or a linked `alternates` is moved aside before the next
+    command runs, so it is never taken for the repository's own."""
+    _repo(host.workspace)
+    git = host.workspace / ".git"
+    (git / "commondir").write_text("../ev\n")
+    (git / "objects/info/alternates").symlink_to("/etc/shadow")
+    _own(host.workspace)
+    result = await shell(client, host.workspace, "cat .git/commondir 2>&1; echo ran")
+    assert result.stdout.endswith("ran\n") and "../ev" not in result.stdout, result
+    assert "the run found .git/commondir as it started" in result.stderr, result.stderr
+    assert "the run found .git/objects/info/alternates" in result.stderr, result.stderr
+    assert not (git / "commondir").exists()
+    assert not (git / "objects/info/alternates").is_symlink()
     assert _quotes_shadow(host.workspace) == []
 
 

@@ -199,6 +199,8 @@ class GitGuard:
     """The symbolic links in the parts of `.git` git reads as text, before the command."""
     _pointers: dict[str, _State] = field(default_factory=dict)
     """Each of `POINTER_FILES` as it was before the command (None: missing)."""
+    found: list[str] = field(default_factory=list)
+    """What the plan moved aside before the run (a sentence each), told with the sweep's."""
     _root: int | None = None
     """The workspace: its `HOME_DIRS` are looked at again after the command."""
     _homes: dict[str, _State] = field(default_factory=dict)
@@ -271,14 +273,13 @@ class GitGuard:
                 raise _odd(f".git/{name}", info, "a directory" if directory else "a file")
             self._bind(fd, f".git/{name}")
         for name in WATCHED_FILES:
-            found = self._open(name, git)
-            if found is None:
-                self.watched.append(_Watched(git, name, f".git/{name}"))
-                continue
-            fd, info = found
-            if not stat.S_ISREG(info.st_mode):
-                raise _odd(f".git/{name}", info, "a file")
-            self._bind(fd, f".git/{name}")
+            # A repository's own `.git` never has them (a linked worktree's do, under
+            # `.git/worktrees/<name>/`): one found here was left by something that outlived
+            # a command's sweep (a process of a session's, another session's command), so it
+            # is moved aside before the run, as after one.
+            if self._open(name, git) is not None:
+                self.found += _move_aside(git, name, f".git/{name}", found=True)
+            self.watched.append(_Watched(git, name, f".git/{name}"))
 
     def _home(self, workspace: int) -> None:
         self._root = workspace
@@ -324,6 +325,9 @@ class GitGuard:
             self._bind(fd, ".git", writable=True)
             self._entries(fd)
             _areas_are_directories(fd)
+            for name in LINKS_NEVER_KEPT:
+                if _is_link(fd, name):
+                    self.found += _link_aside(fd, name, found=True)
             self._git = fd
             self._links = _links_in(fd)
             self._pointers = {name: _state(fd, name) for name in POINTER_FILES}
@@ -332,7 +336,7 @@ class GitGuard:
         """Move aside each watched entry the command made, each symbolic link it made where
         git reads text (`_LINK_AREAS`), each link or non-directory it put on the way to one
         of those parts, and each pointer file it made or changed; a sentence for each."""
-        said: list[str] = []
+        said, self.found = self.found, []
         if self._git is not None:
             for link, *_ in sorted(_links_in(self._git) - self._links):
                 said += _link_aside(self._git, link)
@@ -402,6 +406,26 @@ _CAPPED: Final = ("refs", "logs")
 file it cannot parse (`ignoring broken ref`) rather than quote it: at most
 `_MAX_LINK_ENTRIES` entries of each are looked at."""
 _DIR_OPEN: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+LINKS_NEVER_KEPT: Final = (
+    "objects/info/alternates",
+    "objects/info/http-alternates",
+    "info/grafts",
+    "shallow",
+)
+"""Files git reads as text and never makes a link: a link at one, found as a run starts,
+was left by something that outlived a command's sweep, and is moved aside before the run
+(git on the host would quote what it names: `alternates -> /etc/shadow`)."""
+
+
+def _is_link(git: int, path: str) -> bool:
+    """Whether `path` (relative to `.git`, its directories checked as `.git`'s own) is a
+    symbolic link."""
+    try:
+        return stat.S_ISLNK(os.stat(path, dir_fd=git, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 POINTER_FILES: Final = ("objects/info/alternates", "objects/info/http-alternates")
@@ -504,12 +528,12 @@ def _links_in(git: int) -> frozenset[_Link]:
     return frozenset(found)
 
 
-def _link_aside(git: int, link: str) -> list[str]:
+def _link_aside(git: int, link: str, *, found: bool = False) -> list[str]:
     """Move the link `link` (relative to `.git`) aside; what to say of it."""
-    return _aside(git, link, ".git/")
+    return _aside(git, link, ".git/", found=found)
 
 
-def _aside(base: int, path: str, shown: str) -> list[str]:
+def _aside(base: int, path: str, shown: str, *, found: bool = False) -> list[str]:
     """Move `path` (relative to `base`, shown after `shown`) aside, reaching its directory
     without following a link; what to say of it."""
     *dirs, name = path.split("/")
@@ -518,12 +542,16 @@ def _aside(base: int, path: str, shown: str) -> list[str]:
     except OSError:
         return []
     try:
-        return _move_aside(parent, name, f"{shown}{path}")
+        return _move_aside(parent, name, f"{shown}{path}", found=found)
     finally:
         os.close(parent)
 
 
-def _move_aside(parent: int, name: str, shown: str) -> list[str]:
+_FOUND: Final = "the run found {shown} as it started (left by something that outlived a sweep)"
+"""How a note names an entry the plan moved aside, not one the command made."""
+
+
+def _move_aside(parent: int, name: str, shown: str, *, found: bool = False) -> list[str]:
     try:
         os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
@@ -532,13 +560,14 @@ def _move_aside(parent: int, name: str, shown: str) -> list[str]:
         return [f"bastion: {shown} could not be checked after the command: {error}"]
     aside = f"{name}.refused-{secrets.token_hex(4)}"
     where = shown[: len(shown) - len(name)] + aside
+    made = _FOUND.format(shown=shown) if found else f"the command made {shown}"
     try:
         os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
     except OSError as error:
-        return [f"bastion: the command made {shown}, which could not be moved aside: {error}"]
+        return [f"bastion: {made}, which could not be moved aside: {error}"]
     return [
-        f"bastion: the command made {shown}, one of git's control files, which git on the "
-        f"host would follow outside any sandbox: it was moved aside to {where} ({_SWITCH})"
+        f"bastion: {made}, one of git's control files, which git on the host would follow "
+        f"outside any sandbox: it was moved aside to {where} ({_SWITCH})"
     ]
 
 
