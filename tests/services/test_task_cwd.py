@@ -18,7 +18,7 @@ def test_a_loop_of_links_and_a_huge_cwd_are_refused_with_a_short_sentence(
     (tmp_path / "l2").symlink_to("l1")
     (tmp_path / "src").mkdir()
     assert checked_cwd(tmp_path, "src") == "src"
-    for cwd in ("loop", "l1", "l1/x", "d/" * 2000):
+    for cwd in ("loop", "l1", "l1/x", "d/" * 2000, "d\x00x"):
         with pytest.raises(InvalidInput) as refused:
             checked_cwd(tmp_path, cwd)
         assert "is not a directory of the workspace" in refused.value.message

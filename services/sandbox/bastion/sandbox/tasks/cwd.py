@@ -35,7 +35,7 @@ def checked_cwd(workspace: Path, cwd: str) -> str:
     try:
         target = (root / relative).resolve()
         found = target.is_relative_to(root) and target.is_dir()
-    except (OSError, RuntimeError):  # a loop of links, a name too long
+    except (OSError, RuntimeError, ValueError):  # a loop of links, a name too long, a NUL
         found = False
     if not found:
         raise InvalidInput(
