@@ -216,3 +216,29 @@ async def test_a_session_keeps_only_its_last_ended_tasks_and_its_close_forgets_t
     assert len(listed["tasks"]) == KEPT_ENDED and len(logs) == KEPT_ENDED
     assert isinstance(gone, ErrorReply) and gone.code == "not_found", gone
     assert not (sandbox_state_dir / "tasks" / sid).exists()
+
+
+async def test_what_outlived_the_sweeps_is_moved_aside_when_the_session_closes(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    """A `commondir` or a linked `alternates` something of the session left after the last
+    command's sweep (here put there from outside, as a process fed a descriptor of `.git`
+    would) does not stay for the host's git once the session closed."""
+    _repository(workspace)
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        ran = await call(client, session.session_id, "shell", command="true")
+        assert isinstance(ran, ToolOutput), ran
+        git = workspace / ".git"
+        (git / "commondir").write_text("../ev\n")
+        (git / "objects/info/alternates").symlink_to("/etc/shadow")
+        await request(
+            client,
+            subjects.SESSION_CLOSE,
+            SessionRef(session_id=session.session_id),
+            SessionInfo,
+            timeout_s=30,
+        )
+    assert not (git / "commondir").exists()
+    assert not (git / "objects/info/alternates").is_symlink()
+    assert [p.name for p in git.iterdir() if p.name.startswith("commondir.refused-")]

@@ -301,11 +301,13 @@ class SandboxReady(Message, frozen=True, kw_only=True, tag="sandbox.ready"):
 
 
 class SandboxRelease(Message, frozen=True, kw_only=True, tag="sandbox.release"):
-    """A session closed: remove what its sandbox kept (a Docker container), and end its
-    background tasks on every replica that runs one (they are found by `tenant`)."""
+    """A session closed: remove what its sandbox kept (a Docker container), end its
+    background tasks on every replica that runs one (they are found by `tenant`), and check
+    its `workspace`'s git once nothing of the session runs any more."""
 
     session_id: SessionId
     tenant: Identifier = "default"
+    workspace: PathText | None = None
 
 
 class SandboxReleased(Message, frozen=True, kw_only=True, tag="sandbox.released"):

@@ -337,7 +337,7 @@ class Sessions:
         await self._caps.closed(closed)
         await self.approvals.session_closed(closed)
         if closed.workspace is not None:
-            await self._release(session_id, closed.tenant)
+            await self._release(session_id, closed.tenant, closed.workspace)
         await self._publish(
             "session_closed",
             closed.tenant,
@@ -347,7 +347,7 @@ class Sessions:
         )
         return closed
 
-    async def _release(self, session_id: str, tenant: str) -> None:
+    async def _release(self, session_id: str, tenant: str, workspace: str) -> None:
         """Ask the sandbox service to remove what the session's sandbox kept; a failure is
         logged, since the session is closed either way and a restarted sandbox service
         removes its leftovers."""
@@ -355,7 +355,7 @@ class Sessions:
             await request(
                 self._client,
                 subjects.SANDBOX_RELEASE,
-                SandboxRelease(session_id=session_id, tenant=tenant),
+                SandboxRelease(session_id=session_id, tenant=tenant, workspace=workspace),
                 SandboxReleased,
                 timeout_s=self._timeout_s,
             )

@@ -116,6 +116,7 @@ from bastion.shared.sandboxing import (
     sandbox_ids,
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
+from bastion.shared.sandboxing.gitguard import guard
 from bastion.shared.sandboxing.hostids import path_owner
 from bastion.shared.sandboxing.output import OutputTap
 from bastion.shared.sandboxing.warm import marker, sweep_marked
@@ -781,7 +782,30 @@ class Sandboxes:
         Its background tasks end here and on every replica that runs one of them."""
         if self.tasks is not None:
             await self.tasks.release(request.tenant, request.session_id)
-        return await self._release_here(request.session_id)
+        released = await self._release_here(request.session_id)
+        if request.workspace is not None and not self._git_writable:
+            await self._closing_check(request.session_id, Path(request.workspace))
+        return released
+
+    async def _closing_check(self, session_id: str, workspace: Path) -> None:
+        """Once nothing of the session runs, check its workspace's git as a run's start
+        does: what something that outlived a sweep left (a `commondir`, a linked
+        `alternates`) is moved aside before host tools read it (docs/git-protection.md)."""
+
+        def check() -> list[str]:
+            with guard(workspace, writable=False) as git:
+                return git.found if git is not None else []
+
+        try:
+            found = await anyio.to_thread.run_sync(check)
+        except (BastionError, OSError) as error:
+            logger.warning(
+                "the closed session's workspace could not be checked",
+                extra={"session": session_id, "why": str(error)},
+            )
+            return
+        for note in found:
+            logger.warning(note, extra={"session": session_id})
 
     async def _release_here(self, session_id: str) -> SandboxReleased:
         """Forget the session's values and close what this replica keeps of it."""
