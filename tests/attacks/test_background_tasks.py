@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
@@ -17,6 +18,7 @@ from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.tasks.runner import KEPT_ENDED
 from bastion.shared.bus import Client, request
+from bastion.shared.errors import RemoteError
 from tests.helpers.bus import Plane
 from tests.helpers.session import call, open_session
 
@@ -232,6 +234,9 @@ async def test_what_outlived_the_sweeps_is_moved_aside_when_the_session_closes(
         git = workspace / ".git"
         (git / "commondir").write_text("../ev\n")
         (git / "objects/info/alternates").symlink_to("/etc/shadow")
+        (workspace / ".gitconfig").mkdir()  # an odd entry that refuses a run's plan
+        (git / "logs").rename(workspace / "mylogs")
+        (git / "logs").symlink_to("../mylogs")
         await request(
             client,
             subjects.SESSION_CLOSE,
@@ -241,4 +246,23 @@ async def test_what_outlived_the_sweeps_is_moved_aside_when_the_session_closes(
         )
     assert not (git / "commondir").exists()
     assert not (git / "objects/info/alternates").is_symlink()
+    assert not (git / "logs").is_symlink()
     assert [p.name for p in git.iterdir() if p.name.startswith("commondir.refused-")]
+
+
+async def test_what_outlived_a_sweep_is_moved_aside_even_when_the_run_is_refused(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    """An odd entry the next run refuses (`.gitconfig` a directory) does not keep a planted
+    `commondir` or `alternates` link in place: they are moved aside first."""
+    _repository(workspace)
+    git = workspace / ".git"
+    (git / "commondir").write_text("../ev\n")
+    (git / "objects/info/alternates").symlink_to("/etc/shadow")
+    (workspace / ".gitconfig").mkdir()
+    async with plane_of():
+        with pytest.raises(RemoteError) as refused:  # the opening's check plans it too
+            await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+    assert ".gitconfig" in refused.value.message
+    assert not (git / "commondir").exists()
+    assert not (git / "objects/info/alternates").is_symlink()

@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from bastion.hooks.command import hook_environment
 from bastion.hooks.service import HookRunner, answer_event
 from bastion.proto.errors import ErrorReply
 from bastion.proto.hooks import HookEvent
@@ -238,3 +239,22 @@ async def test_the_hook_runner_blocks_a_call_through_the_orchestrator_with_the_h
     assert isinstance(ran, ToolOutput)
     assert ran.text == "exit status 0\n--- stdout\nhi\n[hook commands]\nchecked by after.sh"
     assert isinstance(wrote, ToolOutput) and "[hook" not in wrote.text
+
+
+def test_a_hooks_git_in_a_repository_is_pinned_to_the_workspaces_own_dot_git(
+    tmp_path: Path,
+) -> None:
+    """A `commondir` put back since the last sweep cannot lead a hook's git to another
+    config (where a filter would run): its git dir and common dir are the workspace's."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
+    (workspace / "ev").mkdir()
+    (workspace / ".git" / "commondir").write_text("../ev\n")
+    env = hook_environment("after-tool", "0123456789abcdef", str(workspace))
+    common = subprocess.run(
+        ["git", "rev-parse", "--git-common-dir"],
+        cwd=workspace, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert Path(common.stdout.strip()).resolve() == (workspace / ".git").resolve()
+    assert "GIT_DIR" not in hook_environment("after-tool", "0123456789abcdef", None)

@@ -15,7 +15,7 @@ from anyio.abc import ByteReceiveStream
 
 from bastion.shared.sandboxing.gitguard import LOCKED_GIT_ENVIRONMENT
 
-__all__ = ["MAX_OUTPUT", "Ran", "run_command"]
+__all__ = ["MAX_OUTPUT", "Ran", "hook_environment", "run_command"]
 
 MAX_OUTPUT: Final = 64 * 1024
 """The most of each of a hook's output streams that is kept."""
@@ -44,13 +44,19 @@ async def _read(stream: ByteReceiveStream | None, into: bytearray) -> None:
             into.extend(chunk[:room])
 
 
-def _environment(event: str, session_id: str) -> dict[str, str]:
+def hook_environment(event: str, session_id: str, workdir: str | None) -> dict[str, str]:
     """The hook's environment: the user's who runs Bastion, without Bastion's own settings
     (a NATS password among them) and with git locked down: the workspace's git control
     files are the agent's to try, so no git setting of anyone may run a program, and
-    none of the user's `GIT_*` variables passes."""
+    none of the user's `GIT_*` variables passes. In a workspace that is a repository its
+    git is pinned to the workspace's own `.git` (`GIT_DIR`, `GIT_COMMON_DIR`): a
+    `commondir` something of the session put back since the last sweep cannot lead it to
+    another config (a filter there would run)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BASTION_", "GIT_"))}
     env.update(LOCKED_GIT_ENVIRONMENT)
+    git = os.path.join(workdir, ".git") if workdir is not None else None
+    if git is not None and os.path.isdir(git) and not os.path.islink(git):
+        env.update({"GIT_DIR": git, "GIT_COMMON_DIR": git, "GIT_WORK_TREE": workdir or ""})
     env["BASTION_HOOK_EVENT"] = event
     env["BASTION_SESSION"] = session_id
     return env
@@ -82,7 +88,7 @@ async def run_command(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=workdir,
-            env=_environment(str(event["event"]), str(event["session"])),
+            env=hook_environment(str(event["event"]), str(event["session"]), workdir),
             start_new_session=True,
             user=user,
             group=group,

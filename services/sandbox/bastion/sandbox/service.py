@@ -116,7 +116,7 @@ from bastion.shared.sandboxing import (
     sandbox_ids,
 )
 from bastion.shared.sandboxing.bridge import EgressBridge
-from bastion.shared.sandboxing.gitguard import guard
+from bastion.shared.sandboxing.gitguard import closing_check
 from bastion.shared.sandboxing.hostids import path_owner
 from bastion.shared.sandboxing.output import OutputTap
 from bastion.shared.sandboxing.warm import marker, sweep_marked
@@ -792,12 +792,8 @@ class Sandboxes:
         does: what something that outlived a sweep left (a `commondir`, a linked
         `alternates`) is moved aside before host tools read it (docs/git-protection.md)."""
 
-        def check() -> list[str]:
-            with guard(workspace, writable=False) as git:
-                return git.found if git is not None else []
-
         try:
-            found = await anyio.to_thread.run_sync(check)
+            found = await anyio.to_thread.run_sync(closing_check, workspace)
         except (BastionError, OSError) as error:
             logger.warning(
                 "the closed session's workspace could not be checked",

@@ -52,14 +52,17 @@ __all__ = [
     "CONTROL_FILES",
     "HOME_DIRS",
     "HOME_FILES",
+    "LINKS_NEVER_KEPT",
     "LOCKED_GIT_CONFIG",
     "LOCKED_GIT_ENVIRONMENT",
     "WATCHED_FILES",
     "GitBind",
     "GitEntryRefused",
     "GitGuard",
+    "closing_check",
     "control_path",
     "guard",
+    "left_behind",
     "locked_git_environment",
     "refusal",
 ]
@@ -272,13 +275,7 @@ class GitGuard:
             if not (stat.S_ISDIR if directory else stat.S_ISREG)(info.st_mode):
                 raise _odd(f".git/{name}", info, "a directory" if directory else "a file")
             self._bind(fd, f".git/{name}")
-        for name in WATCHED_FILES:
-            # A repository's own `.git` never has them (a linked worktree's do, under
-            # `.git/worktrees/<name>/`): one found here was left by something that outlived
-            # a command's sweep (a process of a session's, another session's command), so it
-            # is moved aside before the run, as after one.
-            if self._open(name, git) is not None:
-                self.found += _move_aside(git, name, f".git/{name}", found=True)
+        for name in WATCHED_FILES:  # none there now: moved aside first (`left_behind`)
             self.watched.append(_Watched(git, name, f".git/{name}"))
 
     def _home(self, workspace: int) -> None:
@@ -313,6 +310,7 @@ class GitGuard:
         """Open and check every control entry of `workspace`."""
         root = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         self._owned.append(root)
+        self.found += left_behind(root)  # first: before any check that can refuse the run
         self._home(root)
         fd, info = self._made(".git", root, directory=True)
         if stat.S_ISREG(info.st_mode):
@@ -325,9 +323,6 @@ class GitGuard:
             self._bind(fd, ".git", writable=True)
             self._entries(fd)
             _areas_are_directories(fd)
-            for name in LINKS_NEVER_KEPT:
-                if _is_link(fd, name):
-                    self.found += _link_aside(fd, name, found=True)
             self._git = fd
             self._links = _links_in(fd)
             self._pointers = {name: _state(fd, name) for name in POINTER_FILES}
@@ -419,13 +414,54 @@ was left by something that outlived a command's sweep, and is moved aside before
 (git on the host would quote what it names: `alternates -> /etc/shadow`)."""
 
 
-def _is_link(git: int, path: str) -> bool:
-    """Whether `path` (relative to `.git`, its directories checked as `.git`'s own) is a
-    symbolic link."""
+def left_behind(workspace: int, *, areas: bool = False) -> list[str]:
+    """Move aside, in the repository of the workspace whose descriptor is `workspace`, what
+    a repository's own `.git` never holds — a `commondir` or `gitdir` at its top (a linked
+    worktree's live under `.git/worktrees/`), a link at one of `LINKS_NEVER_KEPT` — and,
+    with `areas` (a closed session's check), a link or non-directory at one of the parts
+    git reads through (`_LINK_AREAS`): what something that outlived a sweep left. A
+    sentence for each."""
     try:
-        return stat.S_ISLNK(os.stat(path, dir_fd=git, follow_symlinks=False).st_mode)
+        git = _open_dir(workspace, ".git")
     except OSError:
-        return False
+        return []  # no `.git` directory: nothing of this kind to find
+    said: list[str] = []
+    try:
+        if os.path.lexists(f"/proc/self/fd/{git}/HEAD"):
+            for name in WATCHED_FILES:
+                said += _move_aside(git, name, f".git/{name}", found=True)
+            for name in LINKS_NEVER_KEPT:
+                *dirs, leaf = name.split("/")
+                try:
+                    parent = _open_dir(git, "/".join(dirs))
+                except OSError:
+                    continue
+                try:
+                    info = os.stat(leaf, dir_fd=parent, follow_symlinks=False)
+                    if stat.S_ISLNK(info.st_mode):
+                        said += _move_aside(parent, leaf, f".git/{name}", found=True)
+                except OSError:
+                    pass
+                finally:
+                    os.close(parent)
+            if areas:
+                for area, _ in _LINK_AREAS[1:]:
+                    odd = _state(git, area, directory=True)
+                    if odd is not None:
+                        said += _link_aside(git, odd[0], found=True)
+    finally:
+        os.close(git)
+    return said
+
+
+def closing_check(workspace: Path) -> list[str]:
+    """`left_behind` of `workspace`, areas included: for a session that closed, once
+    nothing of it runs."""
+    root = os.open(workspace.resolve(), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return left_behind(root, areas=True)
+    finally:
+        os.close(root)
 
 
 POINTER_FILES: Final = ("objects/info/alternates", "objects/info/http-alternates")
