@@ -182,6 +182,22 @@ async def _drain(fd: int, into: CappedOutput) -> None:
         into.feed(chunk)
 
 
+async def _reply(channel: socket.socket) -> dict[str, Any] | None:
+    """The init's next message on `channel`; None once its end of it is closed."""
+    while True:
+        await anyio.wait_readable(channel)
+        try:
+            message = channel.recv(65536)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return None
+        if not message:
+            return None
+        reply: dict[str, Any] = json.loads(message)
+        return reply
+
+
 class WarmTask:
     """A background task running in a warm sandbox, answering on a channel of its own."""
 
@@ -193,21 +209,12 @@ class WarmTask:
         """The task's exit status once every process of it is gone; None: the sandbox
         ended first (its init was killed or the sandbox closed)."""
         try:
-            while True:
-                await anyio.wait_readable(self._channel)
-                try:
-                    message = self._channel.recv(65536)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    return None
-                if not message:
-                    return None
-                reply: dict[str, Any] = json.loads(message)
+            while (reply := await _reply(self._channel)) is not None:
                 if reply.get("op") == "exited":
                     return int(reply.get("status", 1))
                 if reply.get("op") == "failed":
                     return None
+            return None
         finally:
             self._sandbox.tasks -= 1
             self._sandbox.used = time.monotonic()
@@ -300,18 +307,7 @@ class WarmSandbox:
 
     async def _receive(self) -> dict[str, Any] | None:
         """The init's next reply; None once its end of the channel is closed."""
-        while True:
-            await anyio.wait_readable(self._channel)
-            try:
-                message = self._channel.recv(65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return None
-            if not message:
-                return None
-            reply: dict[str, Any] = json.loads(message)
-            return reply
+        return await _reply(self._channel)
 
     def _send(self, fields: dict[str, Any], fds: Sequence[int] = ()) -> None:
         try:
@@ -405,11 +401,7 @@ class WarmSandbox:
         self.tasks += 1
         reply: dict[str, Any] | None = None
         with anyio.move_on_after(_READY_S):
-            while reply is None:
-                await anyio.wait_readable(mine)
-                with contextlib.suppress(BlockingIOError):
-                    message = mine.recv(65536)
-                    reply = json.loads(message) if message else {"op": "gone"}
+            reply = await _reply(mine)
         if reply is None or reply.get("op") != "started":
             task.signal("kill")
             self.tasks -= 1
