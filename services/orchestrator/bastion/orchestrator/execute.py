@@ -16,7 +16,14 @@ from bastion.proto.sandbox import CodeCheck, CodeReport, ExecRequest, ExecResult
 from bastion.proto.toolinput import DiagnosticsInput, RunTestsInput, ShellInput
 from bastion.shared.deadlines import shell_wall_s
 
-__all__ = ["FILE_REQUESTS", "format_exec_result", "run_check", "run_file_tool", "run_shell"]
+__all__ = [
+    "FILE_REQUESTS",
+    "format_exec_result",
+    "in_sandbox",
+    "run_check",
+    "run_file_tool",
+    "run_shell",
+]
 
 FILE_REQUESTS: dict[type[msgspec.Struct], Any] = {
     toolinput.ReadFileInput: sandbox.ReadFile,
@@ -110,7 +117,7 @@ def _judge(call: Call) -> PolicyRequest:
     )
 
 
-def _in_sandbox(call: Call, limits: Limits) -> dict[str, Any]:
+def in_sandbox(call: Call, limits: Limits) -> dict[str, Any]:
     """What a command and a check ask of the session's sandbox alike."""
     session = call.session
     return call.whose() | {
@@ -134,7 +141,7 @@ async def run_shell(call: Call, given: ShellInput) -> str:
             command=given.command,
             call_id=call.call_id,
             stream=call.stream,
-            **_in_sandbox(call, limits),
+            **in_sandbox(call, limits),
         ),
         ExecResult,
         timeout_s=limits.wall_s + call.timeout_s,
@@ -157,7 +164,7 @@ async def run_check(call: Call, given: DiagnosticsInput | RunTestsInput) -> str:
     )
     report = await call.ask(
         subjects.SANDBOX_CHECK_CODE,
-        CodeCheck(what=what, call_id=call.call_id, **_in_sandbox(call, limits)),
+        CodeCheck(what=what, call_id=call.call_id, **in_sandbox(call, limits)),
         CodeReport,
         timeout_s=limits.wall_s + call.timeout_s,
     )

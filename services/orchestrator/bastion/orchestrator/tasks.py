@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
+from bastion.orchestrator.execute import in_sandbox
 from bastion.orchestrator.toolcall import Call
 from bastion.proto import subjects
 from bastion.proto.sandbox import ExecRequest
@@ -36,17 +37,11 @@ def _shown(answer: msgspec.Struct) -> str:
 
 async def start_task(call: Call, given: BgRunInput) -> str:
     """`bg_run`: the command started in the background in the session's sandbox."""
-    session = call.session
     request = TaskStart(
         exec=ExecRequest(
             command=given.command,
-            **call.whose(),
-            workspace=call.workspace,
-            backend=session.sandbox,
-            network=session.network,
-            limits=session.limits,
-            read_only_dirs=session.read_only_dirs,
             call_id=call.call_id,
+            **in_sandbox(call, call.session.limits),
         ),
         cwd=given.cwd or "",
         label=given.label or "",
