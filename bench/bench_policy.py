@@ -32,7 +32,7 @@ from bastion.policy.cedar_store import OperatorPolicies
 from bastion.policy.decide import decide
 from bastion.proto import subjects
 from bastion.proto.policy import PolicyDecision, PolicyRequest, PolicyStatus, PolicyStatusQuery
-from bastion.shared.bus import Client, connect, request
+from bastion.shared.bus import Client, connect, request, round_trip
 from bastion.shared.errors import Unavailable
 from bastion.shared.settings import BusSettings
 from bench.common import percentile
@@ -80,7 +80,7 @@ async def echo(nats_url: str) -> None:
         await message.respond(message.data)
 
     await client.subscribe(ECHO_SUBJECT, cb=answer)
-    await client.flush()
+    await round_trip(client)
     print("ready", flush=True)
     await anyio.sleep_forever()
 

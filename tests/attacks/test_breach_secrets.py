@@ -43,7 +43,7 @@ from bastion.proto.toolinput import EditFileInput, ReadFileInput, SearchFilesInp
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
-from bastion.shared.bus import Client, connect, request
+from bastion.shared.bus import Client, connect, request, round_trip
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.settings import BusSettings
@@ -205,7 +205,7 @@ async def test_a_value_spelled_into_refused_host_names_is_cut_from_every_record(
         run_service(sandbox_service, sandbox),
     ):
         await recorder.subscribe(">", cb=record)
-        await recorder.flush()
+        await round_trip(recorder)
         await add(client, NAME, value.encode())
         await add(client, IDN, idn_value.encode())
         result = await run(
@@ -376,7 +376,7 @@ async def test_what_a_session_is_shown_journaled_and_audited_has_the_tenants_val
     ):
         for everything in (">", "$KV.>", "$JS.>"):  # `>` may leave `$` subjects out
             await recorder.subscribe(everything, cb=record)
-        await recorder.flush()
+        await round_trip(recorder)
         await add(client, NAME, value.encode(), tenant="acme")
         session = await open_session(
             client, workspace=str(writable_workspace), shell=True, autonomy="L5", tenant="acme"

@@ -15,7 +15,7 @@ import nats
 import pytest
 
 from bastion.cli.natsserver import free_port, serving
-from bastion.shared.bus import CredentialsRefused, connect
+from bastion.shared.bus import CredentialsRefused, connect, round_trip
 from bastion.shared.errors import InvalidInput
 from bastion.shared.natsconfig import read_env_file
 from bastion.shared.natsperms import GRANTS
@@ -110,8 +110,7 @@ async def test_the_written_config_runs_and_each_env_file_connects_as_its_service
             error_cb=collect,
         )
         await client.subscribe("bastion.v1.vault.>")
-        for _ in range(5):  # the -ERR may trail the first PONG: a few round trips settle it
-            await client.flush()
+        await round_trip(client)  # the SUB's -ERR comes before this round trip's PONG
         await client.close()
     assert any("permissions violation for subscription" in e for e in errors)
 

@@ -15,7 +15,7 @@ from bastion.orchestrator.hooks import Hooks
 from bastion.proto import subjects
 from bastion.proto.hooks import HookAnswer, HookEvent, HookRegistration
 from bastion.proto.tools import CallResult, ToolCall
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, round_trip
 from bastion.shared.codec import decode, encode
 
 __all__ = ["HookGate", "Sent", "send"]
@@ -41,7 +41,7 @@ class HookGate:
         """Answer the hook's subjects and register it (before the orchestrator starts, so
         its first look at the bucket finds it)."""
         await client.subscribe(f"{subjects.PREFIX}.hooks.*.*.{name}", cb=self._told)
-        await client.flush()
+        await round_trip(client)
         await Hooks.open(client, subjects.HOOKS_BUCKET)  # the bucket, created if missing
         kv = await client.jetstream().key_value(subjects.HOOKS_BUCKET)
         registration = HookRegistration(
@@ -103,5 +103,5 @@ async def send(
     subscription = await client.subscribe(inbox, max_msgs=1)
     call = ToolCall(tool=tool, input=dict(tool_input), call_id=call_id)
     await client.publish(subjects.session_call(session_id), encode(call), reply=inbox)
-    await client.flush()
+    await round_trip(client)
     return Sent(subscription)

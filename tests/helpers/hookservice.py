@@ -9,7 +9,7 @@ from nats.aio.msg import Msg
 from bastion.orchestrator.hooks import Hooks
 from bastion.proto import subjects
 from bastion.proto.hooks import HookAnswer, HookEvent, HookRegistration
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, round_trip
 from bastion.shared.codec import decode, encode
 
 __all__ = ["Answer", "hook"]
@@ -29,7 +29,7 @@ async def hook(client: Client, registration: HookRegistration, answer: Answer) -
             await msg.respond(encode(given))
 
     await client.subscribe(f"{subjects.PREFIX}.hooks.*.*.{registration.name}", cb=respond)
-    await client.flush()
+    await round_trip(client)
     await Hooks.open(client, subjects.HOOKS_BUCKET)  # the bucket, created if missing
     kv = await client.jetstream().key_value(subjects.HOOKS_BUCKET)
     await kv.put(registration.name, encode(registration))

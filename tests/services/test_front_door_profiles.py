@@ -39,7 +39,7 @@ from bastion.proto.session import OpenSession, SessionInfo, SessionRef
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client as Bus
-from bastion.shared.bus import request
+from bastion.shared.bus import request, round_trip
 from bastion.shared.codec import decode
 from bastion.shared.errors import BastionError
 from bastion.shared.hookfile import CommandHook, hooks_path, save_hooks
@@ -66,7 +66,7 @@ async def _opened_ids(bus: Bus) -> list[str]:
         opened.append(decode(msg.data, SessionOpened).session_id)
 
     await bus.subscribe(subjects.event("session_opened", "*"), cb=seen)
-    await bus.flush()
+    await round_trip(bus)
     return opened
 
 

@@ -31,6 +31,7 @@ from bastion.proto.sandbox import OutputChunk
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client as Bus
+from bastion.shared.bus import round_trip
 from bastion.shared.codec import decode
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
@@ -108,7 +109,7 @@ async def streaming_plane(
 async def wire(client: Bus) -> AsyncIterator[Wire]:
     seen = Wire()
     subscription = await client.subscribe(f"{subjects.PREFIX}.calls.output.>", cb=seen.keep)
-    await client.flush()
+    await round_trip(client)
     try:
         yield seen
     finally:

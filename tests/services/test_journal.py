@@ -25,7 +25,7 @@ from bastion.proto.toolinput import EditFileInput, WriteFileInput
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, round_trip
 from bastion.shared.codec import decode, encode
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
@@ -112,7 +112,7 @@ async def silent_sandbox(client: Client) -> AsyncIterator[list[Msg]]:
     checks = await client.subscribe(subjects.SANDBOX_CHECK, cb=check)
     files = await client.subscribe(subjects.SANDBOX_FILES, cb=swallow)
     resolves = await client.subscribe(subjects.SANDBOX_RESOLVE, cb=resolve)
-    await client.flush()
+    await round_trip(client)
     yield received
     await checks.unsubscribe()
     await files.unsubscribe()

@@ -41,7 +41,7 @@ from bastion.proto.vault import (
 )
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
-from bastion.shared.bus import connect, request
+from bastion.shared.bus import connect, request, round_trip
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import RemoteError
 from bastion.shared.leasing import redaction_context
@@ -117,16 +117,10 @@ async def refused_subscription(secured: Secured, user: str, subject: str) -> boo
     """Whether the server refuses `user` a subscription to `subject`."""
     async with as_user(secured, user) as connection:
         await connection.client.subscribe(subject)
-        # The server's -ERR usually comes before the PONG of the next round trip, but not
-        # always (about one in twenty here, more on a loaded machine): round trips, then a
-        # second's grace, settle it (only an allowed subscription waits that long).
-        for attempt in range(25):
-            await connection.client.flush()
-            if any("permissions violation for subscription" in e for e in connection.errors):
-                return True
-            if attempt >= 5:
-                await anyio.sleep(0.05)
-        return False
+        # The server answers a refused SUB with -ERR before it reads what follows, and the
+        # client reads that -ERR before the PONG of a round trip sent after the SUB.
+        await round_trip(connection.client)
+        return any("permissions violation for subscription" in e for e in connection.errors)
 
 
 @pytest.fixture
@@ -191,7 +185,7 @@ async def test_only_the_front_door_can_read_a_calls_streamed_output_and_the_sand
 
     async with as_user(secured, "mcp") as door, as_user(secured, "sandbox") as sandbox:
         await door.client.subscribe(one_call, cb=keep)
-        await door.client.flush()
+        await round_trip(door.client)
         await sandbox.client.publish(one_call, b"chunk")
         await sandbox.client.flush()
         with anyio.fail_after(5):
@@ -225,7 +219,7 @@ async def test_a_cancel_is_allowed_exactly_where_a_call_is_and_only_the_orchestr
         as_user(secured, "operator") as operator,
     ):
         await sandbox.client.subscribe(subjects.CALLS_CANCEL, cb=keep)
-        await sandbox.client.flush()
+        await round_trip(sandbox.client)
         for forger in (mcp, operator):
             await forger.client.publish(subjects.CALLS_CANCEL, b"x")
             await forger.client.flush()
@@ -338,7 +332,7 @@ async def test_a_publish_outside_the_grant_is_dropped_and_reported(secured: Secu
         as_user(secured, "policy") as policy,
     ):
         await orchestrator.client.subscribe(subjects.SESSION_OPEN, cb=keep)
-        await orchestrator.client.flush()
+        await round_trip(orchestrator.client)
         await policy.client.publish(subjects.SESSION_OPEN, b"x")
         await policy.client.publish(subjects.EVENTS_ALL.replace(">", "x.y"), b"x")
         await policy.client.flush()
@@ -464,7 +458,7 @@ async def test_only_the_sandbox_service_may_send_a_programs_nested_calls(
     others = [user for user in GRANTS if user != "sandbox"]
     async with as_user(secured, "orchestrator") as orchestrator:
         await orchestrator.client.subscribe(subjects.SESSION_NESTED_ANY, cb=keep)
-        await orchestrator.client.flush()
+        await round_trip(orchestrator.client)
         for user in others:
             async with as_user(secured, user) as other:
                 await other.client.publish(subjects.session_nested(SESSION), user.encode())
@@ -504,7 +498,7 @@ async def test_the_sandbox_tells_a_tasks_end_and_the_front_door_hears_it(
                     await anyio.sleep(0.05)
     async with as_user(secured, "mcp") as door, as_user(secured, "sandbox") as sandbox:
         await door.client.subscribe(subjects.event("task_ended", "*"), cb=keep)
-        await door.client.flush()
+        await round_trip(door.client)
         await sandbox.client.publish(ended, b"ended")
         await sandbox.client.flush()
         with anyio.fail_after(5):
@@ -529,7 +523,7 @@ async def test_only_the_sandbox_service_serves_and_asks_a_replicas_own_task_subj
 
     async with as_user(secured, "sandbox") as holder:
         await holder.client.subscribe(held, cb=keep)
-        await holder.client.flush()
+        await round_trip(holder.client)
         for user in (u for u in GRANTS if u != "sandbox"):
             async with as_user(secured, user) as other:
                 await other.client.publish(held, user.encode())

@@ -20,7 +20,7 @@ from bastion.proto.sandbox import ExecRequest, ExecResult, OutputChunk
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.streaming import OutputStreams, StreamBounds
-from bastion.shared.bus import Client, request
+from bastion.shared.bus import Client, request, round_trip
 from bastion.shared.codec import decode
 from bastion.shared.errors import RemoteError
 from bastion.shared.redaction import Redactor
@@ -64,7 +64,7 @@ class Received:
 async def receiving(client: Client, call_id: str = "call-1") -> AsyncIterator[Received]:
     received = Received()
     subscription = await client.subscribe(subjects.call_output(SESSION, call_id), cb=received.keep)
-    await client.flush()
+    await round_trip(client)
     try:
         yield received
     finally:

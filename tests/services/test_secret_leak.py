@@ -16,7 +16,7 @@ from bastion.proto.sandbox import EditFile, ExecRequest, ExecResult, FileResult,
 from bastion.proto.toolinput import EditFileInput, ReadFileInput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
-from bastion.shared.bus import Client, connect, request
+from bastion.shared.bus import Client, connect, request, round_trip
 from bastion.shared.errors import RemoteError
 from bastion.shared.redaction import forms
 from bastion.shared.settings import BusSettings
@@ -82,7 +82,7 @@ async def test_a_leased_secret_appears_nowhere_but_in_its_command(
     ):
         await recorder.subscribe(">", cb=record)
         await recorder.subscribe("$JS.>", cb=record)  # in case `>` leaves `$` subjects out
-        await recorder.flush()
+        await round_trip(recorder)
         await add(client, NAME, value.encode())
         result: ExecResult = await request(
             client,

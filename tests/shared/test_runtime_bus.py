@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import anyio
+import anyio.abc
 import pytest
 
 from bastion.cli.natsserver import free_port
 from bastion.proto.policy import PolicyDecision
-from bastion.shared.bus import Client, connect, request
+from bastion.shared.bus import Client, connect, request, round_trip
 from bastion.shared.errors import BadRequest, NoResponders, Timeout, Unavailable
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
@@ -60,3 +61,43 @@ async def test_connecting_to_a_server_that_is_not_there_says_how_to_start_one() 
             pass
     assert raised.value.message.startswith(f"cannot reach NATS at {url}")
     assert "bastion up" in raised.value.message
+
+
+async def test_a_round_trip_comes_after_a_subscription_still_in_the_clients_buffer(
+    nats_url: str,
+) -> None:
+    """What the server reads from a client, recorded by a relay between them: when
+    `round_trip` returns, the server has read the SUB and, after it, the PING it answered.
+    A single `flush()` of nats-py writes its PING ahead of the SUB, so another connection's
+    message could reach the server before the subscription did."""
+    server_port = int(nats_url.rsplit(":", 1)[1])
+    read_by_server = bytearray()
+
+    async def relay(downstream: anyio.abc.SocketStream) -> None:
+        async with downstream, await anyio.connect_tcp("127.0.0.1", server_port) as upstream:
+
+            async def pump(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
+                async for chunk in source:
+                    if source is downstream:
+                        read_by_server.extend(chunk)
+                    await sink.send(chunk)
+
+            async with anyio.create_task_group() as pumps:
+                pumps.start_soon(pump, upstream, downstream)
+                await pump(downstream, upstream)
+                pumps.cancel_scope.cancel()
+
+    relay_port = free_port()
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=relay_port) as relays,
+        anyio.create_task_group() as relaying,
+    ):
+        relaying.start_soon(relays.serve, relay)
+        settings = BusSettings(nats_url=f"nats://127.0.0.1:{relay_port}", request_timeout_s=10.0)
+        async with connect(settings, "recorded") as recorded:
+            await recorded.subscribe("bastion.v1.test.heard")
+            await round_trip(recorded)
+            seen = bytes(read_by_server)
+        relaying.cancel_scope.cancel()
+    assert b"SUB bastion.v1.test.heard" in seen
+    assert seen.rindex(b"PING") > seen.index(b"SUB bastion.v1.test.heard")

@@ -48,6 +48,7 @@ __all__ = [
     "answer",
     "connect",
     "request",
+    "round_trip",
 ]
 
 T = TypeVar("T")
@@ -63,6 +64,19 @@ logger = logging.getLogger(__name__)
 
 async def _log_error(error: Exception) -> None:
     logger.warning("nats connection error", extra={"error_type": type(error).__name__})
+
+
+async def round_trip(client: Client) -> None:
+    """Return once the server has read everything `client` sent before this call (a
+    subscription made, a message published), so another connection may count on it.
+
+    One `flush()` does not prove it: nats-py writes the flush's PING straight to the
+    socket, ahead of the commands still waiting in its buffer for its flusher task, and
+    the server can answer the PONG before it has read them (a fresh subscription then
+    misses a message another connection publishes right after). The flusher writes that
+    buffer while the first round trip waits, so the second one comes after it."""
+    await client.flush()
+    await client.flush()
 
 
 @asynccontextmanager

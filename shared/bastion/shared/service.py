@@ -39,7 +39,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from bastion.proto import errors as codes
 from bastion.proto.errors import ErrorReply
-from bastion.shared.bus import answer
+from bastion.shared.bus import answer, round_trip
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
 from bastion.shared.telemetry import annotate, context_from_headers, messaging_attributes, tracer
@@ -149,7 +149,7 @@ class Service:
                     subject=endpoint.subject,
                     handler=self._dispatcher(endpoint, work),
                 )
-            await client.flush()
+            await round_trip(client)
             try:
                 yield
             finally:

@@ -27,7 +27,7 @@ from bastion.hooks.command import Ran, run_command
 from bastion.hooks.settings import HooksSettings
 from bastion.proto import subjects
 from bastion.proto.hooks import HOOK_EVENTS, HookAnswer, HookEvent, HookEventName, HookRegistration
-from bastion.shared.bus import Client, answer, connect
+from bastion.shared.bus import Client, answer, connect, round_trip
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
 from bastion.shared.hookfile import CommandHook, UnsafeHooksFile, hooks_path, load_hooks
@@ -179,7 +179,7 @@ class HookRunner:
             subscription = await self._client.subscribe(
                 f"{subjects.PREFIX}.hooks.*.*.{NAME}", cb=hand_over
             )
-            await self._client.flush()
+            await round_trip(self._client)
             await self.register()
             try:
                 while True:
