@@ -288,10 +288,10 @@ async def request(
             try:
                 reply = await _exchange(client, subject, payload, headers, timeout_s)
             except nats.errors.NoRespondersError:
-                # nats-server can answer "no responders" to the first request after another
-                # connection subscribed, even once that subscriber's flush returned (seen
-                # about once in fifty fresh connections). A round trip of our own settles it;
-                # ask once more before calling the service absent.
+                # A subscriber that settled its subscription with a bare flush (not
+                # `round_trip`) may have had its PONG before the server read its SUB, so
+                # the first request after it can find nobody. A round trip of our own gives
+                # its SUB time to land; ask once more before calling the service absent.
                 await client.flush(timeout=max(1, int(timeout_s)))
                 reply = await _exchange(client, subject, payload, headers, timeout_s)
         except nats.errors.MaxPayloadError:
