@@ -396,3 +396,28 @@ async def test_run_code_at_the_front_door_reads_fifty_files_and_is_refused_a_wri
     )
     assert (workspace / "keep.txt").read_text() == "kept\n"
     assert failed.is_error and text_of(failed).endswith("ValueError: no")
+
+
+async def test_a_tools_own_failures_are_results_the_model_reads_in_plain_words(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    """A file that is not there, a path holding a NUL and an argument the tool does not take
+    are the tool's answers (`isError`, a sentence naming what to change), not JSON-RPC
+    errors naming Bastion's internal messages."""
+    async with plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L3")
+        async with mcp_client(url, token, "auto") as mcp:
+            missing = await mcp.call_tool("read_file", {"path": "nope.txt"})
+            nul = {
+                tool: await mcp.call_tool(tool, {"path": "a\x00b", **extra})
+                for tool, extra in (("read_file", {}), ("write_file", {"content": "x"}))
+            }
+            listed_nul = await mcp.call_tool("list_files", {"path": "a\x00b"})
+            extra = await mcp.call_tool("read_file", {"path": "nope.txt", "bogus": 1})
+    assert missing.is_error and "there is no file nope.txt" in text_of(missing)
+    for result in (*nul.values(), listed_nul):
+        assert result.is_error, text_of(result)
+        assert "a path without a NUL character" in text_of(result)
+        assert "ResolvePaths" not in text_of(result) and "regex" not in text_of(result)
+    assert extra.is_error and "does not have: `bogus`" in text_of(extra)
+    assert not (workspace / "a").exists()

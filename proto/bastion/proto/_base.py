@@ -10,6 +10,8 @@ __all__ = [
     "MAX_PATH",
     "MAX_TEXT",
     "NAME_PATTERN",
+    "PATH_PATTERN",
+    "SESSION_ID_PATTERN",
     "Identifier",
     "Ingress",
     "Message",
@@ -37,6 +39,10 @@ class Ingress(Message, frozen=True, kw_only=True, forbid_unknown_fields=True):
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 """A name: letters, digits, `_`, `.` and `-`, starting with a letter or a digit."""
+PATH_PATTERN = r"^[^\x00]*$"
+"""A path: anything but a NUL."""
+SESSION_ID_PATTERN = r"^[0-9a-f]{16}$"
+"""A session id: 16 lowercase hex digits."""
 
 
 def name_meta(max_length: int, description: str | None = None) -> msgspec.Meta:
@@ -49,9 +55,9 @@ def name_meta(max_length: int, description: str | None = None) -> msgspec.Meta:
 Identifier = Annotated[str, name_meta(64)]
 """A tenant or agent name: letters, digits, `_`, `.` and `-`, at most 64 characters."""
 
-SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
+SessionId = Annotated[str, msgspec.Meta(pattern=SESSION_ID_PATTERN)]
 """A session id: 16 lowercase hex digits, also a NATS subject token and a KV key."""
 
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
-PathText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PATH, pattern=r"^[^\x00]*$")]
+PathText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PATH, pattern=PATH_PATTERN)]
 """A path as given: no NUL, which no path may hold (the system refuses it)."""

@@ -17,7 +17,7 @@ from typing import Annotated, Final, Literal, NamedTuple
 
 import msgspec
 
-from bastion.proto._base import MAX_PATH, MAX_TEXT, Ingress, name_meta
+from bastion.proto._base import MAX_PATH, MAX_TEXT, PATH_PATTERN, Ingress, name_meta
 from bastion.proto.policy import Effect
 
 __all__ = [
@@ -49,7 +49,10 @@ __all__ = [
 ToolPath = Annotated[
     str,
     msgspec.Meta(
-        min_length=1, max_length=MAX_PATH, description="A path relative to the workspace."
+        min_length=1,
+        max_length=MAX_PATH,
+        pattern=PATH_PATTERN,
+        description="A path relative to the workspace.",
     ),
 ]
 
@@ -58,6 +61,7 @@ DirPath = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=MAX_PATH,
+        pattern=PATH_PATTERN,
         description="A directory relative to the workspace; `.` is the workspace itself.",
     ),
 ]

@@ -16,6 +16,8 @@ from typing import Any, Final, get_args
 import msgspec
 import msgspec.inspect
 
+from bastion.proto._base import NAME_PATTERN, PATH_PATTERN, SESSION_ID_PATTERN
+from bastion.proto.toolinput import TASK_ID_PATTERN
 from bastion.shared.errors import BadRequest
 
 __all__ = ["MAX_NESTING", "decode", "describe_decode_error", "encode"]
@@ -136,11 +138,37 @@ _ECHOING_RULES = (
     ("JSON is malformed", "JSON is malformed"),
 )
 _PATH = re.compile(r" - at `(\$(?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\]|\[\.\.\.\])*)`$")
+_UNKNOWN_FIELD = re.compile(r"^Object contains unknown field `([A-Za-z_][A-Za-z0-9_]{0,39})`")
+"""An unknown field msgspec names: echoed when it is a short plain name, never otherwise."""
+_PATTERN_RULE = re.compile(r"^Expected `str` matching regex '(.*)'$")
+_PATTERN_WORDS: Final = {
+    PATH_PATTERN: "Expected a path without a NUL character (no file name holds one)",
+    SESSION_ID_PATTERN: "Expected a session id (16 lowercase hex digits)",
+    NAME_PATTERN: "Expected a name (letters, digits, `_`, `.` and `-`, starting with a "
+    "letter or a digit)",
+    TASK_ID_PATTERN: "Expected a task id (the 26 characters bg_run or bg_list gave)",
+}
+"""The rules of Bastion's string patterns in words, for a person (a regex is not one)."""
 
 
 def _names(message_type: Any) -> str:
     members = get_args(message_type) or (message_type,)
     return " or ".join(getattr(member, "__name__", str(member)) for member in members)
+
+
+def _in_words(rule: str) -> str:
+    """msgspec's rule as a person reads it: a known pattern in words, an unknown field
+    named when it is a plain short name, a rule that would echo a value without it."""
+    pattern = _PATTERN_RULE.match(rule)
+    if pattern is not None:
+        return _PATTERN_WORDS.get(pattern.group(1).replace("\\\\", "\\"), rule)
+    field = _UNKNOWN_FIELD.match(rule)
+    if field is not None:
+        return f"Object contains a field the message does not have: `{field.group(1)}`"
+    for echoing, safe in _ECHOING_RULES:
+        if rule.startswith(echoing):
+            return safe
+    return rule
 
 
 def describe_decode_error(error: msgspec.MsgspecError, message_type: Any) -> str:
@@ -151,10 +179,6 @@ def describe_decode_error(error: msgspec.MsgspecError, message_type: Any) -> str
     name = _names(message_type)
     text = str(error).splitlines()[0] if str(error) else "unreadable"
     path = _PATH.search(text)
-    rule = text[: path.start()] if path else text
-    for echoing, safe in _ECHOING_RULES:
-        if rule.startswith(echoing):
-            rule = safe
-            break
+    rule = _in_words(text[: path.start()] if path else text)
     where = f" - at `{path.group(1)}`" if path else ""
     return f"the request is not a valid {name}: {rule[:300]}{where}"

@@ -55,6 +55,10 @@ from bastion.shared.telemetry import annotate
 __all__ = ["ToolHandlers", "mcp_error", "request_agent", "tool_of"]
 
 _PROTOCOL_CODES: Final = {codes.UNKNOWN_TOOL, codes.BAD_REQUEST, codes.NOT_FOUND}
+"""The codes of a request that failed before any call was made (its session, its state)."""
+_CALL_PROTOCOL_CODES: Final = {codes.UNKNOWN_TOOL, codes.BAD_REQUEST}
+"""The codes of a call's answer that say the request itself was wrong; every other answer
+is the tool's, for the model to read — a file that is not there (`not_found`) among them."""
 _ANY_OBJECT: Final[dict[str, Any]] = {"type": "object"}
 
 
@@ -196,7 +200,7 @@ class ToolHandlers:
     ) -> CallToolResult:
         if isinstance(result, ErrorReply) and result.code == codes.SESSION_CLOSED:
             await self.binding.closed(agent, mcp_session_id, session_id)
-        if isinstance(result, ErrorReply) and result.code in _PROTOCOL_CODES:
+        if isinstance(result, ErrorReply) and result.code in _CALL_PROTOCOL_CODES:
             raise mcp_error(RemoteError(result.code, result.message))
         return _text(result)
 
