@@ -132,6 +132,7 @@ async def test_a_request_within_the_default_limit_that_the_bus_cannot_carry_gets
     message = refused.value.error.message
     assert "more than the 8388608 bytes the bus carries in one message" in message
     assert "write a large file in parts" in message
+    assert refused.value.error.code == -32602
     assert refused.value.error.data == {"code": "invalid_input"}
     assert not (workspace / "big.txt").exists()
     assert not after.is_error and (workspace / "small.txt").read_text() == "fits"
