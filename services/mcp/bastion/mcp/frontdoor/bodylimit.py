@@ -99,6 +99,7 @@ class BodyLimit:
             await self._app(scope, receive, send)
             return
         declared = _declared(scope)
+        over_declared = declared is not None and declared > self._limit
         chunks: list[bytes] = []
         size, more, trailing = 0, True, None
         while more:
@@ -110,7 +111,6 @@ class BodyLimit:
             chunks.append(chunk)
             size += len(chunk)
             more = bool(message.get("more_body", False))
-            over_declared = declared is not None and declared > self._limit
             if (over_declared and (size >= _HEAD_BYTES or not more)) or size > self._limit:
                 sentence = too_large_sentence(declared if over_declared else None, self._limit)
                 refusal = jsonrpc_refusal(413, "too_large", sentence, request_id(_head(chunks)))
