@@ -135,7 +135,12 @@ async def _replica(
         ended.append(session_id)
 
     manager = DoorManager(
-        Server("contract"), records=records, ended=end, replica=name, idle_timeout_s=60
+        Server("contract"),
+        records=records,
+        ended=end,
+        replica=name,
+        idle_timeout_s=60,
+        max_request_bytes=1024 * 1024,
     )
     transport = httpx.ASGITransport(app=_as_agent(manager))
     async with (

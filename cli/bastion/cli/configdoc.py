@@ -104,7 +104,8 @@ NOTES: dict[str, str] = {
     "http_origins": "Browser origins the front door accepts, comma-separated; a request "
     "with another `Origin` is refused.",
     "http_answer_timeout_s": "How long the front door waits for the orchestrator's answer.",
-    "http_max_body_bytes": "The largest request body the front door reads.",
+    "http_max_body_bytes": "The largest request body the front door's `/v1` HTTP API reads "
+    "(`/mcp` has `BASTION_MCP_MAX_REQUEST_BYTES`).",
     "vault_master_key": "The master key, base64; wins over the key file. Given to the vault only.",
     "vault_master_key_file": "The master key's file; empty: `<state dir>/vault/master.key`.",
     "vault_other_master_key_file": "The previous master key during a rotation: it opens "

@@ -47,15 +47,18 @@ class _Error(msgspec.Struct, frozen=True):
 
 class _Body(msgspec.Struct, frozen=True):
     jsonrpc: str
-    id: None
+    id: int | str | None
     error: _Error
 
 
-def jsonrpc_refusal(status: int, code: str, message: str) -> Response:
-    """An HTTP refusal whose body is a JSON-RPC error (no id), its Bastion code in `data`."""
+def jsonrpc_refusal(
+    status: int, code: str, message: str, request_id: int | str | None = None
+) -> Response:
+    """An HTTP refusal whose body is a JSON-RPC error (to `request_id`, else with no id), its
+    Bastion code in `data`."""
     body = _Body(
         jsonrpc="2.0",
-        id=None,
+        id=request_id,
         error=_Error(code=_INVALID_REQUEST, message=message, data={"code": code}),
     )
     headers = None

@@ -19,8 +19,8 @@ class UnsafeListen(BastionError):
 
 @dataclass(frozen=True)
 class FrontDoor:
-    """What the HTTP server needs: where to listen, the tokens by label, allowed origins, and
-    the MCP endpoint's waits."""
+    """What the HTTP server needs: where to listen, the tokens by label, allowed origins, the
+    largest bodies read, and the MCP endpoint's waits."""
 
     host: str
     port: int
@@ -28,6 +28,7 @@ class FrontDoor:
     origins: frozenset[str]
     answer_timeout_s: float
     max_body_bytes: int
+    mcp_max_request_bytes: int
     approval_wait_s: float = 30.0
     call_timeout_s: float = 3600.0
     session_idle_s: float = 1800.0
@@ -72,6 +73,7 @@ def front_door_of(settings: McpSettings) -> FrontDoor:
         origins=origins,
         answer_timeout_s=settings.http_answer_timeout_s,
         max_body_bytes=settings.http_max_body_bytes,
+        mcp_max_request_bytes=settings.mcp_max_request_bytes,
         approval_wait_s=settings.mcp_approval_wait_s,
         call_timeout_s=settings.mcp_call_timeout_s,
         session_idle_s=settings.mcp_session_idle_s,

@@ -61,13 +61,16 @@ class DoorManager(StreamableHTTPSessionManager):
         ended: Ended,
         replica: str,
         idle_timeout_s: float,
+        max_request_bytes: int,
     ) -> None:
         # Host and Origin are checked by the guard in front; the SDK keeps its
-        # Content-Type check, which it makes with protection off too.
+        # Content-Type check, which it makes with protection off too. Its body limit, a
+        # byte above the front door's (`bastion.mcp.frontdoor.bodylimit`), never answers.
         super().__init__(
             app,
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
             session_idle_timeout=idle_timeout_s,
+            max_request_body_size=max_request_bytes + 1,
         )
         self._records = records
         self._ended = ended

@@ -1,6 +1,6 @@
 """The MCP endpoint put together: the SDK's low-level `Server` with Bastion's handlers, the
-session manager that serves both protocol eras, the guard in front of it, and the notices
-of background tasks' ends."""
+session manager that serves both protocol eras, the guard and the body limit in front of it,
+and the notices of background tasks' ends."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from mcp.server.lowlevel.server import Server
 
 from bastion.mcp.frontdoor.asking import Asking
 from bastion.mcp.frontdoor.binding import Binding
+from bastion.mcp.frontdoor.bodylimit import BodyLimit
 from bastion.mcp.frontdoor.guard import McpGuard
 from bastion.mcp.frontdoor.httpsettings import FrontDoor
 from bastion.mcp.frontdoor.manager import DoorManager
@@ -37,8 +38,8 @@ INSTRUCTIONS = (
 
 @dataclass(frozen=True)
 class McpEndpoint:
-    """What `/mcp` is: the guarded ASGI app, and the manager and the task notices to run in
-    the app's lifespan."""
+    """What `/mcp` is: the guarded ASGI app (the guard, then the body limit, then the SDK's
+    manager), and the manager and the task notices to run in the app's lifespan."""
 
     app: McpGuard
     manager: DoorManager
@@ -84,9 +85,10 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
         ended=binding.end,
         replica=secrets.token_hex(4),
         idle_timeout_s=door.session_idle_s,
+        max_request_bytes=door.mcp_max_request_bytes,
     )
     return McpEndpoint(
-        app=McpGuard(manager.handle_request, door, tokens),
+        app=McpGuard(BodyLimit(manager.handle_request, door.mcp_max_request_bytes), door, tokens),
         manager=manager,
         tokens=tokens,
         binding=binding,
