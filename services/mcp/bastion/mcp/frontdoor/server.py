@@ -15,6 +15,7 @@ from bastion.mcp.frontdoor.asking import Asking
 from bastion.mcp.frontdoor.binding import Binding
 from bastion.mcp.frontdoor.guard import McpGuard
 from bastion.mcp.frontdoor.httpsettings import FrontDoor
+from bastion.mcp.frontdoor.inflight import InFlight
 from bastion.mcp.frontdoor.manager import DoorManager
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.resources import ResourceHandlers
@@ -86,7 +87,7 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
         idle_timeout_s=door.session_idle_s,
     )
     return McpEndpoint(
-        app=McpGuard(manager.handle_request, door, tokens),
+        app=McpGuard(InFlight(manager.handle_request), door, tokens),
         manager=manager,
         tokens=tokens,
         binding=binding,
