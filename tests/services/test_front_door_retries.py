@@ -147,12 +147,10 @@ async def test_a_call_whose_stream_was_cut_sent_again_waits_for_its_first_run(
             async with raw.http.stream("POST", "/mcp", json=raw.call(8, GATED)) as cut:
                 assert cut.status_code == 200
             # the first POST's stream is gone; its command still waits for `go`
-            refused = 0
             with anyio.fail_after(30):
                 while True:
                     async with raw.http.stream("POST", "/mcp", json=raw.call(8, GATED)) as retry:
                         if retry.status_code == 409:  # the cut not yet seen by the front door
-                            refused += 1
                             await retry.aread()
                             await anyio.sleep(0.05)
                             continue
