@@ -16,6 +16,7 @@ from bastion.mcp.frontdoor.binding import Binding
 from bastion.mcp.frontdoor.bodylimit import BodyLimit
 from bastion.mcp.frontdoor.guard import McpGuard
 from bastion.mcp.frontdoor.httpsettings import FrontDoor
+from bastion.mcp.frontdoor.inflight import InFlight
 from bastion.mcp.frontdoor.manager import DoorManager
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.resources import ResourceHandlers
@@ -88,7 +89,10 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
         max_request_bytes=door.mcp_max_request_bytes,
     )
     return McpEndpoint(
-        app=McpGuard(BodyLimit(manager.handle_request, door.mcp_max_request_bytes), door, tokens),
+        # the agent known first, then the body bounded, then its request ids held while it runs
+        app=McpGuard(
+            BodyLimit(InFlight(manager.handle_request), door.mcp_max_request_bytes), door, tokens
+        ),
         manager=manager,
         tokens=tokens,
         binding=binding,

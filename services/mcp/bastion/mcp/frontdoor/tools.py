@@ -4,13 +4,13 @@ A tool's effect becomes its annotations. A call goes to `session.<id>.call` (a c
 `notifications/cancelled` of it sends `session.<id>.cancel`); its output is
 text content, a refusal (denied, declined, uncertain...) a result with `isError` and the
 sentence, so the model can read it; what is wrong with the request itself (an unknown tool,
-Bastion unreachable) is a JSON-RPC error.
+Bastion unreachable) is a JSON-RPC error. A result's `_meta` names the Bastion session and
+the call id (`bastion.mcp.frontdoor.callids`: a retried request keeps its call id).
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,6 +33,7 @@ from mcp_types import (
 
 from bastion.mcp.frontdoor.asking import Asking
 from bastion.mcp.frontdoor.binding import Binding
+from bastion.mcp.frontdoor.callids import call_id_of
 from bastion.mcp.frontdoor.cancelling import cancel_call, peer_cancelled
 from bastion.mcp.frontdoor.guard import Agent, agent_of
 from bastion.mcp.frontdoor.relay import relaying
@@ -109,13 +110,26 @@ def request_agent(ctx: ServerRequestContext[Any, Any]) -> tuple[Agent, str | Non
     return agent_of(http.scope), http.headers.get("mcp-session-id")
 
 
-def _text(result: CallResult) -> CallToolResult:
+def _text(result: CallResult, meta: dict[str, Any]) -> CallToolResult:
     if isinstance(result, ErrorReply | CallParked):
         code = result.code if isinstance(result, ErrorReply) else codes.WAITING_FOR_APPROVAL
         return CallToolResult(
-            content=[TextContent(type="text", text=f"{code}: {result.message}")], is_error=True
+            content=[TextContent(type="text", text=f"{code}: {result.message}")],
+            is_error=True,
+            _meta=meta,
         )
-    return CallToolResult(content=[TextContent(type="text", text=result.text)], is_error=False)
+    return CallToolResult(
+        content=[TextContent(type="text", text=result.text)], is_error=False, _meta=meta
+    )
+
+
+def _call_meta(session_id: str, call_id: str | None) -> dict[str, Any]:
+    """What a result's `_meta` says of its call: the Bastion session and call ids, which
+    the HTTP API's cancel route and the session's transcript name it by."""
+    meta = {"bastion/session_id": session_id}
+    if call_id is not None:
+        meta["bastion/call_id"] = call_id
+    return meta
 
 
 @dataclass(frozen=True)
@@ -146,7 +160,7 @@ class ToolHandlers:
         agent, mcp_session_id = request_agent(ctx)
         if params.request_state is not None:
             return await self._resume(agent, mcp_session_id, params)
-        call_id = secrets.token_hex(8)
+        call_id = call_id_of(mcp_session_id, ctx.request_id, params.name, params.arguments)
         try:
             call = msgspec.convert(
                 {
@@ -176,7 +190,7 @@ class ToolHandlers:
             raise mcp_error(error) from None
         if isinstance(result, InputRequiredResult):
             return result
-        return await self._answer(agent, mcp_session_id, session_id, result)
+        return await self._answer(agent, mcp_session_id, session_id, result, call_id)
 
     async def _resume(
         self, agent: Agent, mcp_session_id: str | None, params: CallToolRequestParams
@@ -193,16 +207,22 @@ class ToolHandlers:
             )
         except BastionError as error:
             raise mcp_error(error) from None
-        return await self._answer(agent, mcp_session_id, session_id, result)
+        call_id = None if isinstance(result, ErrorReply) else result.call_id
+        return await self._answer(agent, mcp_session_id, session_id, result, call_id)
 
     async def _answer(
-        self, agent: Agent, mcp_session_id: str | None, session_id: str, result: CallResult
+        self,
+        agent: Agent,
+        mcp_session_id: str | None,
+        session_id: str,
+        result: CallResult,
+        call_id: str | None,
     ) -> CallToolResult:
         if isinstance(result, ErrorReply) and result.code == codes.SESSION_CLOSED:
             await self.binding.closed(agent, mcp_session_id, session_id)
         if isinstance(result, ErrorReply) and result.code in _CALL_PROTOCOL_CODES:
             raise mcp_error(RemoteError(result.code, result.message))
-        return _text(result)
+        return _text(result, _call_meta(session_id, call_id))
 
     async def _call(
         self, ctx: ServerRequestContext[Any, Any], agent: Agent, session_id: str, call: ToolCall
