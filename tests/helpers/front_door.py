@@ -19,7 +19,18 @@ from bastion.proto.frontdoor import CreateToken, TokenCreated
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
 
-__all__ = ["Asked", "DoorOf", "mcp_client", "new_token", "read_json", "text_of"]
+__all__ = [
+    "VERSION",
+    "Asked",
+    "DoorOf",
+    "Raw",
+    "answer_in",
+    "mcp_client",
+    "new_token",
+    "raw_session",
+    "read_json",
+    "text_of",
+]
 
 DoorOf = Callable[..., AbstractAsyncContextManager[str]]
 """What the `door_of` fixture is: `async with door_of(**mcp_settings) as url`."""
@@ -95,3 +106,74 @@ async def read_json(client: Client, uri: str) -> Any:
     [contents] = read.contents
     assert isinstance(contents, TextResourceContents)
     return msgspec.json.decode(contents.text)
+
+
+VERSION = "2025-11-25"
+"""The protocol a `raw_session` speaks."""
+
+
+@dataclass
+class Raw:
+    """One session-based MCP session spoken in plain HTTP."""
+
+    http: httpx2.AsyncClient
+
+    @staticmethod
+    def call(request_id: int, command: str) -> dict[str, Any]:
+        return {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": "shell", "arguments": {"command": command}},
+        }
+
+    async def answer(self, request_id: int, command: str) -> dict[str, Any]:
+        """The `tools/call`'s result, as its POST's stream gives it."""
+        response = await self.http.post("/mcp", json=self.call(request_id, command))
+        assert response.status_code == 200, response.text
+        return answer_in(response.text, request_id)
+
+
+def answer_in(sse: str, request_id: int) -> dict[str, Any]:
+    """The result for `request_id` in an SSE body."""
+    for line in sse.splitlines():
+        if line.startswith("data: "):
+            message = msgspec.json.decode(line.removeprefix("data: "))
+            if message.get("id") == request_id:
+                assert "result" in message, message
+                result: dict[str, Any] = message["result"]
+                return result
+    raise AssertionError(f"no answer to request {request_id} in {sse!r}")
+
+
+@asynccontextmanager
+async def raw_session(url: str, token: str) -> AsyncIterator[Raw]:
+    """An initialized MCP session (protocol 2025-11-25) over plain HTTP, deleted at the end."""
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+    }
+    timeout = httpx2.Timeout(30, read=120)
+    async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=timeout) as http:
+        opened = await http.post(
+            "/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            },
+        )
+        assert opened.status_code == 200, opened.text
+        http.headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+        http.headers["mcp-protocol-version"] = VERSION
+        told = await http.post(
+            "/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+        )
+        assert told.status_code == 202, told.text
+        yield Raw(http)
+        await http.delete("/mcp")

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import msgspec
 import pytest
@@ -17,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from bastion.mcp.frontdoor.bodylimit import request_id
 from bastion.shared.bus import Client as Bus
 from tests.helpers.bus import Plane
-from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
+from tests.helpers.front_door import DoorOf, mcp_client, new_token, raw_session, text_of
 
 LIMIT = 64 * 1024
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -117,13 +118,13 @@ async def test_the_sdk_client_shows_the_sentence_and_a_write_under_the_limit_run
     assert (workspace / "under.txt").read_text() == under
 
 
-async def test_a_request_within_the_default_limit_that_the_bus_cannot_carry_gets_its_sentence(
+async def test_a_request_within_a_raised_limit_that_the_bus_cannot_carry_gets_its_sentence(
     client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
 ) -> None:
-    # The default (16 MiB) reads a request the bus (8 MiB under `bastion up` and here)
+    # A limit raised to 16 MiB reads a request the bus (8 MiB under `bastion up` and here)
     # cannot carry: the mcp service's bus client refuses it with its typed sentence.
     big = "b" * (9 * 1024 * 1024)
-    async with plane_of(), door_of() as url:
+    async with plane_of(), door_of(mcp_max_request_bytes=16 * 1024 * 1024) as url:
         token = await new_token(client, workspace, autonomy="L3")
         async with mcp_client(url, token) as mcp:
             with pytest.raises(MCPError) as refused:
@@ -155,3 +156,50 @@ def test_the_request_id_is_read_from_the_top_level_of_the_bodys_start(
     head: bytes, found: int | str | None
 ) -> None:
     assert request_id(head) == found
+
+
+async def test_a_body_that_stalls_is_408_and_is_not_run(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    """A client that stops sending holds nothing past `BASTION_MCP_BODY_READ_S`."""
+    whole = _write(9, "written")
+    async with (
+        plane_of(),
+        door_of(mcp_max_request_bytes=LIMIT, mcp_body_read_s=0.5) as url,
+        httpx2.AsyncClient(base_url=url) as http,
+    ):
+        token = await new_token(client, workspace, autonomy="L3")
+        headers = {**HEADERS, "Authorization": f"Bearer {token}"}
+
+        async def stalling() -> AsyncIterator[bytes]:
+            yield whole[:20]
+            await anyio.sleep(5)
+            yield whole[20:]
+
+        stalled = await http.post("/mcp", content=stalling(), headers=headers)
+    assert stalled.status_code == 408, stalled.text
+    body = stalled.json()
+    assert body["error"]["data"] == {"code": "timeout"}
+    assert "did not arrive within 0.5 s (BASTION_MCP_BODY_READ_S)" in body["error"]["message"]
+    assert not (workspace / "big.txt").exists()
+
+
+async def test_a_body_that_is_not_standard_json_is_refused_before_the_sdk_reads_it(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    """`NaN` is no JSON: the SDK's parser would take it and the ids it holds, which the
+    front door's check of ids in flight cannot read, so it is refused first."""
+    async with plane_of(), door_of() as url:
+        token = await new_token(client, workspace, autonomy="L3")
+        async with raw_session(url, token) as raw:
+            body = (
+                b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": '
+                b'"write_file", "arguments": {"path": "nan.txt", "content": "x"}, '
+                b'"_meta": {"n": NaN}}}'
+            )
+            refused = await raw.http.post(
+                "/mcp", content=body, headers={"Content-Type": "application/json"}
+            )
+    assert refused.status_code == 400, refused.text
+    assert "not JSON as RFC 8259 writes it" in refused.json()["error"]["message"]
+    assert not (workspace / "nan.txt").exists()

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +25,15 @@ from bastion.shared.bus import round_trip
 from bastion.shared.codec import decode
 from tests.helpers.approvals import pending
 from tests.helpers.bus import Plane
-from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
+from tests.helpers.front_door import (
+    DoorOf,
+    answer_in,
+    mcp_client,
+    new_token,
+    raw_session,
+    text_of,
+)
 
-VERSION = "2025-11-25"
 OPERATOR = {"Authorization": "Bearer op-token-0123456789abcdef"}
 """The `door_of` fixture's operator token."""
 COUNT = "echo x >> counter.txt; wc -l < counter.txt"
@@ -39,77 +42,10 @@ GATED = f"while [ ! -e go ]; do sleep 0.05; done; {COUNT}"
 CALL_ID = re.compile(r"[0-9a-f]{16}")
 
 
-@dataclass
-class Raw:
-    """One session-based MCP session spoken in plain HTTP."""
-
-    http: httpx2.AsyncClient
-
-    @staticmethod
-    def call(request_id: int, command: str) -> dict[str, Any]:
-        return {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": "tools/call",
-            "params": {"name": "shell", "arguments": {"command": command}},
-        }
-
-    async def answer(self, request_id: int, command: str) -> dict[str, Any]:
-        """The `tools/call`'s result, as its POST's stream gives it."""
-        response = await self.http.post("/mcp", json=self.call(request_id, command))
-        assert response.status_code == 200, response.text
-        return answer_in(response.text, request_id)
-
-
-def answer_in(sse: str, request_id: int) -> dict[str, Any]:
-    """The result for `request_id` in an SSE body."""
-    for line in sse.splitlines():
-        if line.startswith("data: "):
-            message = msgspec.json.decode(line.removeprefix("data: "))
-            if message.get("id") == request_id:
-                assert "result" in message, message
-                result: dict[str, Any] = message["result"]
-                return result
-    raise AssertionError(f"no answer to request {request_id} in {sse!r}")
-
-
 def text(result: dict[str, Any]) -> str:
     [content] = result["content"]
     value: str = content["text"]
     return value
-
-
-@asynccontextmanager
-async def raw_session(url: str, token: str) -> AsyncIterator[Raw]:
-    """An initialized MCP session (protocol 2025-11-25) over plain HTTP, deleted at the end."""
-    headers = {
-        "Authorization": f"Bearer {token}",
-        "Accept": "application/json, text/event-stream",
-    }
-    timeout = httpx2.Timeout(30, read=120)
-    async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=timeout) as http:
-        opened = await http.post(
-            "/mcp",
-            json={
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "1"},
-                },
-            },
-        )
-        assert opened.status_code == 200, opened.text
-        http.headers["mcp-session-id"] = opened.headers["mcp-session-id"]
-        http.headers["mcp-protocol-version"] = VERSION
-        told = await http.post(
-            "/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}
-        )
-        assert told.status_code == 202, told.text
-        yield Raw(http)
-        await http.delete("/mcp")
 
 
 def let_go(workspace: Path) -> None:
@@ -271,4 +207,5 @@ def test_the_request_ids_of_a_body_are_its_requests_not_its_notifications_or_ans
     )
     assert request_ids(batch) == {"1", "b"}
     assert request_ids(b'{"jsonrpc": "2.0", "id": 5, "method": "ping"}') == {"5"}
-    assert request_ids(b"not json") == set()
+    assert request_ids(b"not json") is None  # refused as no JSON, before the SDK reads it
+    assert request_ids(b'{"id": 6, "method": "ping", "params": {"n": NaN}}') is None

@@ -30,12 +30,16 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     http_origins: str = ""
     http_answer_timeout_s: float = 900.0
     http_max_body_bytes: int = 64 * 1024
-    mcp_max_request_bytes: Annotated[int, msgspec.Meta(gt=0)] = 16 * 1024 * 1024
-    """`BASTION_MCP_MAX_REQUEST_BYTES`: the largest request body `/mcp` reads (16 MiB); a
-    larger one is answered 413 with a JSON-RPC error saying how to send less at once. The
-    default is twice the 8 MiB the bus carries in one message under `bastion up` (its
-    `max_payload`), so a tool input the bus can carry gets through even when JSON escaping
-    doubles it; one the bus cannot carry gets the bus's own `invalid_input`."""
+    mcp_max_request_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4 * 1024 * 1024
+    """`BASTION_MCP_MAX_REQUEST_BYTES`: the largest request body `/mcp` reads (4 MiB, the MCP
+    SDK's own); a larger one is answered 413 with a JSON-RPC error saying how to send less at
+    once. Kept low because the SDK parses a request into Python objects that can take tens of
+    times its size (a JSON array of empty objects, about 30 times), held while its call runs:
+    raise it only with the memory for it. The bus carries 8 MiB under `bastion up`; a request
+    between the two limits, raised, gets the bus's own `invalid_input`."""
+    mcp_body_read_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    """`BASTION_MCP_BODY_READ_S`: how long `/mcp` waits for a request's whole body; one that
+    has not arrived by then is answered 408 (a client that stalls holds no memory for ever)."""
     mcp_key_file: str = ""
     """The X25519 key the vault seals upstream servers' values to (`BASTION_MCP_KEY_FILE`);
     empty: a new one for this process's life (the vault must list its public half)."""

@@ -1,10 +1,16 @@
-"""The largest MCP request `/mcp` reads (`BASTION_MCP_MAX_REQUEST_BYTES`): a body over it,
-declared by its Content-Length or counted as it comes, is answered 413 with a JSON-RPC error
-that says the size, the limit and how to send less at once; one within it is passed on whole.
+"""The largest MCP request `/mcp` reads (`BASTION_MCP_MAX_REQUEST_BYTES`) and how long its
+body may take (`BASTION_MCP_BODY_READ_S`): a body over the limit, declared by its
+Content-Length or counted as it comes, is answered 413 with a JSON-RPC error that says the
+size, the limit and how to send less at once; one that does not arrive in time, 408; one the
+client abandons (it disconnects before the body's end) is dropped, never run; one within the
+limit is passed on whole.
 
-The SDK's session manager has a limit of its own, whose refusal is a plain-text body an MCP
-client shows as "Server returned an error response"; it is set a byte above this one, so this
-one answers (`bastion.mcp.frontdoor.manager`).
+A declared size over the limit is refused on the body's first chunk (read for the request's
+id), never by waiting for more. The limit is low (4 MiB, the SDK's own) because the SDK parses
+a request into Python objects that can take tens of times its size, held while the call
+runs. The SDK's session manager has a limit of its own, whose refusal is a plain-text body an
+MCP client shows as "Server returned an error response"; it is set a byte above this one, so
+this one answers (`bastion.mcp.frontdoor.manager`).
 """
 
 from __future__ import annotations
@@ -12,15 +18,17 @@ from __future__ import annotations
 import re
 from typing import Final
 
+import anyio
 import msgspec
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bastion.mcp.frontdoor.guard import jsonrpc_refusal
 
-__all__ = ["BodyLimit", "request_id", "too_large_sentence"]
+__all__ = ["BodyLimit", "late_sentence", "request_id", "too_large_sentence"]
 
 SETTING: Final = "BASTION_MCP_MAX_REQUEST_BYTES"
+READ_SETTING: Final = "BASTION_MCP_BODY_READ_S"
 _HEAD_BYTES: Final = 4096
 """How much of an over-limit body is read to find the request's id (a client writes it
 near the start: `{"jsonrpc": "2.0", "id": 7, "method": ...`)."""
@@ -88,11 +96,13 @@ def _declared(scope: Scope) -> int | None:
 
 
 class BodyLimit:
-    """The ASGI wrapper that reads a request's body, up to `limit` bytes, before `app` runs."""
+    """The ASGI wrapper that reads a request's body, up to `limit` bytes and within `read_s`
+    seconds, before `app` runs."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, read_s: float) -> None:
         self._app = app
         self._limit = limit
+        self._read_s = read_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -102,20 +112,29 @@ class BodyLimit:
         over_declared = declared is not None and declared > self._limit
         chunks: list[bytes] = []
         size, more, trailing = 0, True, None
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                trailing = message
-                break
-            chunk: bytes = message.get("body", b"")
-            chunks.append(chunk)
-            size += len(chunk)
-            more = bool(message.get("more_body", False))
-            if (over_declared and (size >= _HEAD_BYTES or not more)) or size > self._limit:
-                sentence = too_large_sentence(declared if over_declared else None, self._limit)
-                refusal = jsonrpc_refusal(413, "too_large", sentence, request_id(_head(chunks)))
-                await refusal(scope, receive, send)
-                return
+        with anyio.move_on_after(self._read_s) as reading:
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    trailing = message
+                    break
+                chunk: bytes = message.get("body", b"")
+                chunks.append(chunk)
+                size += len(chunk)
+                more = bool(message.get("more_body", False))
+                if over_declared or size > self._limit:
+                    sentence = too_large_sentence(declared if over_declared else None, self._limit)
+                    refusal = jsonrpc_refusal(413, "too_large", sentence, request_id(_head(chunks)))
+                    await refusal(scope, receive, send)
+                    return
+        if reading.cancelled_caught:
+            late = jsonrpc_refusal(
+                408, "timeout", late_sentence(self._read_s), request_id(_head(chunks))
+            )
+            await late(scope, receive, send)
+            return
+        if more:
+            return  # the client left before its body's end: nothing of it runs
         replayed: list[Message] = [{"type": "http.request", "body": b"".join(chunks)}]
         if trailing is not None:
             replayed.append(trailing)
@@ -124,3 +143,11 @@ class BodyLimit:
             return replayed.pop(0) if replayed else await receive()
 
         await self._app(scope, replay, send)
+
+
+def late_sentence(read_s: float) -> str:
+    """Why a request whose body did not arrive within `read_s` seconds is refused."""
+    return (
+        f"the MCP request's body did not arrive within {read_s:g} s ({READ_SETTING}): send it "
+        "whole, at once"
+    )

@@ -29,6 +29,7 @@ class FrontDoor:
     answer_timeout_s: float
     max_body_bytes: int
     mcp_max_request_bytes: int
+    mcp_body_read_s: float = 30.0
     approval_wait_s: float = 30.0
     call_timeout_s: float = 3600.0
     session_idle_s: float = 1800.0
@@ -74,6 +75,7 @@ def front_door_of(settings: McpSettings) -> FrontDoor:
         answer_timeout_s=settings.http_answer_timeout_s,
         max_body_bytes=settings.http_max_body_bytes,
         mcp_max_request_bytes=settings.mcp_max_request_bytes,
+        mcp_body_read_s=settings.mcp_body_read_s,
         approval_wait_s=settings.mcp_approval_wait_s,
         call_timeout_s=settings.mcp_call_timeout_s,
         session_idle_s=settings.mcp_session_idle_s,

@@ -29,19 +29,45 @@ Held = tuple[str, str, str]
 """An agent's token hash, its MCP session id, a request id (as the SDK keys it: `str(id)`)."""
 
 
-def request_ids(body: bytes) -> set[str]:
+class _Envelope(msgspec.Struct):
+    """What of a JSON-RPC message is read here: its method and its id, left unparsed (the
+    rest of the body is skipped, never made into objects)."""
+
+    method: str | None = None
+    id: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+_MAX_ID_BYTES = 512
+"""A longer id is no id the SDK takes (it keys streams by a number or a short string)."""
+
+
+def request_ids(body: bytes) -> set[str] | None:
     """The ids of the JSON-RPC requests in a POST's body, as the SDK keys their streams
-    (`str(id)`); none for a body that is not JSON (the SDK answers it)."""
+    (`str(id)`); None for a body that is not JSON as RFC 8259 writes it (`NaN`, comments:
+    a parser more lenient than this one would take ids this one cannot see)."""
     try:
-        given = msgspec.json.decode(body)
+        given = msgspec.json.decode(body, type=list[msgspec.Raw] | _Envelope)
+    except msgspec.ValidationError:
+        return set()  # not JSON-RPC messages: the SDK says so
     except msgspec.DecodeError:
-        return set()
-    messages = given if isinstance(given, list) else [given]
-    return {
-        str(message["id"])
-        for message in messages
-        if isinstance(message, dict) and "method" in message and message.get("id") is not None
-    }
+        return None
+    ids: set[str] = set()
+    for element in given if isinstance(given, list) else [given]:
+        try:
+            message = (
+                element
+                if isinstance(element, _Envelope)
+                else msgspec.json.decode(element, type=_Envelope)
+            )
+        except msgspec.ValidationError:
+            continue  # not a request: the SDK answers it
+        raw = message.id
+        if message.method is None or not raw or len(raw) > _MAX_ID_BYTES:
+            continue
+        value = msgspec.json.decode(raw)
+        if isinstance(value, int | str) and not isinstance(value, bool):
+            ids.add(str(value))
+    return ids
 
 
 async def _body(receive: Receive) -> bytes | None:
@@ -88,7 +114,11 @@ class InFlight:
         if body is None:
             return
         token_hash = agent_of(scope).token_hash
-        held = {(token_hash, session, request_id) for request_id in request_ids(body)}
+        ids = request_ids(body)
+        if ids is None:
+            await _not_json(scope, receive, send)
+            return
+        held = {(token_hash, session, request_id) for request_id in ids}
         taken = sorted(request_id for _, _, request_id in held & self._held)
         if taken:
             await _refusal(taken)(scope, receive, send)
@@ -98,6 +128,14 @@ class InFlight:
             await self._app(scope, _replaying(body, receive), send)
         finally:
             self._held -= held
+
+
+_not_json = jsonrpc_refusal(
+    400,
+    codes.BAD_REQUEST,
+    "the request is not JSON as RFC 8259 writes it (no NaN, Infinity or comments): send "
+    "standard JSON",
+)
 
 
 def _refusal(taken: list[str]) -> Response:

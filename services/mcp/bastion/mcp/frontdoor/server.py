@@ -91,7 +91,11 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
     return McpEndpoint(
         # the agent known first, then the body bounded, then its request ids held while it runs
         app=McpGuard(
-            BodyLimit(InFlight(manager.handle_request), door.mcp_max_request_bytes), door, tokens
+            BodyLimit(
+                InFlight(manager.handle_request), door.mcp_max_request_bytes, door.mcp_body_read_s
+            ),
+            door,
+            tokens,
         ),
         manager=manager,
         tokens=tokens,
