@@ -201,5 +201,5 @@ async def test_a_body_that_is_not_standard_json_is_refused_before_the_sdk_reads_
                 "/mcp", content=body, headers={"Content-Type": "application/json"}
             )
     assert refused.status_code == 400, refused.text
-    assert "not JSON as RFC 8259 writes it" in refused.json()["error"]["message"]
+    assert "as RFC 8259 writes JSON (no NaN" in refused.json()["error"]["message"]
     assert not (workspace / "nan.txt").exists()

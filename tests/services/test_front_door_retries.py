@@ -12,12 +12,11 @@ from typing import Any
 
 import anyio
 import httpx2
-import msgspec
 import pytest
 from nats.aio.msg import Msg
 
 from bastion.mcp.frontdoor.callids import call_id_of
-from bastion.mcp.frontdoor.inflight import request_ids
+from bastion.mcp.frontdoor.inflight import request_id
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
 from bastion.shared.bus import Client as Bus
@@ -195,17 +194,18 @@ def test_a_call_id_names_the_session_the_request_id_the_tool_and_its_arguments()
     assert len(stateless) == 3 and all(CALL_ID.fullmatch(c) for c in stateless)
 
 
-def test_the_request_ids_of_a_body_are_its_requests_not_its_notifications_or_answers() -> None:
-    batch = msgspec.json.encode(
-        [
-            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}},
-            {"jsonrpc": "2.0", "id": "b", "method": "ping"},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 3, "result": {}},
-            "junk",
-        ]
-    )
-    assert request_ids(batch) == {"1", "b"}
-    assert request_ids(b'{"jsonrpc": "2.0", "id": 5, "method": "ping"}') == {"5"}
-    assert request_ids(b"not json") is None  # refused as no JSON, before the SDK reads it
-    assert request_ids(b'{"id": 6, "method": "ping", "params": {"n": NaN}}') is None
+def test_a_bodys_request_id_is_read_as_the_sdk_keys_it_or_the_body_is_refused() -> None:
+    assert request_id(b'{"jsonrpc": "2.0", "id": 5, "method": "ping"}') == "5"
+    assert request_id(b'{"jsonrpc": "2.0", "id": "b", "method": "ping", "params": {}}') == "b"
+    assert request_id(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}') == ""
+    assert request_id(b'{"jsonrpc": "2.0", "id": 3, "result": {}}') == ""
+    unreadable = [
+        b"not json",
+        b'{"id": 6, "method": "ping", "params": {"n": NaN}}',  # the SDK's parser takes NaN
+        b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]',  # a batch
+        b'{"method": 5, "id": 10, "method": "tools/call"}',  # the SDK keeps the last key
+        b'{"id": "' + b"x" * 600 + b'", "method": "ping"}',
+        b'{"id": 7, "method": "ping", "params": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ]
+    for body in unreadable:
+        assert request_id(body) is None, body[:60]

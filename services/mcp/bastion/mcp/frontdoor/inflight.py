@@ -5,7 +5,8 @@ The SDK's Streamable HTTP transport sends a request's answer to the stream of th
 registered its id last, so a second POST of an id still in flight would take the first
 POST's answer and leave the first with none. This ASGI wrapper, in front of the SDK's
 session manager and behind the guard (so the caller is known), reads a session-based POST's
-body (one JSON-RPC message or a batch), holds its (agent, MCP session, request id) pairs
+body (one JSON-RPC message: the SDK takes no batch), holds its (agent, MCP session,
+request id) pair
 for as long as that POST is served, refuses at once a POST naming a pair held (409, a
 JSON-RPC error with no id, so a client matching answers by id does not take it for the
 first POST's), and hands the SDK the body it read. What it holds is this replica's: a
@@ -23,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bastion.mcp.frontdoor.guard import agent_of, jsonrpc_refusal
 from bastion.proto import errors as codes
 
-__all__ = ["InFlight", "request_ids"]
+__all__ = ["InFlight", "request_id"]
 
 Held = tuple[str, str, str]
 """An agent's token hash, its MCP session id, a request id (as the SDK keys it: `str(id)`)."""
@@ -38,36 +39,29 @@ class _Envelope(msgspec.Struct):
 
 
 _MAX_ID_BYTES = 512
-"""A longer id is no id the SDK takes (it keys streams by a number or a short string)."""
+"""The longest request id taken (a client numbers its requests or names them shortly)."""
 
 
-def request_ids(body: bytes) -> set[str] | None:
-    """The ids of the JSON-RPC requests in a POST's body, as the SDK keys their streams
-    (`str(id)`); None for a body that is not JSON as RFC 8259 writes it (`NaN`, comments:
-    a parser more lenient than this one would take ids this one cannot see)."""
+def request_id(body: bytes) -> str | None:
+    """The id of the one JSON-RPC message of a POST's body as the SDK keys its stream
+    (`str(id)`), or "" when it has none (a notification, an answer); None for a body this
+    check cannot read as the SDK would, which is refused rather than passed on unheld: not
+    JSON as RFC 8259 writes it (`NaN`), a batch (the SDK takes none), a message whose
+    `method` is not a string, an id of more than `_MAX_ID_BYTES` bytes, nesting deeper
+    than the parser goes."""
     try:
-        given = msgspec.json.decode(body, type=list[msgspec.Raw] | _Envelope)
-    except msgspec.ValidationError:
-        return set()  # not JSON-RPC messages: the SDK says so
-    except msgspec.DecodeError:
+        message = msgspec.json.decode(body, type=_Envelope)
+    except (msgspec.DecodeError, RecursionError):  # a ValidationError is a DecodeError
         return None
-    ids: set[str] = set()
-    for element in given if isinstance(given, list) else [given]:
-        try:
-            message = (
-                element
-                if isinstance(element, _Envelope)
-                else msgspec.json.decode(element, type=_Envelope)
-            )
-        except msgspec.ValidationError:
-            continue  # not a request: the SDK answers it
-        raw = message.id
-        if message.method is None or not raw or len(raw) > _MAX_ID_BYTES:
-            continue
-        value = msgspec.json.decode(raw)
-        if isinstance(value, int | str) and not isinstance(value, bool):
-            ids.add(str(value))
-    return ids
+    raw = message.id
+    if message.method is None or not raw:
+        return ""
+    if len(raw) > _MAX_ID_BYTES:
+        return None
+    value = msgspec.json.decode(raw)
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        return str(value)
+    return ""  # an id the SDK refuses: it answers the request itself
 
 
 async def _body(receive: Receive) -> bytes | None:
@@ -114,12 +108,12 @@ class InFlight:
         if body is None:
             return
         token_hash = agent_of(scope).token_hash
-        ids = request_ids(body)
-        if ids is None:
-            await _not_json(scope, receive, send)
+        given = request_id(body)
+        if given is None:
+            await _unreadable(scope, receive, send)
             return
-        held = {(token_hash, session, request_id) for request_id in ids}
-        taken = sorted(request_id for _, _, request_id in held & self._held)
+        held = {(token_hash, session, given)} if given else set()
+        taken = sorted(taken_id for _, _, taken_id in held & self._held)
         if taken:
             await _refusal(taken)(scope, receive, send)
             return
@@ -130,11 +124,12 @@ class InFlight:
             self._held -= held
 
 
-_not_json = jsonrpc_refusal(
+_unreadable = jsonrpc_refusal(
     400,
     codes.BAD_REQUEST,
-    "the request is not JSON as RFC 8259 writes it (no NaN, Infinity or comments): send "
-    "standard JSON",
+    "the request is not one JSON-RPC message in standard JSON: send one request per POST "
+    "(no batch), as RFC 8259 writes JSON (no NaN, Infinity or comments), with a string "
+    f"method and an id of at most {_MAX_ID_BYTES} bytes",
 )
 
 
