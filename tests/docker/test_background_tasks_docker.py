@@ -9,7 +9,7 @@ import re
 import shutil
 import subprocess
 import tarfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,25 +36,11 @@ from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
-from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.docker import containers_of, release
 from tests.helpers.owners import OWNER_GID, OWNER_UID, owned
 
 SESSION = "0123456789abcdef"
-
-
-@pytest.fixture
-def settings(bus_settings: BusSettings, tmp_path: Path, owner: str) -> SandboxSettings:
-    state = tmp_path / "state"
-    state.mkdir()
-    return SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(state), docker_owner=owner)
-
-
-@pytest.fixture
-async def sandbox(run_service: ServiceRunner, settings: SandboxSettings) -> AsyncIterator[None]:
-    async with run_service(sandbox_service, settings):
-        yield
 
 
 def _exec(workspace: Path, backend: str, command: str) -> ExecRequest:

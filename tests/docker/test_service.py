@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +21,10 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.sandboxing import DockerSandboxes, SandboxSpec, parse_docker_backend
-from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.docker import OWNER_UID, containers_of
 
 SESSION = "0123456789abcdef"
-
-
-@pytest.fixture
-def settings(bus_settings: BusSettings, tmp_path: Path, owner: str) -> SandboxSettings:
-    state = tmp_path / "state"
-    state.mkdir()
-    return SandboxSettings(nats_url=bus_settings.nats_url, state_dir=str(state), docker_owner=owner)
-
-
-@pytest.fixture
-async def sandbox(run_service: ServiceRunner, settings: SandboxSettings) -> AsyncIterator[None]:
-    async with run_service(sandbox_service, settings):
-        yield
 
 
 async def shell(

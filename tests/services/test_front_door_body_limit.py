@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from bastion.mcp.frontdoor.bodylimit import request_id
+from bastion.mcp.frontdoor.bodylimit import id_at_start
 from bastion.shared.bus import Client as Bus
 from tests.helpers.bus import Plane
 from tests.helpers.front_door import DoorOf, mcp_client, new_token, raw_session, text_of
@@ -155,7 +155,7 @@ async def test_a_request_within_a_raised_limit_that_the_bus_cannot_carry_gets_it
 def test_the_request_id_is_read_from_the_top_level_of_the_bodys_start(
     head: bytes, found: int | str | None
 ) -> None:
-    assert request_id(head) == found
+    assert id_at_start(head) == found
 
 
 async def test_a_body_that_stalls_is_408_and_is_not_run(

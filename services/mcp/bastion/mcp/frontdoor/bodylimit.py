@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bastion.mcp.frontdoor.guard import jsonrpc_refusal
 
-__all__ = ["BodyLimit", "late_sentence", "request_id", "too_large_sentence"]
+__all__ = ["BodyLimit", "id_at_start", "late_sentence", "too_large_sentence"]
 
 SETTING: Final = "BASTION_MCP_MAX_REQUEST_BYTES"
 READ_SETTING: Final = "BASTION_MCP_BODY_READ_S"
@@ -49,7 +49,7 @@ def too_large_sentence(size: int | None, limit: int) -> str:
     )
 
 
-def request_id(head: bytes) -> int | str | None:
+def id_at_start(head: bytes) -> int | str | None:
     """The top-level `id` of the JSON-RPC request whose body begins with `head`; None when
     it is not there (not yet, a batch, not JSON)."""
     depth, in_string, escaped = 0, False, False
@@ -124,12 +124,12 @@ class BodyLimit:
                 more = bool(message.get("more_body", False))
                 if over_declared or size > self._limit:
                     sentence = too_large_sentence(declared if over_declared else None, self._limit)
-                    refusal = jsonrpc_refusal(413, "too_large", sentence, request_id(_head(chunks)))
-                    await refusal(scope, receive, send)
+                    given = id_at_start(_head(chunks))
+                    await jsonrpc_refusal(413, "too_large", sentence, given)(scope, receive, send)
                     return
         if reading.cancelled_caught:
             late = jsonrpc_refusal(
-                408, "timeout", late_sentence(self._read_s), request_id(_head(chunks))
+                408, "timeout", late_sentence(self._read_s), id_at_start(_head(chunks))
             )
             await late(scope, receive, send)
             return
