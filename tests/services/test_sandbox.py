@@ -337,6 +337,17 @@ async def test_a_binary_file_is_refused_and_a_missing_one_is_not_found(
     assert missing.value.code == codes.NOT_FOUND
 
 
+async def test_a_directory_read_as_a_file_is_refused_saying_so(
+    client: Client, sandbox: None, workspace: Path
+) -> None:
+    (workspace / "src").mkdir()
+    for path in ("src", "src/.."):
+        with pytest.raises(RemoteError) as raised:
+            await read(client, workspace, path)
+        assert raised.value.code == codes.INVALID_INPUT
+        assert "is a directory, not a file" in raised.value.message
+
+
 async def test_a_symlink_inside_the_workspace_is_followed(
     client: Client, sandbox: None, workspace: Path
 ) -> None:

@@ -277,7 +277,9 @@ def _numbered(stream: BinaryIO, path: str, offset: int, limit: int) -> str:
 def read_file(workspace: Path, request: ReadFileInput) -> str:
     """Lines `offset`.. of a workspace file, numbered, at most `limit` of them."""
     fd = open_for_reading(workspace, request.path)
-    with os.fdopen(fd, "rb") as stream:
+    try:
+        # Checked before the descriptor becomes a stream: `fdopen` refuses a directory's
+        # with an OSError of its own, which would not be this sentence.
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
             raise InvalidInput(
@@ -288,6 +290,11 @@ def read_file(workspace: Path, request: ReadFileInput) -> str:
                 f"{shown(request.path)} is not a regular file (a device, pipe or socket): "
                 "give a file's path"
             )
+        stream = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with stream:
         return _numbered(stream, request.path, request.offset, request.limit)
 
 
