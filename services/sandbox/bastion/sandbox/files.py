@@ -8,6 +8,14 @@ file with more than one link is refused, and the new content lands by rename. A 
 one of git's control paths (`gitguard.control_path`, matched on the resolved components)
 is refused unless the operator's `BASTION_GIT_WRITABLE` allows it.
 
+`read_file_now` answers a read on the event loop when nothing of it can wait: a walk of
+at most `NOW_STEPS` directory lookups (no open of anything but a directory on the way,
+the file's own open non-blocking), a regular file of at most `NOW_BYTES` and `NOW_LINES`
+read whole from the page cache (`RWF_NOWAIT`); anything else (a longer walk, a larger
+file, one not cached) is left to `read_file` in a worker thread. A numbering on the loop
+is of at most `NOW_LINES` lines, CPU work shorter than the interpreter's switch interval: a
+worker thread would hold the GIL, so the loop, as long for it.
+
 What a write creates (the new file, the directories on its way) is given, by its open
 descriptor, to the session's host user (`owner`: the same unprivileged user the shell's
 sandbox runs as, `bastion.shared.sandboxing.hostids`), so what `write_file` creates and what
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import secrets
 import stat
@@ -37,8 +46,14 @@ from bastion.shared.sandboxing.gitguard import control_path, refusal
 __all__ = [
     "MAX_LINE_CHARS",
     "MAX_READ_CHARS",
+    "NOW_BYTES",
+    "NOW_LINES",
+    "NOW_STEPS",
+    "Budget",
+    "WouldBlock",
     "open_for_reading",
     "read_file",
+    "read_file_now",
     "read_text",
     "write_file",
 ]
@@ -47,11 +62,39 @@ MAX_LINE_CHARS: Final = 2000
 """A longer line is shown cut, with a note."""
 MAX_READ_CHARS: Final = 256 * 1024
 """A read answers at most this much text (NATS carries 1 MiB a message by default)."""
+NOW_STEPS: Final = 64
+"""The most steps (a component looked up, a link read) a walk may take on the event loop."""
+NOW_BYTES: Final = 64 * 1024
+"""The largest file `read_file_now` reads on the event loop."""
+NOW_LINES: Final = 2000
+"""The most lines a file `read_file_now` numbers on the event loop may hold."""
 _MAX_LINKS: Final = 40
 _PROBE_BYTES: Final = 8192
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NO_SET_IDS: Final = ~(stat.S_ISUID | stat.S_ISGID) & 0o7777
+
+
+class WouldBlock(Exception):
+    """The work could wait (a walk past its `Budget`, a file not in the page cache): it is
+    to be done in a worker thread, never on the event loop."""
+
+
+class Budget:
+    """How many more steps a walk done on the event loop may take (`NOW_STEPS` at first)."""
+
+    def __init__(self, steps: int = NOW_STEPS) -> None:
+        self.left = steps
+
+    def spend(self) -> None:
+        """One step taken.
+
+        Raises:
+            WouldBlock: the budget is spent.
+        """
+        self.left -= 1
+        if self.left < 0:
+            raise WouldBlock
 
 
 def written_mode(mode: int) -> int:
@@ -114,6 +157,13 @@ def _enter(parent: int, name: str, path: str) -> int:
         raise
 
 
+def _look(name: str, parent: int, budget: Budget | None) -> os.stat_result:
+    """`name`'s own status in the directory `parent` (no link followed): a step of `budget`."""
+    if budget is not None:
+        budget.spend()
+    return os.stat(name, dir_fd=parent, follow_symlinks=False)
+
+
 def _locate(
     workspace: Path,
     path: str,
@@ -122,6 +172,7 @@ def _locate(
     directory: bool = False,
     guard: bool = False,
     owner: HostIds | None = None,
+    budget: Budget | None = None,
 ) -> tuple[int, str]:
     """The directory (a new descriptor, the caller's to close) holding `path`'s last
     component, and that component's name; every link on the way stays inside `workspace`.
@@ -129,7 +180,7 @@ def _locate(
     With `guard`, a path that resolves to one of git's control paths is refused before
     any directory is made for it (`gitguard.control_path`, on the resolved components).
     A directory made on the way is given to `owner`. A system refusal (permissions...) is
-    a sentence."""
+    a sentence. With `budget`, each step spends one of it (`WouldBlock` once spent)."""
     stack: list[int] = []
     names: list[str] = []
 
@@ -151,7 +202,7 @@ def _locate(
                 names.pop()
                 continue
             try:
-                info = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
+                info = _look(name, stack[-1], budget)
             except FileNotFoundError:
                 guarded(name, *pending)  # what is missing would be made as it is named
                 if not pending:
@@ -190,17 +241,20 @@ def _locate(
             os.close(fd)
 
 
-def open_for_reading(root: Path, path: str, *, workspace: bool = True) -> int:
+def open_for_reading(
+    root: Path, path: str, *, workspace: bool = True, budget: Budget | None = None
+) -> int:
     """A read-only descriptor (the caller's to close) of the file `path` under `root`,
     reached by `_locate` and never through a last link. With `workspace`, the sentences
     speak of the workspace and a file that became a link while it was opened is an escape
-    from it; without (a skills dir), a missing file is a name to check.
+    from it; without (a skills dir), a missing file is a name to check. `budget` bounds
+    the walk (`_locate`).
 
     Raises:
         NotFound: there is no such file.
         InvalidInput: it cannot be reached or opened.
     """
-    parent, name = _locate(root, path, make_dirs=False)
+    parent, name = _locate(root, path, make_dirs=False, budget=budget)
     try:
         return os.open(name, _READ_FLAGS, dir_fd=parent)
     except FileNotFoundError:
@@ -274,28 +328,61 @@ def _numbered(stream: BinaryIO, path: str, offset: int, limit: int) -> str:
     return "\n".join(out)
 
 
+def _regular_size(fd: int, path: str) -> int:
+    """The size of the file `fd` opens, once it is a regular file.
+
+    Raises:
+        InvalidInput: it is a directory, a device, a pipe or a socket.
+    """
+    info = os.fstat(fd)
+    if stat.S_ISDIR(info.st_mode):
+        raise InvalidInput(f"{shown(path)} is a directory, not a file: give a file's path")
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidInput(
+            f"{shown(path)} is not a regular file (a device, pipe or socket): give a file's path"
+        )
+    return info.st_size
+
+
 def read_file(workspace: Path, request: ReadFileInput) -> str:
     """Lines `offset`.. of a workspace file, numbered, at most `limit` of them."""
     fd = open_for_reading(workspace, request.path)
     try:
         # Checked before the descriptor becomes a stream: `fdopen` refuses a directory's
         # with an OSError of its own, which would not be this sentence.
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise InvalidInput(
-                f"{shown(request.path)} is a directory, not a file: give a file's path"
-            )
-        if not stat.S_ISREG(mode):
-            raise InvalidInput(
-                f"{shown(request.path)} is not a regular file (a device, pipe or socket): "
-                "give a file's path"
-            )
+        _regular_size(fd, request.path)
         stream = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
     with stream:
         return _numbered(stream, request.path, request.offset, request.limit)
+
+
+def read_file_now(workspace: Path, request: ReadFileInput) -> str | None:
+    """`read_file`'s answer, its errors too, when it can be had without waiting (none of
+    the steps below can): a walk of at most `NOW_STEPS` steps, the file opened
+    `O_NONBLOCK` (a FIFO opens at once, and is refused as one), a regular file of at most
+    `NOW_BYTES` and `NOW_LINES` read whole by one `RWF_NOWAIT` read from the page cache;
+    None when it could wait (`read_file` is to run in a worker thread then)."""
+    try:
+        fd = open_for_reading(workspace, request.path, budget=Budget())
+    except WouldBlock:
+        return None
+    try:
+        size = _regular_size(fd, request.path)
+        if size > NOW_BYTES:
+            return None
+        buffer = bytearray(size + 1)
+        try:
+            got = os.preadv(fd, [buffer], 0, os.RWF_NOWAIT)
+        except OSError:
+            return None  # not cached (EAGAIN), not supported here, or to be said by read_file
+    finally:
+        os.close(fd)
+    if got != size or buffer.count(b"\n", 0, got) > NOW_LINES:
+        return None  # the file changed size meanwhile, or partly cached, or many lines
+    return _numbered(io.BytesIO(buffer[:got]), request.path, request.offset, request.limit)
 
 
 def _replace(parent: int, name: str, data: bytes, mode: int, owner: HostIds | None) -> None:

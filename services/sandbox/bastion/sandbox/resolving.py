@@ -6,6 +6,10 @@ is `secrets/key`. Each path is walked by `files._locate`, the walk every file to
 (one component at a time from a descriptor of the workspace, links followed only while
 they stay inside); the parts that do not exist yet (a file or directories to be made)
 are not links, and are added as written.
+
+`resolve_paths_now` does the same on the event loop when it cannot wait: the paths alone
+(a patch's parse is work of its size), in at most `NOW_STEPS` steps of walking for them all
+(directory lookups and link reads, no file opened).
 """
 
 from __future__ import annotations
@@ -15,20 +19,20 @@ import posixpath
 from pathlib import Path
 
 from bastion.proto.sandbox import ResolvePaths
-from bastion.sandbox.files import _locate, _parts
+from bastion.sandbox.files import Budget, WouldBlock, _locate, _parts
 from bastion.sandbox.patchparse import parse_patch
 from bastion.shared.errors import InvalidInput, NotFound
 
-__all__ = ["resolve_paths"]
+__all__ = ["resolve_paths", "resolve_paths_now"]
 
 
-def _resolved(workspace: Path, root: str, path: str) -> str:
+def _resolved(workspace: Path, root: str, path: str, budget: Budget | None) -> str:
     """`path` relative to the workspace after its links (`.` for the root itself)."""
     parts = _parts(path)
     if not parts:
         return "."
     try:
-        parent, name = _locate(workspace, path, make_dirs=False, directory=True)
+        parent, name = _locate(workspace, path, make_dirs=False, directory=True, budget=budget)
     except NotFound:
         if parts[-1] == "..":
             raise InvalidInput(
@@ -36,7 +40,7 @@ def _resolved(workspace: Path, root: str, path: str) -> str:
                 "path without `..`"
             ) from None
         return posixpath.normpath(
-            posixpath.join(_resolved(workspace, root, "/".join(parts[:-1])), parts[-1])
+            posixpath.join(_resolved(workspace, root, "/".join(parts[:-1]), budget), parts[-1])
         )
     try:
         where = os.path.relpath(os.readlink(f"/proc/self/fd/{parent}"), root)
@@ -45,11 +49,29 @@ def _resolved(workspace: Path, root: str, path: str) -> str:
     return posixpath.normpath(posixpath.join(where, name))
 
 
+def _all_resolved(
+    workspace: Path, paths: list[str], budget: Budget | None = None
+) -> tuple[str, ...]:
+    root = os.path.realpath(workspace)
+    return tuple(dict.fromkeys(_resolved(workspace, root, path, budget) for path in paths))
+
+
 def resolve_paths(workspace: Path, request: ResolvePaths) -> tuple[str, ...]:
     """Each path of `request`, and each of its patch, resolved in `workspace`, once each."""
     paths = list(request.paths)
     if request.patch:
         for change in parse_patch(request.patch):
             paths += [change.path, *([change.move_to] if change.move_to else [])]
-    root = os.path.realpath(workspace)
-    return tuple(dict.fromkeys(_resolved(workspace, root, path) for path in paths))
+    return _all_resolved(workspace, paths)
+
+
+def resolve_paths_now(workspace: Path, request: ResolvePaths) -> tuple[str, ...] | None:
+    """`resolve_paths`' answer, its errors too, when it cannot wait: a request without a
+    patch whose paths resolve in `NOW_STEPS` steps; None otherwise (`resolve_paths` is to
+    run in a worker thread then)."""
+    if request.patch:
+        return None
+    try:
+        return _all_resolved(workspace, list(request.paths), Budget())
+    except WouldBlock:
+        return None

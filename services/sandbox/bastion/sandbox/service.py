@@ -68,11 +68,11 @@ from bastion.proto.tools import NestedCall, NestedResult
 from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
 from bastion.sandbox.egress import EgressClient
-from bastion.sandbox.files import read_file, write_file
+from bastion.sandbox.files import read_file, read_file_now, write_file
 from bastion.sandbox.finding import find_candidates, find_files, search_candidates, search_files
 from bastion.sandbox.hiding import PathJudge
 from bastion.sandbox.patching import apply_patch
-from bastion.sandbox.resolving import resolve_paths
+from bastion.sandbox.resolving import resolve_paths, resolve_paths_now
 from bastion.sandbox.runcode import PYTHON, Ask, Relay, program_argv, program_pipes, runtime_file
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.sharedslots import SharedSlots
@@ -142,6 +142,8 @@ class _FileTool:
     `candidates`: for a tool whose answer names or shows other files, the paths it would
     show; each is judged as a read, and one the policy refuses is hidden (`run` is given
     the hidden ones).
+    `now`: its answer had on the event loop when nothing of it can wait, or None, and
+    `run` runs in the worker thread then (`files.read_file_now`).
     """
 
     run: Callable[..., str]
@@ -149,10 +151,11 @@ class _FileTool:
     grows: Callable[[Any], int] = lambda _input: 0
     in_process: bool = False
     candidates: Callable[..., list[str]] | None = None
+    now: Callable[..., str | None] | None = None
 
 
 _FILE_TOOLS: dict[type, _FileTool] = {
-    toolinput.ReadFileInput: _FileTool(read_file),
+    toolinput.ReadFileInput: _FileTool(read_file, now=read_file_now),
     toolinput.ListFilesInput: _FileTool(list_files, candidates=list_candidates),
     toolinput.FindFilesInput: _FileTool(find_files, candidates=find_candidates),
     toolinput.SearchFilesInput: _FileTool(
@@ -663,8 +666,10 @@ class Sandboxes:
                 text = await anyio.to_thread.run_sync(write, workspace, given, owner)
             elif hidden is not None:
                 text = await anyio.to_thread.run_sync(tool.run, workspace, given, hidden)
-            else:
+            elif tool.now is None or (now := tool.now(workspace, given)) is None:
                 text = await anyio.to_thread.run_sync(tool.run, workspace, given)
+            else:
+                text = now
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)
             raise
@@ -672,9 +677,12 @@ class Sandboxes:
         return FileResult(text=redactor.redact(text) if redactor else text)
 
     async def resolve(self, request: ResolvePaths, _context: RequestContext) -> ResolvedPaths:
-        """The paths a file call touches, resolved through the workspace's links."""
+        """The paths a file call touches, resolved through the workspace's links: on the
+        event loop when that cannot wait (`resolve_paths_now`), in a worker thread if not."""
         workspace = self._workspaces.check(request.workspace)
-        paths = await anyio.to_thread.run_sync(resolve_paths, workspace, request)
+        paths = resolve_paths_now(workspace, request)
+        if paths is None:
+            paths = await anyio.to_thread.run_sync(resolve_paths, workspace, request)
         return ResolvedPaths(paths=paths)
 
     async def skill_read(self, request: ReadSkill, _context: RequestContext) -> SkillDocument:
