@@ -658,12 +658,7 @@ class Sandboxes:
             if tool.in_process:
                 text = await self._search(tool.run, workspace, request.tenant, given, hidden)
             elif tool.writes:
-                await anyio.to_thread.run_sync(
-                    self._bound.check_write, workspace, tool.grows(given)
-                )
-                write = functools.partial(tool.run, git_writable=self._git_writable)
-                owner = self._owner(workspace)
-                text = await anyio.to_thread.run_sync(write, workspace, given, owner)
+                text = await anyio.to_thread.run_sync(self._write, tool, workspace, given)
             elif hidden is not None:
                 text = await anyio.to_thread.run_sync(tool.run, workspace, given, hidden)
             elif tool.now is None or (now := tool.now(workspace, given)) is None:
@@ -675,6 +670,13 @@ class Sandboxes:
             raise
         redactor = await self.secrets.redactor(request.tenant, request.session_id)
         return FileResult(text=redactor.redact(text) if redactor else text)
+
+    def _write(self, tool: _FileTool, workspace: Path, given: Any) -> str:
+        """A writing tool's whole work, in one worker thread: the workspace's bound checked,
+        its owner found, then the write."""
+        self._bound.check_write(workspace, tool.grows(given))
+        owner = self._owner(workspace)
+        return tool.run(workspace, given, owner, git_writable=self._git_writable)
 
     async def resolve(self, request: ResolvePaths, _context: RequestContext) -> ResolvedPaths:
         """The paths a file call touches, resolved through the workspace's links: on the
