@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import os
 import secrets
 import stat
-from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Final
 
 from bastion.proto.toolinput import ReadFileInput, WriteFileInput
+from bastion.sandbox.numbering import MAX_LINE_CHARS, MAX_READ_CHARS, numbered, numbered_whole
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput, NotFound
 from bastion.shared.sandboxing import WORKSPACE, HostIds
@@ -58,10 +57,6 @@ __all__ = [
     "write_file",
 ]
 
-MAX_LINE_CHARS: Final = 2000
-"""A longer line is shown cut, with a note."""
-MAX_READ_CHARS: Final = 256 * 1024
-"""A read answers at most this much text (NATS carries 1 MiB a message by default)."""
 NOW_STEPS: Final = 64
 """The most steps (a component looked up, a link read) a walk may take on the event loop."""
 NOW_BYTES: Final = 64 * 1024
@@ -69,7 +64,8 @@ NOW_BYTES: Final = 64 * 1024
 NOW_LINES: Final = 2000
 """The most lines a file `read_file_now` numbers on the event loop may hold."""
 _MAX_LINKS: Final = 40
-_PROBE_BYTES: Final = 8192
+_WHOLE_BYTES: Final = 1024 * 1024
+"""A file up to this size is read whole, then numbered (`numbering.numbered_whole`)."""
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NO_SET_IDS: Final = ~(stat.S_ISUID | stat.S_ISGID) & 0o7777
@@ -268,66 +264,6 @@ def open_for_reading(
         os.close(parent)
 
 
-def _lines(stream: BinaryIO) -> Iterator[tuple[bytes, bool]]:
-    """Each line's start (at most what can be shown) and whether it went on past that."""
-    room = MAX_LINE_CHARS * 4
-    while chunk := stream.readline(room):
-        longer = False
-        tail = chunk
-        while not tail.endswith(b"\n"):
-            tail = stream.readline(room)
-            if not tail:
-                break
-            longer = True
-        yield chunk, longer
-
-
-def _looks_binary(probe: bytes) -> bool:
-    if b"\0" in probe:
-        return True
-    try:
-        probe.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return error.start < len(probe) - 3  # a character cut by the probe's end is fine
-    return False
-
-
-def _numbered(stream: BinaryIO, path: str, offset: int, limit: int) -> str:
-    if _looks_binary(stream.read(_PROBE_BYTES)):
-        raise InvalidInput(
-            f"{shown(path)} holds binary data, not text: look at it with a command instead "
-            "(e.g. `xxd`, `file`)"
-        )
-    stream.seek(0)
-    out: list[str] = []
-    size = 0
-    total = 0
-    next_line = 0
-    for number, (raw, longer) in enumerate(_lines(stream), 1):
-        total = number
-        if number < offset or next_line:
-            continue
-        if len(out) >= limit or size >= MAX_READ_CHARS:
-            next_line = number
-            continue
-        text = raw.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8", errors="replace")
-        if longer or len(text) > MAX_LINE_CHARS:
-            text = f"{text[:MAX_LINE_CHARS]} [... line cut at {MAX_LINE_CHARS} characters]"
-        line = f"{number:6d}\t{text}"
-        out.append(line)
-        size += len(line) + 1
-    if total == 0:
-        return f"{shown(path)} is empty"
-    if offset > total:
-        raise InvalidInput(
-            f"{shown(path)} has {total} lines, so offset {offset} is past its end: give an "
-            f"offset from 1 to {total}"
-        )
-    if next_line:
-        out.append(f"... {total - next_line + 1} more lines: read on with offset={next_line}")
-    return "\n".join(out)
-
-
 def _regular_size(fd: int, path: str) -> int:
     """The size of the file `fd` opens, once it is a regular file.
 
@@ -350,13 +286,18 @@ def read_file(workspace: Path, request: ReadFileInput) -> str:
     try:
         # Checked before the descriptor becomes a stream: `fdopen` refuses a directory's
         # with an OSError of its own, which would not be this sentence.
-        _regular_size(fd, request.path)
+        size = _regular_size(fd, request.path)
         stream = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
     with stream:
-        return _numbered(stream, request.path, request.offset, request.limit)
+        if size <= _WHOLE_BYTES:
+            data = stream.read(_WHOLE_BYTES + 1)
+            if len(data) <= _WHOLE_BYTES:
+                return numbered_whole(data, request.path, request.offset, request.limit)
+            stream.seek(0)  # it grew meanwhile: line by line
+        return numbered(stream, request.path, request.offset, request.limit)
 
 
 def read_file_now(workspace: Path, request: ReadFileInput) -> str | None:
@@ -382,7 +323,7 @@ def read_file_now(workspace: Path, request: ReadFileInput) -> str | None:
         os.close(fd)
     if got != size or buffer.count(b"\n", 0, got) > NOW_LINES:
         return None  # the file changed size meanwhile, or partly cached, or many lines
-    return _numbered(io.BytesIO(buffer[:got]), request.path, request.offset, request.limit)
+    return numbered_whole(bytes(buffer[:got]), request.path, request.offset, request.limit)
 
 
 def _replace(parent: int, name: str, data: bytes, mode: int, owner: HostIds | None) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Final
 
 from bastion.proto.toolinput import FindFilesInput, SearchFilesInput
-from bastion.sandbox.files import _looks_binary
 from bastion.sandbox.globbing import compile_glob
+from bastion.sandbox.numbering import looks_binary
 from bastion.sandbox.walking import MAX_WALKED, Walk, open_directory, shown_root
 from bastion.shared.errors import InvalidInput
 
@@ -109,7 +109,7 @@ def _text_of(parent: int, name: str) -> str | None:
         if info.st_size > MAX_SEARCHED_BYTES:
             return None
         data = stream.read(MAX_SEARCHED_BYTES)
-    if _looks_binary(data[:8192]):
+    if looks_binary(data[:8192]):
         return None
     return data.decode("utf-8", errors="replace")
 

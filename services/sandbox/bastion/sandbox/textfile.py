@@ -17,7 +17,8 @@ from typing import Final
 
 from rapidfuzz import fuzz, process
 
-from bastion.sandbox.files import _looks_binary, open_for_reading
+from bastion.sandbox.files import open_for_reading
+from bastion.sandbox.numbering import looks_binary
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput
 
@@ -91,7 +92,7 @@ def read_text(workspace: Path, path: str) -> TextFile:
                 "tools change: change it with a command instead"
             )
         data = stream.read(MAX_EDIT_BYTES + 1)
-    if _looks_binary(data[:8192]):
+    if looks_binary(data[:8192]):
         raise InvalidInput(f"{shown(path)} holds binary data, not text: change it with a command")
     try:
         raw = data.decode("utf-8")
