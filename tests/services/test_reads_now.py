@@ -186,7 +186,9 @@ async def test_the_service_answers_reads_and_resolves_either_way(
     client: Client, sandbox: None, tree: Path
 ) -> None:
     (tree / "big.txt").write_text("z\n" * NOW_BYTES)
-    for path in ("real/notes.txt", "big.txt", "real/../" * NOW_STEPS + "real/notes.txt"):
+    (tree / "huge.txt").write_text("h\n" * 4 * NOW_BYTES)  # numbered line by line
+    deep = "real/../" * NOW_STEPS + "real/notes.txt"
+    for path in ("real/notes.txt", "big.txt", "huge.txt", deep):
         given = ReadFileInput(path=path, offset=2, limit=3)
         message = ReadFile(session_id=SESSION, workspace=str(tree), input=given)
         result = await request(client, subjects.SANDBOX_FILES, message, FileResult, timeout_s=10)

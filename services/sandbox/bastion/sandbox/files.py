@@ -64,8 +64,9 @@ NOW_BYTES: Final = 64 * 1024
 NOW_LINES: Final = 2000
 """The most lines a file `read_file_now` numbers on the event loop may hold."""
 _MAX_LINKS: Final = 40
-_WHOLE_BYTES: Final = 1024 * 1024
-"""A file up to this size is read whole, then numbered (`numbering.numbered_whole`)."""
+_WHOLE_BYTES: Final = 256 * 1024
+"""A file up to this size is read whole, then numbered (`numbering.numbered_whole`): its
+lines, split at once, take a few MiB at most; a larger one is numbered line by line."""
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NO_SET_IDS: Final = ~(stat.S_ISUID | stat.S_ISGID) & 0o7777
