@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bastion.shared.sandboxing import SandboxFailed
+from bastion.shared.sandboxing import BwrapBackend, SandboxFailed, SandboxSpec
 from bastion.shared.sandboxing import warm_init as init
-from bastion.shared.sandboxing.warm import CompiledInit
+from bastion.shared.sandboxing.warm import CompiledInit, marked_pids, marker
 
 PYTHON = "/usr/bin/python3"
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -132,3 +132,16 @@ def test_the_init_receives_a_message_and_its_descriptors_as_recv_fds_does() -> N
             os.close(fd)
         ours.close()
         theirs.close()
+
+
+async def test_a_service_compiles_the_init_as_it_starts_and_its_first_sandbox_runs_it(
+    workspace: Path, tmp_path: Path
+) -> None:
+    backend = BwrapBackend(state_dir=tmp_path / "state")
+    await backend.prepare()
+    try:
+        result = await backend.run(SandboxSpec(workspace=workspace, session_id="0" * 16), "echo hi")
+        assert result.stdout == "hi\n"
+        assert marked_pids(marker(tmp_path / "state"))  # a warm sandbox ran it
+    finally:
+        await backend.aclose()

@@ -595,6 +595,18 @@ class BwrapBackend:
             raise
         return sandbox
 
+    async def prepare(self) -> None:
+        """Compile the warm sandboxes' init now (`CompiledInit`), as the service starts, so
+        its first session's first command does not wait for it; a python3 that cannot is
+        logged, and each warm sandbox then fails to start as it would (its command runs
+        cold)."""
+        if self.warm is None:
+            return
+        try:
+            await self._init.program(_LAUNCHER_ENV)
+        except SandboxFailed as error:
+            logger.info("warm sandboxes cannot start, commands run cold: %s", error)
+
     async def aclose(self) -> None:
         """Close every warm sandbox (and sweep what an earlier run left of them)."""
         if self.warm is not None:
