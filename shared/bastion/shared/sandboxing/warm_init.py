@@ -9,10 +9,10 @@ number is the first argument), never over a path or a network a command could re
 
 Each `run` request carries, as descriptors: a sealed memfd holding the command's argv,
 limits and environment (secrets included), the write ends of its stdout and stderr, and
-an open `cgroup.procs` of each of its cgroups. For each command the init forks a leader,
-which makes a new pid, mount and IPC namespace and forks the command's first process:
-pid 1 of that new namespace, so when it ends the kernel kills every process the command
-left, and its own `/proc` shows only the command's processes. That process joins the
+an open `cgroup.procs` (on cgroup v1 `tasks`) of each of its cgroups. For each command the
+init forks a leader, which makes a new pid, mount and IPC namespace and forks the command's
+first process: pid 1 of that new namespace, so when it ends the kernel kills every process
+the command left, and its own `/proc` shows only the command's processes. That process joins the
 cgroups, mounts its own `/proc` and `/dev/shm`, takes fresh keyrings, drops every
 capability, sets the limits, and execs the command with exactly the environment it was
 sent. The init zeroes its copy of the request once it has forked. Replies: `ready` once,
