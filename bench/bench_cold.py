@@ -9,10 +9,18 @@ the command: `resource.getrusage(RUSAGE_CHILDREN)`, counted once each is reaped)
 the same for a raw cold `bwrap … true` as a baseline. On two cores CPU is the figure to
 compare: wall time moves with what else runs.
 
-Baseline (2-core machine, as root, cgroup v1): 54 ms wall per cold call, 16 ms CPU of
-this process and 33 ms of its children; raw bwrap: 5.4 ms wall, 4.8 ms children's CPU.
-Usage: python -m bench.bench_cold [--calls N]   (from the repository root, as root or as a
-user bubblewrap runs for)
+With `--plane` it also starts `bastion up` and times each of `--calls` sessions' first
+`shell true` through the whole plane (agent → orchestrator → policy → sandbox), each session
+closed after, and prints the sandbox service's CPU per session: its own and its reaped
+children's (bwrap, the init, the command), read from /proc once the last session closed.
+
+Baseline (this 2-core machine, as root, cgroup v1, load 3-6 from other runs): before the
+init's cuts, 51-57 ms of CPU per cold call (5-6 ms this process, 46-51 ms its children),
+median 60-116 ms; after, 27-34 ms (4-6 and 23-28), median 30-77 ms; a raw cold bwrap
+3.3 ms of CPU. Through the plane (`--plane`): the sandbox service's CPU per session 77-94 ms
+before, 53-57 ms after; the first call's median 126-237 ms before, 44-86 ms after.
+Usage: python -m bench.bench_cold [--calls N] [--plane]   (from the repository root, as root
+or as a user bubblewrap runs for)
 """
 
 from __future__ import annotations
@@ -28,9 +36,16 @@ from pathlib import Path
 
 import anyio
 
+from bastion.proto import subjects
+from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.shared.bus import connect, request
 from bastion.shared.sandboxing.bwrap import BwrapBackend
 from bastion.shared.sandboxing.spec import SandboxSpec
-from bench.common import raw_bwrap_argv, sandbox_workspace
+from bastion.shared.statedir import read_run_record
+from bench.common import bastion_up, call, raw_bwrap_argv, sandbox_workspace
+
+_SETTLE_S = 2.0
+"""How long the last closed session's sandbox may take to be closed and reaped."""
 
 
 def _children_s() -> float:
@@ -64,6 +79,43 @@ async def cold_calls(root: Path, calls: int) -> tuple[list[float], float, float]
     return took, own, children
 
 
+def _sandbox_cpu_ms(state_dir: Path) -> float:
+    """The sandbox service's CPU so far, its own and its reaped children's, from /proc."""
+    record = read_run_record(state_dir)
+    if record is None or "sandbox" not in record.children:
+        raise SystemExit("bastion up has no sandbox service running")
+    fields = Path(f"/proc/{record.children['sandbox']}/stat").read_text().rsplit(")", 1)[1]
+    ticks = sum(int(value) for value in fields.split()[11:15])
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+async def plane_calls(root: Path, calls: int) -> tuple[list[float], float]:
+    """Wall time (ms) of each session's first `shell true` through the plane, and the
+    sandbox service's CPU ms per session (its own and its children's)."""
+    workspace = sandbox_workspace(root / "plane-work")
+    took: list[float] = []
+    with bastion_up(root / "plane-state") as bus:
+        async with connect(bus, "bench") as client:
+            for number in range(calls + 2):
+                if number == 2:
+                    used = _sandbox_cpu_ms(root / "plane-state")
+                opened = OpenSession(
+                    agent="bench", workspace=str(workspace), shell=True, autonomy="L3"
+                )
+                session = await request(
+                    client, subjects.SESSION_OPEN, opened, SessionInfo, timeout_s=30
+                )
+                started = time.perf_counter()
+                await call(client, session.session_id, "shell", command="true")
+                if number >= 2:
+                    took.append((time.perf_counter() - started) * 1000)
+                ref = SessionRef(session_id=session.session_id)
+                await request(client, subjects.SESSION_CLOSE, ref, SessionInfo, timeout_s=30)
+            await anyio.sleep(_SETTLE_S)
+            used = _sandbox_cpu_ms(root / "plane-state") - used
+    return took, used / calls
+
+
 def raw_calls(root: Path, calls: int) -> tuple[list[float], float]:
     """Wall time (ms) of each raw cold `bwrap … true`, and its CPU ms per call."""
     argv = raw_bwrap_argv(sandbox_workspace(root / "work"))
@@ -79,10 +131,12 @@ def raw_calls(root: Path, calls: int) -> tuple[list[float], float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20, help="timed calls")
+    parser.add_argument("--plane", action="store_true", help="also through `bastion up`")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         took, own, children = anyio.run(cold_calls, Path(tmp), args.calls)
         raw, raw_children = raw_calls(Path(tmp), args.calls)
+        plane = anyio.run(plane_calls, Path(tmp), args.calls) if args.plane else None
     print(f"{args.calls} cold calls after 2 warm-up calls; load average {os.getloadavg()[0]:.1f}")
     print(
         f"cold warm-sandbox call: median {statistics.median(took):.1f} ms; CPU per call "
@@ -92,6 +146,13 @@ def main() -> None:
         f"raw cold bwrap true:    median {statistics.median(raw):.1f} ms; CPU per call "
         f"{raw_children:.1f} ms children"
     )
+    if plane is not None:
+        through, sandbox = plane
+        print(
+            f"first shell true of a session through the plane: median "
+            f"{statistics.median(through):.1f} ms; the sandbox service's CPU per session "
+            f"(its own and its children's) {sandbox:.1f} ms"
+        )
 
 
 if __name__ == "__main__":
