@@ -344,6 +344,48 @@ async def test_the_check_runs_true_and_names_bubblewrap(
     assert "uid 10001" in detail
 
 
+def test_on_cgroup_v1_a_process_joins_through_tasks_and_on_v2_through_cgroup_procs(
+    tmp_path: Path,
+) -> None:
+    """On v1 the joining process (single-threaded) writes `0` to `tasks`, which moves it
+    without the kernel's system-wide migration lock; v2 has only `cgroup.procs`."""
+    for controller in ("pids", "memory"):
+        (tmp_path / controller / "service").mkdir(parents=True)
+    proc = tmp_path / "proc-cgroup"
+    proc.write_text("8:pids:/service\n4:memory:/service\n")
+    root = find_cgroup_root(tmp_path, proc)
+    assert root is not None and root.version == 1
+    command = CommandCgroup(root, Limits(processes=7, memory_bytes=4096))
+    joined = command.join_argv()[2]
+    for controller in ("pids", "memory"):
+        [made] = [path for path in (tmp_path / controller / "service").iterdir()]
+        assert f"echo 0 > {made / 'tasks'}" in joined
+    assert "cgroup.procs" not in joined
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+async def test_a_commands_processes_count_against_its_own_cgroups_process_limit(
+    workspace: Path, tmp_path: Path, warm: bool
+) -> None:
+    """Joined as each launcher joins (cold: its shell; warm: the command's first process,
+    through the descriptors the init is passed): a fork past the group's bound fails."""
+    if find_cgroup_root() is None:
+        pytest.skip("no cgroup this service may write here: RLIMIT_NPROC bounds commands")
+    backend = BwrapBackend(state_dir=tmp_path / "state") if warm else BwrapBackend()
+    spec = SandboxSpec(
+        workspace=workspace,
+        limits=Limits(processes=8),
+        session_id="0123456789abcdef" if warm else "",
+    )
+    try:
+        result = await backend.run(spec, "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 5 & done; wait")
+        assert bool(marked_pids(marker(tmp_path / "state"))) == warm
+    finally:
+        await backend.aclose()
+    assert result.limit_hit == "process_limit"
+    assert "fork" in result.stderr.lower() or "resource" in result.stderr.lower()
+
+
 def test_on_cgroup_v2_a_tenants_commands_groups_sit_in_its_group_of_the_set_weight(
     tmp_path: Path,
 ) -> None:

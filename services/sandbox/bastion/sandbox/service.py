@@ -848,6 +848,7 @@ class Sandboxes:
             killed = sweep_marked(self._state_dir)
             if killed:
                 logger.info("ended %d process(es) of an earlier run's warm sandboxes", killed)
+            await self._backend.prepare()
         if self.tasks is not None:
             lost = await self.tasks.mark_lost()
             if lost:

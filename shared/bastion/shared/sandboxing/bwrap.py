@@ -72,7 +72,7 @@ from bastion.shared.sandboxing.spec import SANDBOX_UID, WORKSPACE, SandboxSpec
 from bastion.shared.sandboxing.task import SandboxTask, WarmSandboxTask
 from bastion.shared.sandboxing.warm import (
     INIT_PATH,
-    INIT_PROGRAM,
+    CompiledInit,
     Shape,
     WarmPool,
     WarmSandbox,
@@ -232,6 +232,7 @@ class BwrapBackend:
         idle_s: float = 600.0,
     ) -> None:
         self.warm = WarmPool(state_dir, idle_s) if state_dir is not None else None
+        self._init = CompiledInit(_PYTHON)
         self._bwrap = bwrap
         self._prlimit = prlimit
         self._setpriv = setpriv
@@ -550,7 +551,9 @@ class BwrapBackend:
         """A new warm sandbox like `spec`'s, its init ready for commands."""
         bwrap, _, setpriv = programs
         drop = drop_argv(setpriv, _ids(spec))
-        data = [*generated_etc(spec.network), DataFile(INIT_PATH, INIT_PROGRAM.encode())]
+        why = f"{_USERNS_HINT}{_who(spec)}; a warm sandbox's init needs {_PYTHON}"
+        program = await self._init.program(_LAUNCHER_ENV)
+        data = [*generated_etc(spec.network), DataFile(INIT_PATH, program)]
         if spec.bridge is not None:
             data.append(DataFile(BRIDGE_SCRIPT, BRIDGE_PROGRAM))
         kept = contextlib.ExitStack()
@@ -585,12 +588,24 @@ class BwrapBackend:
                     git=kept,
                     signature=git_signature(git),
                     pidfile=warm.pidfile(),
-                    why=f"{_USERNS_HINT}{_who(spec)}; a warm sandbox's init needs {_PYTHON}",
+                    why=why,
                 )
         except BaseException:
             kept.close()
             raise
         return sandbox
+
+    async def prepare(self) -> None:
+        """Compile the warm sandboxes' init now (`CompiledInit`), as the service starts, so
+        its first session's first command does not wait for it; a python3 that cannot is
+        logged, and each warm sandbox then fails to start as it would (its command runs
+        cold)."""
+        if self.warm is None:
+            return
+        try:
+            await self._init.program(_LAUNCHER_ENV)
+        except SandboxFailed as error:
+            logger.info("warm sandboxes cannot start, commands run cold: %s", error)
 
     async def aclose(self) -> None:
         """Close every warm sandbox (and sweep what an earlier run left of them)."""

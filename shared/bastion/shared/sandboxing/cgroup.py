@@ -250,23 +250,34 @@ class CommandCgroup:
         if both.exists():  # memory and swap together: no swapping past the limit
             both.write_text(memory)
 
+    @property
+    def _join_file(self) -> str:
+        """The file a process writes `0` to to join a group: `cgroup.procs` on v2, `tasks` on
+        v1. On v1 that moves the writing thread alone, which is the whole process for the
+        single-threaded ones that join (the launcher's shell, a warm command's first
+        process), and the kernel then takes no system-wide lock: a `cgroup.procs` write
+        takes one, and waits for an RCU grace period to do so (5-20 ms) unless another
+        migration took it moments before."""
+        return "cgroup.procs" if self._root.version == 2 else "tasks"
+
     def join_argv(self) -> list[str]:
         """A launcher that moves itself into the group(s), then runs the rest of the argv.
 
         A launcher that cannot join exits 125 without starting anything.
         """
         joins = " && ".join(
-            f"echo $$ > {shlex.quote(str(directory / 'cgroup.procs'))}" for directory in self._dirs
+            f"echo 0 > {shlex.quote(str(directory / self._join_file))}" for directory in self._dirs
         )
         return ["/bin/sh", "-c", f'{joins} || exit 125; exec "$@"', "bastion-cgroup"]
 
     def procs_fds(self) -> list[int]:
-        """Each group's `cgroup.procs`, open for writing: a warm sandbox's init moves the
-        command's first process in by writing `0` to each (`warm_init`)."""
+        """Each group's `cgroup.procs` (v1: `tasks`, `_join_file`), open for writing: a warm
+        sandbox's init moves the command's first process in by writing `0` to each
+        (`warm_init`)."""
         fds: list[int] = []
         try:
             for directory in self._dirs:
-                fds.append(os.open(directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+                fds.append(os.open(directory / self._join_file, os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             for fd in fds:
                 os.close(fd)
