@@ -6,7 +6,9 @@ and times `noop_noop` through agent → orchestrator → policy → mcp service 
 against `tools/call` of the same tool by the official SDK's client over stdio, connected to
 its own copy of the server in this process.
 
-It prints the median and p99 of each in milliseconds and the ratio of the medians. With
+It prints the median and p99 of each in milliseconds and the ratio of the medians, then the
+CPU time each service spent per call through the plane (from /proc: a figure the machine's
+load hardly moves). With
 `--spans` the plane exports its traces to a receiver in this process, and the median of
 each span on the call's path is printed too, with how many of each a call made (the
 `tools/list` a call makes is started ahead of it, on the orchestrator's prefetch;
@@ -38,7 +40,7 @@ from bastion.proto.session import OpenSession, SessionInfo
 from bastion.shared.bus import connect, request
 from bastion.shared.settings import BusSettings
 from bench.bench_calls import report, timed
-from bench.common import bastion_up, call
+from bench.common import bastion_up, call, cpu_ms
 from tests.helpers.otlp import Receiver, otlp_receiver
 
 SERVER = Path(__file__).with_name("noop_server.py")
@@ -91,7 +93,9 @@ def add_server(state_dir: Path) -> None:
     )  # fmt: skip
 
 
-async def measure(bus: BusSettings, calls: int) -> list[tuple[str, list[float], list[float]]]:
+async def measure(
+    bus: BusSettings, calls: int, state_dir: Path
+) -> tuple[list[tuple[str, list[float], list[float]]], dict[str, float]]:
     async with connect(bus, "bench") as client:
         session: SessionInfo = await request(
             client,
@@ -112,13 +116,11 @@ async def measure(bus: BusSettings, calls: int) -> list[tuple[str, list[float], 
             async def directly() -> None:
                 await sdk.session.call_tool("noop", {})
 
-            return [
-                (
-                    "noop tool (vs SDK direct)",
-                    await timed(calls, through_bastion),
-                    await timed(calls, directly),
-                )
-            ]
+            before = cpu_ms(state_dir)
+            through = await timed(calls, through_bastion)
+            after = cpu_ms(state_dir)
+            per_call = {name: (after[name] - used) / (calls + 5) for name, used in before.items()}
+            return [("noop tool (vs SDK direct)", through, await timed(calls, directly))], per_call
 
 
 def span_report(receiver: Receiver) -> None:
@@ -153,7 +155,9 @@ def main() -> None:
         with bastion_up(state_dir, env=t[1] if t else None) as bus:
             add_server(state_dir)
             print(f"{args.calls} calls each, after 5 warm-up calls; bastion up on {bus.nats_url}")
-            report(anyio.run(measure, bus, args.calls))
+            rows, per_call = anyio.run(measure, bus, args.calls, state_dir)
+            report(rows)
+            print("CPU ms per call: " + ", ".join(f"{k} {v:.2f}" for k, v in per_call.items()))
         # `bastion up` has stopped: every service flushed its spans on the way out.
         if t:
             span_report(t[0])

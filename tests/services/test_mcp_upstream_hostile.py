@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import types
+from mcp.shared.message import SessionMessage
 
 from bastion.mcp.gateway.upstream import (
     Upstream,
@@ -23,6 +24,9 @@ from bastion.mcp.gateway.upstream import (
     asks_for_secret,
     open_upstream,
 )
+from bastion.mcp.gateway.upstream.launch import Launch
+from bastion.mcp.gateway.upstream.link import Link
+from bastion.mcp.gateway.upstream.stdio import stdio_streams
 from bastion.proto.mcp import ElicitAnswer, ElicitQuestion, McpServerSpec
 from tests.helpers.mcp_upstream import PYTHON, SERVERS, stdio_spec
 from tests.helpers.owners import owned
@@ -96,6 +100,30 @@ async def test_a_server_that_dies_mid_call_leaves_the_call_uncertain(tmp_path: P
         message, pid = await _no_answer(tmp_path, "die")
     assert message.startswith("the MCP server bad stopped (exit status 3) before answering die: ")
     assert _gone(pid)
+
+
+async def test_a_server_that_stops_reading_breaks_the_link_at_the_next_write() -> None:
+    """A write the server's input refuses breaks the link with how the server ended (still
+    running: its output is taken for closed), that send and every later one raises, and
+    the server is killed."""
+    link = Link()
+    ready = '{"jsonrpc": "2.0", "method": "notifications/ready"}'
+    launch = Launch(
+        argv=["sh", "-c", f"exec 0<&-; echo '{ready}'; exec sleep 60"],
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=None,
+    )
+    notice = SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/x"))
+    with anyio.fail_after(30):
+        async with stdio_streams(launch, UpstreamLimits(), link) as (read, write):
+            assert isinstance(await read.receive(), SessionMessage)  # its input is closed now
+            with pytest.raises(anyio.BrokenResourceError):
+                await write.send(notice)
+            assert link.reason == "closed its output"
+            with pytest.raises(anyio.BrokenResourceError):
+                await write.send(notice)
+            with pytest.raises(anyio.EndOfStream):
+                await read.receive()  # killed: its output ends
 
 
 async def test_a_call_past_its_timeout_is_uncertain_and_the_server_is_killed(

@@ -15,11 +15,11 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Final
+from typing import Final, Self
 
 import anyio
 from anyio.abc import Process
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
 from bastion.mcp.gateway.upstream.launch import Launch
@@ -56,44 +56,98 @@ async def _wait_exit(process: Process, timeout_s: float) -> None:
         await process.wait()
 
 
-async def _read(
-    process: Process,
-    into: MemoryObjectSendStream[SessionMessage | Exception],
-    limits: UpstreamLimits,
-    link: Link,
-) -> None:
-    assert process.stdout is not None
-    lines = buffered(process.stdout)
-    async with into:
+class _Lines:
+    """The session's read stream: each `receive` reads the server's next message from its
+    output itself, in the session's reader task (no task and stream between them).
+
+    A line over the limit or not JSON-RPC breaks the link (the server is killed); the end
+    of its output waits a moment for it to exit and breaks the link with how it ended. Each
+    ends the stream, after the link says why."""
+
+    def __init__(self, process: Process, limits: UpstreamLimits, link: Link) -> None:
+        assert process.stdout is not None
+        self._process = process
+        self._lines = buffered(process.stdout)
+        self._max_bytes = limits.max_message_bytes
+        self._link = link
+        self._ended = False
+
+    async def receive(self) -> SessionMessage | Exception:
+        if self._ended:
+            raise anyio.EndOfStream
         try:
-            while (message := await read_message(lines, limits.max_message_bytes)) is not None:
-                await into.send(SessionMessage(message))
+            message = await read_message(self._lines, self._max_bytes)
         except LineTooLong:
-            link.break_with(f"sent a message over {limits.max_message_bytes} bytes")
-            return
+            self._end(f"sent a message over {self._max_bytes} bytes")
         except NotJsonRpc:
-            link.break_with("sent a line that is not JSON-RPC")
-            return
+            self._end("sent a line that is not JSON-RPC")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return
-        await _wait_exit(process, _REAP_S)
-        link.break_with(describe_exit(process))
+            self._ended = True
+            raise anyio.EndOfStream from None
+        else:
+            if message is not None:
+                return SessionMessage(message)
+            await _wait_exit(self._process, _REAP_S)
+            self._end(describe_exit(self._process))
+        raise anyio.EndOfStream
 
+    def _end(self, reason: str) -> None:
+        self._ended = True
+        self._link.break_with(reason)
 
-async def _write(
-    process: Process,
-    source: MemoryObjectReceiveStream[SessionMessage],
-    link: Link,
-) -> None:
-    assert process.stdin is not None
-    async with source:
+    async def aclose(self) -> None:
+        self._ended = True
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
         try:
-            async for outgoing in source:
-                text = outgoing.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await process.stdin.send(text.encode() + b"\n")
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+
+class _Writer:
+    """The session's write stream: each `send` writes one message to the server's input
+    itself, in the task that sends it (asyncio orders the writes and waits for room).
+
+    A write the server's input refuses waits a moment for it to exit and breaks the link
+    with how it ended; that send, and every one after it, raises `BrokenResourceError`."""
+
+    def __init__(self, process: Process, link: Link) -> None:
+        assert process.stdin is not None
+        self._stdin = process.stdin
+        self._process = process
+        self._link = link
+        self._closed = False
+
+    async def send(self, item: SessionMessage, /) -> None:
+        if self._closed or not self._link.alive:
+            raise anyio.BrokenResourceError
+        text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+        try:
+            await self._stdin.send(text.encode() + b"\n")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            await _wait_exit(process, _REAP_S)
-            link.break_with(describe_exit(process))
+            self._closed = True
+            await _wait_exit(self._process, _REAP_S)
+            self._link.break_with(describe_exit(self._process))
+            raise anyio.BrokenResourceError from None
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
 
 async def _stop(process: Process) -> None:
@@ -110,12 +164,7 @@ async def _stop(process: Process) -> None:
 @asynccontextmanager
 async def stdio_streams(
     launch: Launch, limits: UpstreamLimits, link: Link
-) -> AsyncIterator[
-    tuple[
-        MemoryObjectReceiveStream[SessionMessage | Exception],
-        MemoryObjectSendStream[SessionMessage],
-    ]
-]:
+) -> AsyncIterator[TransportStreams]:
     """Start the process and yield the session's streams; stop it on exit, whatever happens.
 
     Raises:
@@ -132,18 +181,9 @@ async def stdio_streams(
         pass_fds=launch.pass_fds,
     )
     link.on_break(lambda: _kill_group(process))
-    to_session, from_process = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    to_process, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-    try:
-        async with process, anyio.create_task_group() as group:
-            group.start_soon(_read, process, to_session, limits, link)
-            group.start_soon(_write, process, from_session, link)
-            try:
-                yield from_process, to_process
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await _stop(process)
-                group.cancel_scope.cancel()
-    finally:
-        for stream in (from_process, to_process, to_session, from_session):
-            stream.close()
+    async with process:
+        try:
+            yield _Lines(process, limits, link), _Writer(process, link)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _stop(process)
