@@ -8,7 +8,9 @@ subject are taken too: the "no responders" status, the vault's across accounts
 (`natsperms.answered_on_inbox`), and services that do not read the header. A client's
 answers all come to two subscriptions it makes at its first request (its inbox prefix and
 the reply subjects under it, each request one token below them), so a request costs its
-publish and its answer, not four subscription changes too.
+publish and its answer, not four subscription changes too. A JetStream publish
+(`send_stored`) is answered there as well: its acknowledgement is a future awaited when
+the caller chooses, so several records can be sent at once and acknowledged together.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import msgspec
 import nats
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -44,16 +48,19 @@ __all__ = [
     "Client",
     "CredentialsRefused",
     "Requester",
+    "Stored",
     "TooLarge",
     "answer",
     "connect",
     "request",
     "round_trip",
+    "send_stored",
 ]
 
 T = TypeVar("T")
 
-_SESSION_ID = re.compile("[0-9a-f]{16}")
+_SESSION_ID = re.compile(r"(?<![^.])[0-9a-f]{16}(?![^.])")
+"""A session id: 16 hex digits that are a whole token of a subject."""
 _ON_INBOX = answered_on_inbox()
 _NO_RESPONDERS = "503"
 _INBOX = re.compile(r"_INBOX(\.[A-Za-z0-9_\-]+)+")
@@ -159,7 +166,7 @@ def _whose(settings: BusSettings) -> str:
 def _without_ids(subject: str) -> str:
     """`subject` with each session id (16 hex digits) as `*`: a span's name stays one of a
     few, whatever the session (`send bastion.v1.session.*.call`)."""
-    return ".".join("*" if _SESSION_ID.fullmatch(part) else part for part in subject.split("."))
+    return _SESSION_ID.sub("*", subject)
 
 
 class TooLarge(InvalidInput):
@@ -214,6 +221,60 @@ class _Answers:
 _answers: weakref.WeakKeyDictionary[Client, _Answers] = weakref.WeakKeyDictionary()
 
 
+def _expire(answer: asyncio.Future[Msg]) -> None:
+    if not answer.done():
+        answer.set_exception(nats.errors.TimeoutError())
+
+
+class _Sent:
+    """A message sent with its answer still to come, on the client's inbox `inbox`."""
+
+    def __init__(self, answers: _Answers, inbox: str, answer: asyncio.Future[Msg]) -> None:
+        self._answers = answers
+        self.inbox = inbox
+        self._answer = answer
+
+    async def answer(self, timeout_s: float) -> Msg:
+        """The answer, within `timeout_s` from now; the inbox is forgotten after.
+
+        Raises the nats-py errors: `TimeoutError` (none came), `NoRespondersError`.
+        """
+        # A timer on the future itself: no task or waiter of `asyncio.wait_for` per request.
+        timer = asyncio.get_running_loop().call_later(timeout_s, _expire, self._answer)
+        try:
+            msg = await self._answer
+        finally:
+            timer.cancel()
+            self._answers.forget(self.inbox)
+        if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS and not msg.data:
+            raise nats.errors.NoRespondersError
+        return msg
+
+    def forget(self) -> None:
+        """Stop waiting for the answer (it is dropped if it comes)."""
+        self._answer.cancel()
+        self._answers.forget(self.inbox)
+
+
+async def _send(
+    client: Client, subject: str, payload: bytes, headers: dict[str, str] | None, *, named: bool
+) -> _Sent:
+    """Publish `payload` with the client's next inbox as its reply subject (named in the
+    `Bastion-Reply-Inbox` header too when `named`, unless the subject answers on it)."""
+    answers = _answers.get(client)
+    if answers is None:
+        answers = _answers[client] = _Answers(client)
+    inbox, answer = await answers.waiting(client)
+    if named and subject not in _ON_INBOX:
+        headers = {**(headers or {}), subjects.REPLY_INBOX_HEADER: inbox}
+    try:
+        await client.publish(subject, payload, reply=inbox, headers=headers)
+    except BaseException:
+        answers.forget(inbox)
+        raise
+    return _Sent(answers, inbox, answer)
+
+
 async def _exchange(
     client: Client, subject: str, payload: bytes, headers: dict[str, str], timeout_s: float
 ) -> Msg:
@@ -222,23 +283,77 @@ async def _exchange(
     Raises the nats-py errors (`NoRespondersError`, `TimeoutError`, …) for `request` to
     turn into Bastion's.
     """
-    answers = _answers.get(client)
-    if answers is None:
-        answers = _answers[client] = _Answers(client)
-    inbox, answer = await answers.waiting(client)
-    if subject not in _ON_INBOX:
-        headers = {**headers, subjects.REPLY_INBOX_HEADER: inbox}
-    try:
-        await client.publish(subject, payload, reply=inbox, headers=headers)
+    sent = await _send(client, subject, payload, headers, named=True)
+    return await sent.answer(timeout_s)
+
+
+class _ApiError(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class _PubAck(msgspec.Struct):
+    seq: int = 0
+    error: _ApiError | None = None
+
+
+_pub_ack = msgspec.json.Decoder(_PubAck)
+
+
+class Stored:
+    """A message published to a JetStream stream, its acknowledgement still to come."""
+
+    def __init__(self, sent: _Sent, deadline: float) -> None:
+        self._sent = sent
+        self._deadline = deadline
+
+    async def sequence(self) -> int:
+        """The stream's sequence of the message once it acknowledged it, as nats-py's
+        `JetStreamContext.publish` returns it and with its errors.
+
+        Raises:
+            nats.errors.TimeoutError: no acknowledgement by the deadline `send_stored` set.
+            nats.js.errors.NoStreamResponseError: no stream takes the subject.
+            nats.js.errors.APIError: the stream refused it (a subclass by its code; a
+                compare-and-set that lost its race has `err_code` 10071 or 10164).
+        """
+        remaining = self._deadline - asyncio.get_running_loop().time()
         try:
-            msg = await asyncio.wait_for(answer, timeout_s)
-        except TimeoutError:
-            raise nats.errors.TimeoutError from None
-    finally:
-        answers.forget(inbox)
-    if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS and not msg.data:
-        raise nats.errors.NoRespondersError
-    return msg
+            msg = await self._sent.answer(max(remaining, 0.0))
+        except nats.errors.NoRespondersError:
+            raise nats.js.errors.NoStreamResponseError from None
+        try:
+            ack = _pub_ack.decode(msg.data)
+        except msgspec.DecodeError:
+            raise nats.js.errors.APIError(description="the acknowledgement is not JSON") from None
+        if ack.error is not None:
+            raise nats.js.errors.APIError.from_error(msgspec.structs.asdict(ack.error))
+        return ack.seq
+
+    def forget(self) -> None:
+        """Stop waiting for the acknowledgement: the message is stored or not regardless."""
+        self._sent.forget()
+
+
+async def send_stored(
+    client: Client,
+    subject: str,
+    payload: bytes,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float,
+) -> Stored:
+    """Publish `payload` to the JetStream stream of `subject` now (in order with what this
+    client sends next); its acknowledgement is awaited later with `Stored.sequence` (or
+    dropped with `Stored.forget`), within `timeout_s` from now. The message, its headers
+    and its acknowledgement are those of nats-py's `JetStreamContext.publish`, without a
+    task, timer or JSON parser of nats-py's request per message.
+
+    Raises the nats-py errors of a publish (`ConnectionClosedError`, …).
+    """
+    sent = await _send(client, subject, payload, headers, named=False)
+    return Stored(sent, asyncio.get_running_loop().time() + timeout_s)
 
 
 async def answer(
