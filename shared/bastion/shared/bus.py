@@ -51,6 +51,7 @@ __all__ = [
     "Stored",
     "TooLarge",
     "answer",
+    "ask_jetstream",
     "connect",
     "request",
     "round_trip",
@@ -287,15 +288,20 @@ async def _exchange(
     return await sent.answer(timeout_s)
 
 
-class _ApiError(msgspec.Struct):
-    code: int = 0
-    err_code: int = 0
-    description: str = ""
+async def ask_jetstream(client: Client, subject: str, payload: bytes, *, timeout_s: float) -> Msg:
+    """The answer to a bare request (no header added), on the client's answer inbox: a
+    JetStream API request as nats-py's `Client.request` makes one, without its per-request
+    subscription token, task or `wait_for`.
+
+    Raises the nats-py errors of a request (`TimeoutError`, `NoRespondersError`, …).
+    """
+    sent = await _send(client, subject, payload, None, named=False)
+    return await sent.answer(timeout_s)
 
 
 class _PubAck(msgspec.Struct):
     seq: int = 0
-    error: _ApiError | None = None
+    error: dict[str, Any] | None = None
 
 
 _pub_ack = msgspec.json.Decoder(_PubAck)
@@ -328,7 +334,7 @@ class Stored:
         except msgspec.DecodeError:
             raise nats.js.errors.APIError(description="the acknowledgement is not JSON") from None
         if ack.error is not None:
-            raise nats.js.errors.APIError.from_error(msgspec.structs.asdict(ack.error))
+            raise nats.js.errors.APIError.from_error(ack.error)
         return ack.seq
 
     def forget(self) -> None:
