@@ -42,7 +42,7 @@ from bastion.shared.errors import InvalidInput, NoResponders, RemoteError, Timeo
 from bastion.shared.natsperms import answered_on_inbox
 from bastion.shared.nkeyseeds import check_seed_file
 from bastion.shared.settings import BusSettings
-from bastion.shared.telemetry import headers_with_context, messaging_attributes, tracer
+from bastion.shared.telemetry import headers_with_context, messaging_attributes, tracer, tracing
 
 __all__ = [
     "Client",
@@ -395,38 +395,47 @@ async def request(
         RemoteError: the service answered with a typed error.
         BadRequest: the reply is not a `reply_type` (a service of another version).
     """
+    if not tracing():  # no span to make: the current one's context goes with the request
+        return await _request(client, subject, message, reply_type, timeout_s)
     template = _without_ids(subject)
     with tracer().start_as_current_span(
         f"send {template}",
         kind=SpanKind.PRODUCER,
         attributes=messaging_attributes("send", subject, template),
     ):
-        payload, headers = encode(message), headers_with_context()
-        # The headers travel too; what is left for them is the server's to judge.
-        if len(payload) > client.max_payload:
-            raise _too_large(subject, len(payload), client.max_payload)
+        return await _request(client, subject, message, reply_type, timeout_s)
+
+
+async def _request(
+    client: Client, subject: str, message: object, reply_type: Any, timeout_s: float
+) -> Any:
+    """`request`'s exchange and its errors, in the caller's span."""
+    payload, headers = encode(message), headers_with_context()
+    # The headers travel too; what is left for them is the server's to judge.
+    if len(payload) > client.max_payload:
+        raise _too_large(subject, len(payload), client.max_payload)
+    try:
         try:
-            try:
-                reply = await _exchange(client, subject, payload, headers, timeout_s)
-            except nats.errors.NoRespondersError:
-                # A subscriber that settled its subscription with a bare flush (not
-                # `round_trip`) may have had its PONG before the server read its SUB, so
-                # the first request after it can find nobody. A round trip of our own gives
-                # its SUB time to land; ask once more before calling the service absent.
-                await client.flush(timeout=max(1, int(timeout_s)))
-                reply = await _exchange(client, subject, payload, headers, timeout_s)
-        except nats.errors.MaxPayloadError:
-            raise _too_large(subject, len(payload), client.max_payload) from None
+            reply = await _exchange(client, subject, payload, headers, timeout_s)
         except nats.errors.NoRespondersError:
-            raise NoResponders(f"no service answers on {subject}: is it running?") from None
-        except nats.errors.TimeoutError:
-            raise Timeout(f"no answer on {subject} within {timeout_s:g} s") from None
-        except nats.errors.ConnectionClosedError:
-            raise Unavailable("the connection to NATS is closed") from None
-        answer = decode(reply.data, reply_type | ErrorReply)
-        if isinstance(answer, ErrorReply):
-            raise RemoteError(answer.code, answer.message)
-        return answer
+            # A subscriber that settled its subscription with a bare flush (not
+            # `round_trip`) may have had its PONG before the server read its SUB, so
+            # the first request after it can find nobody. A round trip of our own gives
+            # its SUB time to land; ask once more before calling the service absent.
+            await client.flush(timeout=max(1, int(timeout_s)))
+            reply = await _exchange(client, subject, payload, headers, timeout_s)
+    except nats.errors.MaxPayloadError:
+        raise _too_large(subject, len(payload), client.max_payload) from None
+    except nats.errors.NoRespondersError:
+        raise NoResponders(f"no service answers on {subject}: is it running?") from None
+    except nats.errors.TimeoutError:
+        raise Timeout(f"no answer on {subject} within {timeout_s:g} s") from None
+    except nats.errors.ConnectionClosedError:
+        raise Unavailable("the connection to NATS is closed") from None
+    answer = decode(reply.data, reply_type | ErrorReply)
+    if isinstance(answer, ErrorReply):
+        raise RemoteError(answer.code, answer.message)
+    return answer
 
 
 @dataclass(frozen=True)

@@ -42,13 +42,22 @@ from bastion.proto.errors import ErrorReply
 from bastion.shared.bus import answer, round_trip
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
-from bastion.shared.telemetry import annotate, context_from_headers, messaging_attributes, tracer
+from bastion.shared.telemetry import (
+    annotate,
+    context_from_headers,
+    messaging_attributes,
+    tracer,
+    tracing,
+)
 
 __all__ = ["Endpoint", "RequestContext", "Service"]
 
 logger = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
+
+_TRACEPARENT = "traceparent"
+"""The W3C header a caller's trace context comes in (`bastion.shared.telemetry`)."""
 
 
 _STATUS_OF_CODE = {
@@ -183,6 +192,11 @@ class Service:
     async def _answer(self, endpoint: Endpoint[Any], request: Request) -> None:
         headers = request.headers or {}
         try:
+            if not tracing() and _TRACEPARENT not in headers:
+                # no span to make, and no caller's context to carry on to what it asks
+                data, error = await self._run_handler(endpoint, request, headers)
+                await self._respond(endpoint, request, data, error)
+                return
             with tracer().start_as_current_span(
                 f"process {endpoint.subject}",
                 context=context_from_headers(headers),

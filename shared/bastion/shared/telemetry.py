@@ -6,8 +6,9 @@ Library code only calls `tracer()`, `span()` and `annotate()` (and records into
 Exporters are chosen by `OTEL_TRACES_EXPORTER` and `OTEL_METRICS_EXPORTER` (`otlp`,
 `console` or `none`; `none` when unset), the endpoint, headers and timeouts by the usual
 `OTEL_EXPORTER_OTLP_*` variables, which the OTLP exporters read themselves. With no
-exporter nothing is installed: the API's no-op providers stay, so a span costs a context
-lookup, and a `traceparent` that came in still goes out unchanged.
+exporter nothing is installed: the API's no-op providers stay, so a span costs a look at
+the provider (`tracing()`: a no-op span is not even made), and a `traceparent` that came
+in still goes out unchanged.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "resource_for",
     "span",
     "tracer",
+    "tracing",
 ]
 
 _PROTOCOLS = ("OTEL_EXPORTER_OTLP_PROTOCOL",)
@@ -155,9 +157,23 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer("bastion", VERSION)
 
 
+_NO_OP_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
+def tracing() -> bool:
+    """Whether a tracer provider is installed, so spans are made. Without one a span would
+    be a no-op one carrying its parent's context: leaving the current span as it is does
+    the same, for less."""
+    return not isinstance(trace.get_tracer_provider(), _NO_OP_PROVIDERS)
+
+
 @contextmanager
 def span(name: str, kind: SpanKind = SpanKind.INTERNAL, **attributes: str) -> Iterator[Span]:
-    """A child span of the current one named `name`; `attributes` as `annotate` names them."""
+    """A child span of the current one named `name`; `attributes` as `annotate` names them.
+    With no tracer provider installed, the current span (nothing is recorded either way)."""
+    if not tracing():
+        yield trace.get_current_span()
+        return
     with tracer().start_as_current_span(name, kind=kind) as current:
         annotate(**attributes)
         yield current
