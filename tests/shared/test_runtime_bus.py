@@ -6,6 +6,7 @@ import secrets
 
 import anyio
 import anyio.abc
+import nats.aio.subscription
 import nats.js.errors
 import pytest
 from nats.js.api import StorageType, StreamConfig
@@ -65,6 +66,20 @@ async def test_a_stored_message_is_acknowledged_later_with_its_sequence_or_its_r
             await nowhere.sequence()
     kept = await js.get_msg(name, 2)
     assert kept.data == b"two" and kept.headers == {expecting: "1"}
+
+
+async def test_answers_past_a_subscriptions_pending_bytes_limit_all_arrive(
+    client: Client, run_service: ServiceRunner, harness: Harness
+) -> None:
+    # each answer is handed over as it is read: none stays counted as pending, so the
+    # client's answer subscription never takes itself for a slow consumer and drops one
+    harness.huge_bytes = 512 * 1024
+    limit = nats.aio.subscription.DEFAULT_SUB_PENDING_BYTES_LIMIT
+    with anyio.fail_after(60):
+        async with run_service(harness.setup()):
+            for _ in range(limit // harness.huge_bytes + 8):
+                answer = await request(client, SUBJECT, Echo(text="huge"), Echoed, timeout_s=5)
+                assert len(answer.text) == harness.huge_bytes
 
 
 async def test_a_reply_of_another_type_raises_bad_request(
