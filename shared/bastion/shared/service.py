@@ -118,7 +118,8 @@ class Service:
         self._in_flight = 0
         # Backpressure: past this many requests at work, a subscription stops taking new
         # ones until a slot frees, so a flood queues in NATS instead of in this process.
-        self._slots = anyio.Semaphore(max_in_flight)
+        # A free slot is taken without a turn of the event loop (`fast_acquire`).
+        self._slots = anyio.Semaphore(max_in_flight, fast_acquire=True)
         self.instance_id = ""
         self._client: Client | None = None
 

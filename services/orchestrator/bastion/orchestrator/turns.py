@@ -86,7 +86,7 @@ class _Share:
     def __init__(self, token: str) -> None:
         self.token = token
         self.count = 0
-        self.taking = anyio.Lock()
+        self.taking = anyio.Lock(fast_acquire=True)  # free: taken without a loop turn
         self.held = False
         self.lost = False
         self.closing = False
