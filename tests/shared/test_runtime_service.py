@@ -283,7 +283,7 @@ async def test_the_callers_trace_continues_into_the_service_span(
 RELAY = "bastion.v1.test.relay"
 
 
-async def test_with_no_tracer_installed_a_callers_traceparent_still_goes_on_unchanged(
+async def test_with_no_tracer_installed_a_callers_trace_context_still_goes_on_unchanged(
     client: Client, run_service: ServiceRunner, harness: Harness
 ) -> None:
     @asynccontextmanager

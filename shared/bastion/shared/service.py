@@ -44,6 +44,7 @@ from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
 from bastion.shared.telemetry import (
     annotate,
+    carries_context,
     context_from_headers,
     messaging_attributes,
     tracer,
@@ -55,9 +56,6 @@ __all__ = ["Endpoint", "RequestContext", "Service"]
 logger = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
-
-_TRACEPARENT = "traceparent"
-"""The W3C header a caller's trace context comes in (`bastion.shared.telemetry`)."""
 
 
 _STATUS_OF_CODE = {
@@ -193,7 +191,7 @@ class Service:
     async def _answer(self, endpoint: Endpoint[Any], request: Request) -> None:
         headers = request.headers or {}
         try:
-            if not tracing() and _TRACEPARENT not in headers:
+            if not tracing() and not carries_context(headers):
                 # no span to make, and no caller's context to carry on to what it asks
                 data, error = await self._run_handler(endpoint, request, headers)
                 await self._respond(endpoint, request, data, error)

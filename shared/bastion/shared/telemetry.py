@@ -40,6 +40,7 @@ from bastion.shared.version import VERSION
 __all__ = [
     "Telemetry",
     "annotate",
+    "carries_context",
     "configure_telemetry",
     "context_from_headers",
     "headers_with_context",
@@ -220,6 +221,12 @@ def headers_with_context(headers: dict[str, str] | None = None) -> dict[str, str
     carrier = dict(headers or {})
     propagate.inject(carrier)
     return carrier
+
+
+def carries_context(headers: Mapping[str, str]) -> bool:
+    """Whether `headers` hold a field the installed propagators read (`traceparent`,
+    `tracestate`, `baggage` by default; `OTEL_PROPAGATORS` may name others)."""
+    return any(name in headers for name in propagate.get_global_textmap().fields)
 
 
 def context_from_headers(headers: Mapping[str, str] | None) -> Context:
