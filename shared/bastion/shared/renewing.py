@@ -22,18 +22,26 @@ async def renewing(
     after the block began: a block that ends sooner (a call, against a lease of seconds)
     starts no task at all, only a timer."""
     raised: BaseException | None = None
+    started = after_s <= 0
+
+    def start() -> None:
+        nonlocal started
+        started = True
+        renewals.start_soon(renew)
+
     async with anyio.create_task_group() as renewals:
-        if after_s > 0:
-            timer = asyncio.get_running_loop().call_later(after_s, renewals.start_soon, renew)
-        else:
+        if started:
             renewals.start_soon(renew)
+        else:
+            timer = asyncio.get_running_loop().call_later(after_s, start)
         try:
             yield
         except BaseException as error:  # raised again below
             raised = error
         finally:
-            if after_s > 0:
+            if not started:
                 timer.cancel()
-            renewals.cancel_scope.cancel()
+            else:  # nothing to cancel (and no task's repr to format) when none started
+                renewals.cancel_scope.cancel()
     if raised is not None:
         raise raised
