@@ -10,7 +10,6 @@ msgspec: what a call pays in the runtime for each, not in nats-py's request mach
 
 from __future__ import annotations
 
-import base64
 import inspect
 import logging
 import re
@@ -134,10 +133,13 @@ def _check_key(key: str) -> None:
 
 
 class _StoredMsg(msgspec.Struct):
+    """A stored message as `STREAM.MSG.GET` answers it (its headers and data in base64,
+    which msgspec decodes)."""
+
     subject: str = ""
     seq: int = 0
-    hdrs: str | None = None
-    data: str | None = None
+    hdrs: bytes | None = None
+    data: bytes | None = None
 
 
 class _MsgGot(msgspec.Struct):
@@ -148,12 +150,11 @@ class _MsgGot(msgspec.Struct):
 _msg_got = msgspec.json.Decoder(_MsgGot)
 
 
-def _operation(hdrs: str | None) -> str:
-    """The `KV-Operation` header of a stored message's headers (base64, as the stream's
-    API gives them), or empty."""
+def _operation(hdrs: bytes | None) -> str:
+    """The `KV-Operation` header of a stored message's headers, or empty."""
     if not hdrs:
         return ""
-    for line in base64.b64decode(hdrs).split(b"\r\n")[1:]:
+    for line in hdrs.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip() == _KV_OPERATION:
             return value.strip().decode()
@@ -254,10 +255,9 @@ class TypedBucket(Generic[T]):
         found = await self._last(key)
         if found is None or _operation(found.hdrs) in _DELETED:
             return None
-        value = base64.b64decode(found.data) if found.data else b""
-        if not value or not found.seq:
+        if not found.data or not found.seq:
             return None
-        return Entry(key, self._decoded(value), found.seq)
+        return Entry(key, self._decoded(found.data), found.seq)
 
     async def _last(self, key: str) -> _StoredMsg | None:
         """The stream's last message of `key` (a delete marker too), or None: the
