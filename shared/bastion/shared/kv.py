@@ -19,6 +19,7 @@ from typing import Any, Final, Generic, TypeVar, overload
 
 import anyio
 import msgspec
+import nats.errors
 import nats.js.errors
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
@@ -264,12 +265,15 @@ class TypedBucket(Generic[T]):
         `STREAM.MSG.GET` nats-py's `KeyValue.get` sends, with its errors."""
         _check_key(key)
         subject = f"{self._pre}{key}"
-        reply = await ask_jetstream(
-            self._client,
-            f"$JS.API.STREAM.MSG.GET.{self._stream}",
-            msgspec.json.encode({"last_by_subj": subject}),
-            timeout_s=_TIMEOUT_S,
-        )
+        try:
+            reply = await ask_jetstream(
+                self._client,
+                f"$JS.API.STREAM.MSG.GET.{self._stream}",
+                msgspec.json.encode({"last_by_subj": subject}),
+                timeout_s=_TIMEOUT_S,
+            )
+        except nats.errors.NoRespondersError:
+            raise nats.js.errors.ServiceUnavailableError from None
         try:
             got = _msg_got.decode(reply.data)
         except msgspec.DecodeError:
