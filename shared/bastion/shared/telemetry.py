@@ -21,6 +21,7 @@ from urllib.parse import unquote
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
@@ -159,13 +160,21 @@ def tracer() -> trace.Tracer:
 
 
 _NO_OP_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+_PROVIDER_FROM_ENV = OTEL_PYTHON_TRACER_PROVIDER in os.environ
+"""Whether the API is to load a provider named in the environment (it reads the variable
+at every `get_tracer_provider()` until one is set: a look-up this module makes once)."""
 
 
 def tracing() -> bool:
     """Whether a tracer provider is installed, so spans are made. Without one a span would
     be a no-op one carrying its parent's context: leaving the current span as it is does
     the same, for less."""
-    return not isinstance(trace.get_tracer_provider(), _NO_OP_PROVIDERS)
+    provider = trace._TRACER_PROVIDER  # what get_tracer_provider() gives once one is set
+    if provider is None:
+        if not _PROVIDER_FROM_ENV:
+            return False
+        provider = trace.get_tracer_provider()
+    return not isinstance(provider, _NO_OP_PROVIDERS)
 
 
 @contextmanager
