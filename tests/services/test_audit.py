@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import nats.js.errors
 import pytest
+from nats.aio.msg import Msg
 
 from bastion.proto import subjects
+from bastion.proto.audit import AuditRecord
 from bastion.shared.bus import Client
+from bastion.shared.codec import decode
 from bastion.shared.settings import BusSettings
 from tests.helpers.approvals import records_of
 from tests.helpers.bus import ServiceRunner
@@ -54,6 +58,33 @@ async def test_every_decision_call_and_result_is_recorded_in_order_without_conte
         ("decision", "deny"),
         ("result", "denied"),
     ]
+
+
+@pytest.mark.usefixtures("plane")
+async def test_a_calls_records_reach_nats_before_the_call_reaches_the_sandbox(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    workspace = owned(tmp_path / "work")
+    (workspace / "notes.txt").write_text("notes\n")
+    owned(workspace)
+    seen: list[str] = []
+    all_seen = anyio.Event()
+
+    async def saw(msg: Msg) -> None:  # one subscription: in the order NATS routed them
+        if msg.subject == subjects.SANDBOX_FILES:
+            seen.append("sandbox.files")
+        elif msg.subject.startswith("bastion.v1.audit."):
+            seen.append(decode(msg.data, AuditRecord).action)
+        if len(seen) == 4:
+            all_seen.set()
+
+    async with orchestrator(run_service, bus_settings):
+        session = await open_session(client, workspace=str(workspace), autonomy="L3")
+        await client.subscribe("bastion.v1.>", cb=saw)
+        await call(client, session.session_id, "read_file", path="notes.txt")
+        with anyio.fail_after(10):
+            await all_seen.wait()
+    assert seen == ["decision", "call", "sandbox.files", "result"]
 
 
 @pytest.mark.usefixtures("plane")

@@ -49,6 +49,22 @@ async def test_two_instances_never_hold_one_session_s_turn_at_once(client: Clien
     assert overlaps == 0
 
 
+async def test_a_turn_held_past_its_lifetime_is_renewed_and_stays_its_holders(
+    client: Client,
+) -> None:
+    ttl_s = 0.6
+    holder = await Turns.open(client, "test_turns_renewed", ttl_s=ttl_s, wait_s=10)
+    other = await Turns.open(client, "test_turns_renewed", ttl_s=ttl_s, wait_s=10)
+    with anyio.fail_after(20):
+        async with holder.hold("s1"):
+            await anyio.sleep(3 * ttl_s)  # renewed every third of it meanwhile
+            with pytest.raises(TurnTimeout):
+                async with other.hold("s1", wait_s=0):
+                    pass
+        async with other.hold("s1", wait_s=0):  # given back: free at once
+            pass
+
+
 async def test_a_turn_left_by_a_dead_holder_is_taken_over_once_it_expires(client: Client) -> None:
     kv = await open_bucket(client, "test_turns_dead")
     dead = TurnRecord(holder="gone:1", expires_at=time.time() + 0.3)

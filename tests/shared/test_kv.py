@@ -9,6 +9,7 @@ from contextlib import aclosing
 
 import anyio
 import msgspec
+import nats.js.errors
 import pytest
 
 from bastion.proto import errors as codes
@@ -74,6 +75,33 @@ async def test_a_create_refuses_a_key_already_kept_and_leaves_it_as_it_was(clien
     assert refused.value.code == codes.CONFLICT
     assert "k is kept in test_typed_create already" in refused.value.message
     assert await bucket.get("k") == Entry("k", Count(1), revision)
+
+
+async def test_a_deleted_or_purged_key_reads_as_absent_and_is_created_again(
+    client: Client,
+) -> None:
+    bucket = await TypedBucket.open(client, "test_typed_recreate", Count)
+    for forget in (bucket.delete, bucket.purge):
+        first = await bucket.create("k", Count(1))
+        await forget("k")
+        assert await bucket.find("k") is None
+        again = await bucket.create("k", Count(2))  # over the marker the removal left
+        assert again > first
+        assert await bucket.get("k") == Entry("k", Count(2), again)
+        with pytest.raises(AlreadyStored):
+            await bucket.create("k", Count(3))
+        await bucket.delete("k")
+
+
+async def test_a_key_nats_would_not_take_is_refused_before_anything_is_sent(
+    client: Client,
+) -> None:
+    bucket = await TypedBucket.open(client, "test_typed_bad_key", Count)
+    for key in ("", ".k", "k.", "a b", "k>", "k*"):
+        with pytest.raises(nats.js.errors.InvalidKeyError):
+            await bucket.find(key)
+        with pytest.raises(nats.js.errors.InvalidKeyError):
+            await bucket.put(key, Count(1))
 
 
 async def test_a_missing_key_is_a_typed_not_found_saying_what_to_do(client: Client) -> None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
+
 import anyio
 import anyio.abc
+import nats.aio.subscription
+import nats.js.errors
 import pytest
+from nats.js.api import StorageType, StreamConfig
 
 from bastion.cli.natsserver import free_port
 from bastion.proto.policy import PolicyDecision
-from bastion.shared.bus import Client, connect, request, round_trip
+from bastion.shared.bus import Client, connect, request, round_trip, send_stored
 from bastion.shared.errors import BadRequest, NoResponders, Timeout, Unavailable
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
@@ -33,6 +38,48 @@ async def test_a_handler_that_never_answers_in_time_raises_timeout(
             harness.release.set()  # so the service's drain does not wait
     assert raised.value.code == "timeout"
     assert raised.value.message == f"no answer on {SUBJECT} within 0.2 s"
+
+
+async def test_a_stored_message_is_acknowledged_later_with_its_sequence_or_its_refusal(
+    client: Client,
+) -> None:
+    name = f"test_stored_{secrets.token_hex(4)}"
+    js = client.jetstream()
+    await js.add_stream(StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY))
+    expecting = "Nats-Expected-Last-Subject-Sequence"
+    with anyio.fail_after(10):
+        # sent one after another, acknowledged afterwards, in any order
+        first = await send_stored(client, f"{name}.a", b"one", timeout_s=5)
+        second = await send_stored(
+            client, f"{name}.a", b"two", headers={expecting: "1"}, timeout_s=5
+        )
+        late = await send_stored(
+            client, f"{name}.a", b"late", headers={expecting: "1"}, timeout_s=5
+        )
+        nowhere = await send_stored(client, "test_stored_nowhere.a", b"", timeout_s=5)
+        assert await second.sequence() == 2
+        assert await first.sequence() == 1
+        with pytest.raises(nats.js.errors.APIError) as refused:
+            await late.sequence()
+        assert refused.value.err_code in (10071, 10164)  # the compare-and-set lost
+        with pytest.raises(nats.js.errors.NoStreamResponseError):
+            await nowhere.sequence()
+    kept = await js.get_msg(name, 2)
+    assert kept.data == b"two" and kept.headers == {expecting: "1"}
+
+
+async def test_answers_past_a_subscriptions_pending_bytes_limit_all_arrive(
+    client: Client, run_service: ServiceRunner, harness: Harness
+) -> None:
+    # each answer is handed over as it is read: none stays counted as pending, so the
+    # client's answer subscription never takes itself for a slow consumer and drops one
+    harness.huge_bytes = 512 * 1024
+    limit = nats.aio.subscription.DEFAULT_SUB_PENDING_BYTES_LIMIT
+    with anyio.fail_after(60):
+        async with run_service(harness.setup()):
+            for _ in range(limit // harness.huge_bytes + 8):
+                answer = await request(client, SUBJECT, Echo(text="huge"), Echoed, timeout_s=5)
+                assert len(answer.text) == harness.huge_bytes
 
 
 async def test_a_reply_of_another_type_raises_bad_request(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -14,6 +16,7 @@ from opentelemetry.trace import SpanKind
 from bastion.proto.errors import ErrorReply
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.errors import RemoteError, Unavailable
+from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from bastion.shared.telemetry import tracer
 from tests.helpers.bus import ServiceRunner, raw_request
@@ -275,3 +278,32 @@ async def test_the_callers_trace_continues_into_the_service_span(
         assert span.attributes["messaging.operation.type"] == operation
         assert span.attributes["messaging.destination.name"] == SUBJECT
     assert "traceparent" in harness.seen[0].headers
+
+
+RELAY = "bastion.v1.test.relay"
+
+
+async def test_with_no_tracer_installed_a_callers_trace_context_still_goes_on_unchanged(
+    client: Client, run_service: ServiceRunner, harness: Harness
+) -> None:
+    @asynccontextmanager
+    async def relay(bus: Client, _settings: BusSettings) -> AsyncIterator[Service]:
+        async def handle(message: Echo, _: RequestContext) -> Echoed:
+            answer: Echoed = await request(bus, SUBJECT, message, Echoed, timeout_s=5)
+            return answer
+
+        service = Service("relay", "1.0.0")
+        service.add_endpoint("relay", RELAY, Echo, handle)
+        yield service
+
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with anyio.fail_after(10):
+        async with run_service(harness.setup()), run_service(relay):
+            await client.flush()
+            traced = await client.request(
+                RELAY, raw(Echo(text="a")), timeout=5, headers={"traceparent": traceparent}
+            )
+            untraced = await client.request(RELAY, raw(Echo(text="b")), timeout=5)
+    assert REPLY.decode(traced.data) == Echoed(text="a")
+    assert REPLY.decode(untraced.data) == Echoed(text="b")
+    assert [context.headers.get("traceparent") for context in harness.seen] == [traceparent, None]

@@ -5,6 +5,9 @@ the egress service: connections; the vault: every secret read). The stream `bast
 keeps `bastion.v1.audit.<tenant>.<session>`; it is file-backed and refuses deletes and
 purges. `store_record` raises when a record is not stored (the vault refuses a lease it
 cannot audit); `publish_audit` logs it instead (the call it describes already happened).
+`send_record` publishes a record at once and `confirm_record` awaits its acknowledgement
+later (logging a record not stored), so records sent one after another go out in order
+and are acknowledged together.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from nats.js.client import JetStreamContext
 
 from bastion.proto import subjects
 from bastion.proto.audit import AuditRecord
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, Stored, send_stored
 from bastion.shared.codec import encode
 from bastion.shared.errors import Unavailable
 from bastion.shared.kv import replicas
@@ -30,8 +33,10 @@ from bastion.shared.telemetry import headers_with_context
 __all__ = [
     "PUBLISH_TIMEOUT_S",
     "audit_record",
+    "confirm_record",
     "open_audit_stream",
     "publish_audit",
+    "send_record",
     "store_record",
 ]
 
@@ -93,7 +98,39 @@ async def publish_audit(js: JetStreamContext, record: AuditRecord) -> None:
     try:
         await store_record(js, record)
     except Unavailable:
-        logger.error(
-            "an audit record was not stored",
-            extra={"session": record.session_id, "action": record.action},
+        _not_stored(record)
+
+
+def _not_stored(record: AuditRecord) -> None:
+    logger.error(
+        "an audit record was not stored",
+        extra={"session": record.session_id, "action": record.action},
+    )
+
+
+async def send_record(client: Client, record: AuditRecord) -> Stored | None:
+    """Publish `record` now (before anything this client sends after it), as `store_record`
+    does, its acknowledgement to be awaited with `confirm_record`; None (and logged) when it
+    could not be sent."""
+    try:
+        return await send_stored(
+            client,
+            subjects.audit(record.tenant, record.session_id),
+            encode(record),
+            headers=headers_with_context() or None,
+            timeout_s=PUBLISH_TIMEOUT_S,
         )
+    except nats.errors.Error:
+        _not_stored(record)
+        return None
+
+
+async def confirm_record(record: AuditRecord, sent: Stored | None) -> None:
+    """Wait for the stream to acknowledge `record` as `send_record` sent it; a record not
+    stored (or never sent) is logged, not raised."""
+    if sent is None:
+        return
+    try:
+        await sent.sequence()
+    except nats.errors.Error:
+        _not_stored(record)

@@ -8,7 +8,9 @@ subject are taken too: the "no responders" status, the vault's across accounts
 (`natsperms.answered_on_inbox`), and services that do not read the header. A client's
 answers all come to two subscriptions it makes at its first request (its inbox prefix and
 the reply subjects under it, each request one token below them), so a request costs its
-publish and its answer, not four subscription changes too.
+publish and its answer, not four subscription changes too. A JetStream publish
+(`send_stored`) is answered there as well: its acknowledgement is a future awaited when
+the caller chooses, so several records can be sent at once and acknowledged together.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import itertools
 import logging
 import re
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import msgspec
 import nats
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -38,22 +42,26 @@ from bastion.shared.errors import InvalidInput, NoResponders, RemoteError, Timeo
 from bastion.shared.natsperms import answered_on_inbox
 from bastion.shared.nkeyseeds import check_seed_file
 from bastion.shared.settings import BusSettings
-from bastion.shared.telemetry import headers_with_context, messaging_attributes, tracer
+from bastion.shared.telemetry import headers_with_context, messaging_attributes, tracer, tracing
 
 __all__ = [
     "Client",
     "CredentialsRefused",
     "Requester",
+    "Stored",
     "TooLarge",
     "answer",
+    "ask_jetstream",
     "connect",
     "request",
     "round_trip",
+    "send_stored",
 ]
 
 T = TypeVar("T")
 
-_SESSION_ID = re.compile("[0-9a-f]{16}")
+_SESSION_ID = re.compile(r"(?<![^.])[0-9a-f]{16}(?![^.])")
+"""A session id: 16 hex digits that are a whole token of a subject."""
 _ON_INBOX = answered_on_inbox()
 _NO_RESPONDERS = "503"
 _INBOX = re.compile(r"_INBOX(\.[A-Za-z0-9_\-]+)+")
@@ -159,7 +167,7 @@ def _whose(settings: BusSettings) -> str:
 def _without_ids(subject: str) -> str:
     """`subject` with each session id (16 hex digits) as `*`: a span's name stays one of a
     few, whatever the session (`send bastion.v1.session.*.call`)."""
-    return ".".join("*" if _SESSION_ID.fullmatch(part) else part for part in subject.split("."))
+    return _SESSION_ID.sub("*", subject)
 
 
 class TooLarge(InvalidInput):
@@ -175,10 +183,35 @@ def _too_large(subject: str, size: int, limit: int) -> TooLarge:
     )
 
 
+class _Handing(asyncio.Queue[Msg]):
+    """A subscription's queue that hands each message to `take` as nats-py's read loop puts
+    it, instead of keeping it for a task of the subscription to get: an answer wakes the
+    request waiting for it straight away, one turn of the event loop sooner, with no task
+    per subscription. `take` must not wait or raise. It stays empty, so a drain of the
+    subscription finds nothing left."""
+
+    def __init__(self, subscription: Subscription, take: Callable[[Msg], None]) -> None:
+        super().__init__()
+        self._subscription = subscription
+        self._take = take
+
+    def put_nowait(self, item: Msg) -> None:
+        # nats-py counts a message's bytes as pending until its consumer takes it
+        self._subscription._pending_size -= len(item.data)
+        self._take(item)
+
+
+def _handing(subscription: Subscription, take: Callable[[Msg], None]) -> Subscription:
+    """`subscription` (made without a callback: no task) handing each message to `take`."""
+    subscription._pending_queue = _Handing(subscription, take)
+    return subscription
+
+
 class _Answers:
     """Where one client's requests are answered: `<prefix>.<n>` (its inbox) and
     `bastion.v1.reply.<responder>.<prefix>.<n>`, each taken by one wildcard subscription
-    made at its first request; the request `n` waits on its own future."""
+    made at its first request; the request `n` waits on its own future, set as its answer
+    is read (`_Handing`)."""
 
     def __init__(self, client: Client) -> None:
         self.prefix = client.new_inbox()
@@ -187,7 +220,7 @@ class _Answers:
         self._listening: list[Subscription] = []
         self._starting = asyncio.Lock()
 
-    async def _take(self, msg: Msg) -> None:
+    def _take(self, msg: Msg) -> None:
         answer = self._waiting.pop(msg.subject.rsplit(".", 1)[1], None)
         if answer is not None and not answer.done():
             answer.set_result(msg)
@@ -198,9 +231,10 @@ class _Answers:
             async with self._starting:
                 if not self._listening:
                     inboxes = f"{self.prefix}.*"
+                    replies = subjects.reply_subject("*", inboxes)
                     self._listening = [
-                        await client.subscribe(inboxes, cb=self._take),
-                        await client.subscribe(subjects.reply_subject("*", inboxes), cb=self._take),
+                        _handing(await client.subscribe(inboxes), self._take),
+                        _handing(await client.subscribe(replies), self._take),
                     ]
         number = str(next(self._numbers))
         answer: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
@@ -214,6 +248,60 @@ class _Answers:
 _answers: weakref.WeakKeyDictionary[Client, _Answers] = weakref.WeakKeyDictionary()
 
 
+def _expire(answer: asyncio.Future[Msg]) -> None:
+    if not answer.done():
+        answer.set_exception(nats.errors.TimeoutError())
+
+
+class _Sent:
+    """A message sent with its answer still to come, on the client's inbox `inbox`."""
+
+    def __init__(self, answers: _Answers, inbox: str, answer: asyncio.Future[Msg]) -> None:
+        self._answers = answers
+        self.inbox = inbox
+        self._answer = answer
+
+    async def answer(self, timeout_s: float) -> Msg:
+        """The answer, within `timeout_s` from now; the inbox is forgotten after.
+
+        Raises the nats-py errors: `TimeoutError` (none came), `NoRespondersError`.
+        """
+        # A timer on the future itself: no task or waiter of `asyncio.wait_for` per request.
+        timer = asyncio.get_running_loop().call_later(timeout_s, _expire, self._answer)
+        try:
+            msg = await self._answer
+        finally:
+            timer.cancel()
+            self._answers.forget(self.inbox)
+        if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS and not msg.data:
+            raise nats.errors.NoRespondersError
+        return msg
+
+    def forget(self) -> None:
+        """Stop waiting for the answer (it is dropped if it comes)."""
+        self._answer.cancel()
+        self._answers.forget(self.inbox)
+
+
+async def _send(
+    client: Client, subject: str, payload: bytes, headers: dict[str, str] | None, *, named: bool
+) -> _Sent:
+    """Publish `payload` with the client's next inbox as its reply subject (named in the
+    `Bastion-Reply-Inbox` header too when `named`, unless the subject answers on it)."""
+    answers = _answers.get(client)
+    if answers is None:
+        answers = _answers[client] = _Answers(client)
+    inbox, answer = await answers.waiting(client)
+    if named and subject not in _ON_INBOX:
+        headers = {**(headers or {}), subjects.REPLY_INBOX_HEADER: inbox}
+    try:
+        await client.publish(subject, payload, reply=inbox, headers=headers)
+    except BaseException:
+        answers.forget(inbox)
+        raise
+    return _Sent(answers, inbox, answer)
+
+
 async def _exchange(
     client: Client, subject: str, payload: bytes, headers: dict[str, str], timeout_s: float
 ) -> Msg:
@@ -222,23 +310,82 @@ async def _exchange(
     Raises the nats-py errors (`NoRespondersError`, `TimeoutError`, …) for `request` to
     turn into Bastion's.
     """
-    answers = _answers.get(client)
-    if answers is None:
-        answers = _answers[client] = _Answers(client)
-    inbox, answer = await answers.waiting(client)
-    if subject not in _ON_INBOX:
-        headers = {**headers, subjects.REPLY_INBOX_HEADER: inbox}
-    try:
-        await client.publish(subject, payload, reply=inbox, headers=headers)
+    sent = await _send(client, subject, payload, headers, named=True)
+    return await sent.answer(timeout_s)
+
+
+async def ask_jetstream(client: Client, subject: str, payload: bytes, *, timeout_s: float) -> Msg:
+    """The answer to a bare request (no header added), on the client's answer inbox: a
+    JetStream API request as nats-py's `Client.request` makes one, without its per-request
+    subscription token, task or `wait_for`.
+
+    Raises the nats-py errors of a request (`TimeoutError`, `NoRespondersError`, …).
+    """
+    sent = await _send(client, subject, payload, None, named=False)
+    return await sent.answer(timeout_s)
+
+
+class _PubAck(msgspec.Struct):
+    seq: int = 0
+    error: dict[str, Any] | None = None
+
+
+_pub_ack = msgspec.json.Decoder(_PubAck)
+
+
+class Stored:
+    """A message published to a JetStream stream, its acknowledgement still to come."""
+
+    def __init__(self, sent: _Sent, deadline: float) -> None:
+        self._sent = sent
+        self._deadline = deadline
+
+    async def sequence(self) -> int:
+        """The stream's sequence of the message once it acknowledged it, as nats-py's
+        `JetStreamContext.publish` returns it and with its errors.
+
+        Raises:
+            nats.errors.TimeoutError: no acknowledgement by the deadline `send_stored` set.
+            nats.js.errors.NoStreamResponseError: no stream takes the subject.
+            nats.js.errors.APIError: the stream refused it (a subclass by its code; a
+                compare-and-set that lost its race has `err_code` 10071 or 10164).
+        """
+        remaining = self._deadline - asyncio.get_running_loop().time()
         try:
-            msg = await asyncio.wait_for(answer, timeout_s)
-        except TimeoutError:
-            raise nats.errors.TimeoutError from None
-    finally:
-        answers.forget(inbox)
-    if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS and not msg.data:
-        raise nats.errors.NoRespondersError
-    return msg
+            msg = await self._sent.answer(max(remaining, 0.0))
+        except nats.errors.NoRespondersError:
+            raise nats.js.errors.NoStreamResponseError from None
+        try:
+            ack = _pub_ack.decode(msg.data)
+        except msgspec.DecodeError:
+            raise nats.js.errors.APIError(description="the acknowledgement is not JSON") from None
+        if ack.error is not None:
+            raise nats.js.errors.APIError.from_error(ack.error)
+        return ack.seq
+
+    def forget(self) -> None:
+        """Stop waiting for the acknowledgement: the message is stored or not regardless."""
+        self._sent.forget()
+
+
+async def send_stored(
+    client: Client,
+    subject: str,
+    payload: bytes,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float,
+) -> Stored:
+    """Publish `payload` to the JetStream stream of `subject` now (in order with what this
+    client sends next); its acknowledgement is awaited later with `Stored.sequence` (or
+    dropped with `Stored.forget`), within `timeout_s` from now. The message, its headers
+    and its acknowledgement are those of nats-py's `JetStreamContext.publish`, without a
+    task, timer or JSON parser of nats-py's request per message.
+
+    Raises the nats-py errors of a publish (`ConnectionClosedError`, …).
+    """
+    sent = await _send(client, subject, payload, headers, named=False)
+    return Stored(sent, asyncio.get_running_loop().time() + timeout_s)
 
 
 async def answer(
@@ -274,38 +421,47 @@ async def request(
         RemoteError: the service answered with a typed error.
         BadRequest: the reply is not a `reply_type` (a service of another version).
     """
+    if not tracing():  # no span to make: the current one's context goes with the request
+        return await _request(client, subject, message, reply_type, timeout_s)
     template = _without_ids(subject)
     with tracer().start_as_current_span(
         f"send {template}",
         kind=SpanKind.PRODUCER,
         attributes=messaging_attributes("send", subject, template),
     ):
-        payload, headers = encode(message), headers_with_context()
-        # The headers travel too; what is left for them is the server's to judge.
-        if len(payload) > client.max_payload:
-            raise _too_large(subject, len(payload), client.max_payload)
+        return await _request(client, subject, message, reply_type, timeout_s)
+
+
+async def _request(
+    client: Client, subject: str, message: object, reply_type: Any, timeout_s: float
+) -> Any:
+    """`request`'s exchange and its errors, in the caller's span."""
+    payload, headers = encode(message), headers_with_context()
+    # The headers travel too; what is left for them is the server's to judge.
+    if len(payload) > client.max_payload:
+        raise _too_large(subject, len(payload), client.max_payload)
+    try:
         try:
-            try:
-                reply = await _exchange(client, subject, payload, headers, timeout_s)
-            except nats.errors.NoRespondersError:
-                # A subscriber that settled its subscription with a bare flush (not
-                # `round_trip`) may have had its PONG before the server read its SUB, so
-                # the first request after it can find nobody. A round trip of our own gives
-                # its SUB time to land; ask once more before calling the service absent.
-                await client.flush(timeout=max(1, int(timeout_s)))
-                reply = await _exchange(client, subject, payload, headers, timeout_s)
-        except nats.errors.MaxPayloadError:
-            raise _too_large(subject, len(payload), client.max_payload) from None
+            reply = await _exchange(client, subject, payload, headers, timeout_s)
         except nats.errors.NoRespondersError:
-            raise NoResponders(f"no service answers on {subject}: is it running?") from None
-        except nats.errors.TimeoutError:
-            raise Timeout(f"no answer on {subject} within {timeout_s:g} s") from None
-        except nats.errors.ConnectionClosedError:
-            raise Unavailable("the connection to NATS is closed") from None
-        answer = decode(reply.data, reply_type | ErrorReply)
-        if isinstance(answer, ErrorReply):
-            raise RemoteError(answer.code, answer.message)
-        return answer
+            # A subscriber that settled its subscription with a bare flush (not
+            # `round_trip`) may have had its PONG before the server read its SUB, so
+            # the first request after it can find nobody. A round trip of our own gives
+            # its SUB time to land; ask once more before calling the service absent.
+            await client.flush(timeout=max(1, int(timeout_s)))
+            reply = await _exchange(client, subject, payload, headers, timeout_s)
+    except nats.errors.MaxPayloadError:
+        raise _too_large(subject, len(payload), client.max_payload) from None
+    except nats.errors.NoRespondersError:
+        raise NoResponders(f"no service answers on {subject}: is it running?") from None
+    except nats.errors.TimeoutError:
+        raise Timeout(f"no answer on {subject} within {timeout_s:g} s") from None
+    except nats.errors.ConnectionClosedError:
+        raise Unavailable("the connection to NATS is closed") from None
+    answer = decode(reply.data, reply_type | ErrorReply)
+    if isinstance(answer, ErrorReply):
+        raise RemoteError(answer.code, answer.message)
+    return answer
 
 
 @dataclass(frozen=True)

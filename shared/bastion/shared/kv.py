@@ -2,24 +2,30 @@
 changed by compare-and-set, listed and watched as one msgspec type (`TypedBucket`).
 
 Values are msgpack (`bastion.shared.codec`), as on the bus. A key with an empty value (a
-marker NATS left where an entry expired) reads as absent.
+marker NATS left where an entry expired) reads as absent. A key is read, created and
+changed with the same JetStream messages nats-py's `KeyValue` sends, answered on the
+client's answer inbox (`bastion.shared.bus.ask_jetstream`, `send_stored`) and decoded with
+msgspec: what a call pays in the runtime for each, not in nats-py's request machinery.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar, overload
+from typing import Any, Final, Generic, TypeVar, overload
 
 import anyio
+import msgspec
+import nats.errors
 import nats.js.errors
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.proto import errors as codes
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, ask_jetstream, send_stored
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BadRequest, BastionError, NotFound
 
@@ -48,6 +54,14 @@ _WRONG_LAST_SEQUENCE: Final = (10071, 10164)
 _PAUSE_S: Final = 0.005
 """A retried compare-and-set waits this many times its attempt's number (mod 10) first, so
 writers racing for one key spread out instead of colliding again at once."""
+
+_TIMEOUT_S: Final = 5.0
+"""How long a read or write of a key waits for JetStream (nats-py's default, as
+`Client.jetstream()` gives)."""
+_KEY: Final = re.compile(r"[-/_=.a-zA-Z0-9]+")
+"""A key as nats-py's `KeyValue` takes one (not starting or ending with a dot)."""
+_EXPECTED_LAST: Final = "Nats-Expected-Last-Subject-Sequence"
+_KV_OPERATION: Final = b"KV-Operation"
 
 _replicas = 1
 
@@ -114,6 +128,40 @@ async def bucket_keys(client: Client, kv: KeyValue) -> list[str]:
     return list(live)
 
 
+def _check_key(key: str) -> None:
+    if not key or key[0] == "." or key[-1] == "." or not _KEY.fullmatch(key):
+        raise nats.js.errors.InvalidKeyError(key)
+
+
+class _StoredMsg(msgspec.Struct):
+    """A stored message as `STREAM.MSG.GET` answers it (its headers and data in base64,
+    which msgspec decodes)."""
+
+    subject: str = ""
+    seq: int = 0
+    hdrs: bytes | None = None
+    data: bytes | None = None
+
+
+class _MsgGot(msgspec.Struct):
+    message: _StoredMsg | None = None
+    error: dict[str, Any] | None = None
+
+
+_msg_got = msgspec.json.Decoder(_MsgGot)
+
+
+def _operation(hdrs: bytes | None) -> str:
+    """The `KV-Operation` header of a stored message's headers, or empty."""
+    if not hdrs:
+        return ""
+    for line in hdrs.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip() == _KV_OPERATION:
+            return value.strip().decode()
+    return ""
+
+
 class NotStored(NotFound):
     """Nothing is kept under the key asked for."""
 
@@ -164,6 +212,8 @@ class TypedBucket(Generic[T]):
         self._type = value_type
         self.name = bucket
         """The bucket's name."""
+        self._stream = f"KV_{bucket}"
+        self._pre = f"$KV.{bucket}."
 
     @classmethod
     async def open(
@@ -195,13 +245,68 @@ class TypedBucket(Generic[T]):
 
     async def find(self, key: str) -> Entry[T] | None:
         """The value under `key` and its revision, or None if there is none."""
+        if self._kv._direct:  # the bucket's stream serves direct gets: nats-py's are lean
+            try:
+                entry = await self._kv.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                return None
+            if not entry.value or entry.revision is None:
+                return None
+            return Entry(key, self._decoded(entry.value), entry.revision)
+        found = await self._last(key)
+        if found is None or _operation(found.hdrs) in _DELETED:
+            return None
+        if not found.data or not found.seq:
+            return None
+        return Entry(key, self._decoded(found.data), found.seq)
+
+    async def _last(self, key: str) -> _StoredMsg | None:
+        """The stream's last message of `key` (a delete marker too), or None: the
+        `STREAM.MSG.GET` nats-py's `KeyValue.get` sends, with its errors."""
+        _check_key(key)
+        subject = f"{self._pre}{key}"
         try:
-            entry = await self._kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
+            reply = await ask_jetstream(
+                self._client,
+                f"$JS.API.STREAM.MSG.GET.{self._stream}",
+                msgspec.json.encode({"last_by_subj": subject}),
+                timeout_s=_TIMEOUT_S,
+            )
+        except nats.errors.NoRespondersError:
+            raise nats.js.errors.ServiceUnavailableError from None
+        try:
+            got = _msg_got.decode(reply.data)
+        except msgspec.DecodeError:
+            raise nats.js.errors.APIError(description="the stream's answer is not JSON") from None
+        if got.error is not None:
+            try:
+                nats.js.errors.APIError.from_error(got.error)
+            except nats.js.errors.NotFoundError:
+                return None
+        if got.message is None or got.message.subject != subject:
             return None
-        if not entry.value or entry.revision is None:
-            return None
-        return Entry(key, self._decoded(entry.value), entry.revision)
+        return got.message
+
+    async def _write(self, key: str, payload: bytes, last: int | None) -> int:
+        """`payload` stored under `key` (at revision `last` only, when given: 0 for a key
+        never written); its revision. The publish nats-py's `KeyValue` sends.
+
+        Raises:
+            nats.js.errors.KeyWrongLastSequenceError: the key is not at `last`.
+        """
+        _check_key(key)
+        headers = None if last is None else {_EXPECTED_LAST: str(last)}
+        stored = await send_stored(
+            self._client, f"{self._pre}{key}", payload, headers=headers, timeout_s=_TIMEOUT_S
+        )
+        try:
+            return await stored.sequence()
+        except nats.js.errors.APIError as error:
+            if error.err_code in _WRONG_LAST_SEQUENCE:
+                raise nats.js.errors.KeyWrongLastSequenceError(
+                    description=error.description
+                ) from None
+            raise
 
     async def get(self, key: str, *, missing: str | None = None) -> Entry[T]:
         """The value under `key` and its revision.
@@ -224,8 +329,18 @@ class TypedBucket(Generic[T]):
         Raises:
             AlreadyStored: something is.
         """
+        payload = encode(value)
         try:
-            return await self._kv.create(key, encode(value))
+            return await self._write(key, payload, 0)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            # a key deleted or purged is created again over its marker (as nats-py does)
+            found = await self._last(key)
+            if found is None or _operation(found.hdrs) not in _DELETED:
+                raise AlreadyStored(
+                    f"{key} is kept in {self.name} already: read it and change it instead"
+                ) from None
+        try:
+            return await self._write(key, payload, found.seq)
         except nats.js.errors.KeyWrongLastSequenceError:
             raise AlreadyStored(
                 f"{key} is kept in {self.name} already: read it and change it instead"
@@ -233,7 +348,7 @@ class TypedBucket(Generic[T]):
 
     async def put(self, key: str, value: T) -> int:
         """Keep `value` under `key`, whatever was there; its revision."""
-        return await self._kv.put(key, encode(value))
+        return await self._write(key, encode(value), None)
 
     async def replace(self, key: str, value: T, revision: int) -> int:
         """Write `value` over the value at `revision` (compare-and-set); its new revision.
@@ -242,7 +357,7 @@ class TypedBucket(Generic[T]):
             ChangedSince: the key is at another revision now (or gone).
         """
         try:
-            return await self._kv.update(key, encode(value), last=revision)
+            return await self._write(key, encode(value), revision)
         except nats.js.errors.KeyWrongLastSequenceError:
             raise ChangedSince(
                 f"{key} in {self.name} changed since it was read: read it again"

@@ -42,7 +42,14 @@ from bastion.proto.errors import ErrorReply
 from bastion.shared.bus import answer, round_trip
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BastionError
-from bastion.shared.telemetry import annotate, context_from_headers, messaging_attributes, tracer
+from bastion.shared.telemetry import (
+    annotate,
+    carries_context,
+    context_from_headers,
+    messaging_attributes,
+    tracer,
+    tracing,
+)
 
 __all__ = ["Endpoint", "RequestContext", "Service"]
 
@@ -109,7 +116,8 @@ class Service:
         self._in_flight = 0
         # Backpressure: past this many requests at work, a subscription stops taking new
         # ones until a slot frees, so a flood queues in NATS instead of in this process.
-        self._slots = anyio.Semaphore(max_in_flight)
+        # A free slot is taken without a turn of the event loop (`fast_acquire`).
+        self._slots = anyio.Semaphore(max_in_flight, fast_acquire=True)
         self.instance_id = ""
         self._client: Client | None = None
 
@@ -183,6 +191,11 @@ class Service:
     async def _answer(self, endpoint: Endpoint[Any], request: Request) -> None:
         headers = request.headers or {}
         try:
+            if not tracing() and not carries_context(headers):
+                # no span to make, and no caller's context to carry on to what it asks
+                data, error = await self._run_handler(endpoint, request, headers)
+                await self._respond(endpoint, request, data, error)
+                return
             with tracer().start_as_current_span(
                 f"process {endpoint.subject}",
                 context=context_from_headers(headers),

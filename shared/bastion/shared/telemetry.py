@@ -6,8 +6,9 @@ Library code only calls `tracer()`, `span()` and `annotate()` (and records into
 Exporters are chosen by `OTEL_TRACES_EXPORTER` and `OTEL_METRICS_EXPORTER` (`otlp`,
 `console` or `none`; `none` when unset), the endpoint, headers and timeouts by the usual
 `OTEL_EXPORTER_OTLP_*` variables, which the OTLP exporters read themselves. With no
-exporter nothing is installed: the API's no-op providers stay, so a span costs a context
-lookup, and a `traceparent` that came in still goes out unchanged.
+exporter nothing is installed: the API's no-op providers stay, so a span costs a look at
+the provider (`tracing()`: a no-op span is not even made), and a `traceparent` that came
+in still goes out unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from urllib.parse import unquote
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
@@ -39,6 +41,7 @@ from bastion.shared.version import VERSION
 __all__ = [
     "Telemetry",
     "annotate",
+    "carries_context",
     "configure_telemetry",
     "context_from_headers",
     "headers_with_context",
@@ -46,6 +49,7 @@ __all__ = [
     "resource_for",
     "span",
     "tracer",
+    "tracing",
 ]
 
 _PROTOCOLS = ("OTEL_EXPORTER_OTLP_PROTOCOL",)
@@ -155,9 +159,31 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer("bastion", VERSION)
 
 
+_NO_OP_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+_PROVIDER_FROM_ENV = OTEL_PYTHON_TRACER_PROVIDER in os.environ
+"""Whether the API is to load a provider named in the environment (it reads the variable
+at every `get_tracer_provider()` until one is set: a look-up this module makes once)."""
+
+
+def tracing() -> bool:
+    """Whether a tracer provider is installed, so spans are made. Without one a span would
+    be a no-op one carrying its parent's context: leaving the current span as it is does
+    the same, for less."""
+    provider = trace._TRACER_PROVIDER  # what get_tracer_provider() gives once one is set
+    if provider is None:
+        if not _PROVIDER_FROM_ENV:
+            return False
+        provider = trace.get_tracer_provider()
+    return not isinstance(provider, _NO_OP_PROVIDERS)
+
+
 @contextmanager
 def span(name: str, kind: SpanKind = SpanKind.INTERNAL, **attributes: str) -> Iterator[Span]:
-    """A child span of the current one named `name`; `attributes` as `annotate` names them."""
+    """A child span of the current one named `name`; `attributes` as `annotate` names them.
+    With no tracer provider installed, the current span (nothing is recorded either way)."""
+    if not tracing():
+        yield trace.get_current_span()
+        return
     with tracer().start_as_current_span(name, kind=kind) as current:
         annotate(**attributes)
         yield current
@@ -204,6 +230,12 @@ def headers_with_context(headers: dict[str, str] | None = None) -> dict[str, str
     carrier = dict(headers or {})
     propagate.inject(carrier)
     return carrier
+
+
+def carries_context(headers: Mapping[str, str]) -> bool:
+    """Whether `headers` hold a field the installed propagators read (`traceparent`,
+    `tracestate`, `baggage` by default; `OTEL_PROPAGATORS` may name others)."""
+    return any(name in headers for name in propagate.get_global_textmap().fields)
 
 
 def context_from_headers(headers: Mapping[str, str] | None) -> Context:

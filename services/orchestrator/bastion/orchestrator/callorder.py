@@ -58,6 +58,8 @@ class CallOrder:
         """Tell `place` what it is and wait until it is let in; cancelled, it leaves."""
         place.shared = shared
         self._let_in()
+        if place.let_in.is_set():  # let in at once: no turn of the event loop to wait
+            return
         try:
             await place.let_in.wait()
         except BaseException:

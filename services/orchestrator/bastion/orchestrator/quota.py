@@ -119,7 +119,7 @@ class TenantRates:
         """
         if not self.enabled:
             return
-        lock = self._locks.setdefault(tenant, anyio.Lock())
+        lock = self._locks.setdefault(tenant, anyio.Lock(fast_acquire=True))
         try:
             async with lock:
                 lease = self._leases.get(tenant)

@@ -86,7 +86,7 @@ class _Share:
     def __init__(self, token: str) -> None:
         self.token = token
         self.count = 0
-        self.taking = anyio.Lock()
+        self.taking = anyio.Lock(fast_acquire=True)  # free: taken without a loop turn
         self.held = False
         self.lost = False
         self.closing = False
@@ -258,10 +258,10 @@ class Turns:
         )
 
     async def _renew(self, session_id: str, held: _Held) -> None:
-        """Keep the turn alive while held alone; a lost renewal is logged (a stalled process
-        that let it expire may now share the session with its new holder)."""
+        """Keep the turn alive while held alone, from a third of its lifetime on (`hold`
+        starts it then): renewed, then again every third; a lost renewal is logged (a
+        stalled process that let it expire may now share the session with its new holder)."""
         while True:
-            await anyio.sleep(self._ttl_s / 3)
             try:
                 held.revision = await self._write(session_id, self._record(), held.revision)
             except ChangedSince:
@@ -275,32 +275,35 @@ class Turns:
                     "a session's turn was not renewed",
                     extra={"session": session_id, "error_type": type(error).__name__},
                 )
+            await anyio.sleep(self._ttl_s / 3)
 
     async def _renew_share(self, session_id: str, share: _Share) -> None:
-        """Keep this instance's share of the turn alive while a read of it runs (each read
-        runs this; the first to find the share due renews it); a lost share is logged, as a
-        lost turn is, and a share found waited for takes no further read."""
+        """Keep this instance's share of the turn alive while a read of it runs, from a third
+        of its lifetime on (`_shared` starts it then), every third (each read runs this; the
+        first to find the share due renews it); a lost share is logged, as a lost turn is,
+        and a share found waited for takes no further read."""
         while True:
+            if time.monotonic() - share.renewed_at >= self._ttl_s / 4:
+                share.renewed_at = time.monotonic()
+                try:
+                    found = await self._change_share(session_id, share.token, keep=True)
+                except nats.errors.Error as error:
+                    logger.warning(
+                        "a session's shared turn was not renewed",
+                        extra={"session": session_id, "error_type": type(error).__name__},
+                    )
+                else:
+                    if found is None:
+                        share.lost = True
+                        logger.error(
+                            "lost a session's shared turn while holding it",
+                            extra={"session": session_id},
+                        )
+                        return
+                    if found.waited_for_by_other(self.holder, time.time()):
+                        share.closing = True
+            # else another read of the share renewed it lately
             await anyio.sleep(self._ttl_s / 3)
-            if time.monotonic() - share.renewed_at < self._ttl_s / 4:
-                continue  # another read of the share renewed it lately
-            share.renewed_at = time.monotonic()
-            try:
-                found = await self._change_share(session_id, share.token, keep=True)
-            except nats.errors.Error as error:
-                logger.warning(
-                    "a session's shared turn was not renewed",
-                    extra={"session": session_id, "error_type": type(error).__name__},
-                )
-                continue
-            if found is None:
-                share.lost = True
-                logger.error(
-                    "lost a session's shared turn while holding it", extra={"session": session_id}
-                )
-                return
-            if found.waited_for_by_other(self.holder, time.time()):
-                share.closing = True
 
     async def _change_share(self, session_id: str, token: str, *, keep: bool) -> TurnRecord | None:
         """Renew the share `token` of the turn (`keep`) or give it back (emptying the
@@ -352,7 +355,7 @@ class Turns:
         revision, taken_over = await self._take(session_id, wait_s, None)
         held = _Held(revision)
         try:
-            async with renewing(partial(self._renew, session_id, held)):
+            async with renewing(partial(self._renew, session_id, held), after_s=self._ttl_s / 3):
                 yield taken_over
         finally:
             if not held.lost:
@@ -377,7 +380,9 @@ class Turns:
                 if not share.held:
                     _, taken_over = await self._take(session_id, wait_s, share.token)
                     share.held, share.renewed_at = True, time.monotonic()
-            async with renewing(partial(self._renew_share, session_id, share)):
+            async with renewing(
+                partial(self._renew_share, session_id, share), after_s=self._ttl_s / 3
+            ):
                 yield taken_over
         finally:
             share.count -= 1
