@@ -103,6 +103,9 @@ class SecretCuts:
     async def _vault_values(self, tenant: str, session_id: str) -> frozenset[Pair]:
         if self._leases is None:
             return frozenset()
+        due, held = self._vault.get(tenant, (0.0, frozenset[Pair]()))
+        if time.monotonic() < due:  # fresh: no lock (and no turn of the event loop) to take
+            return held
         lock = self._locks.get(tenant)
         if lock is None:
             lock = anyio.Lock()
