@@ -221,6 +221,7 @@ class Sessions:
         try:
             await order.wait(place, shared=shared)
             async with self._turns.hold(session_id, wait_s=wait_s, shared=shared) as taken_over:
+                self._entered(session_id)
                 if taken_over:
                     await self.approvals.settle(session_id)
                 yield
@@ -232,6 +233,12 @@ class Sessions:
             if not again:
                 self._leave(session_id, order, place)
 
+    def _entered(self, session_id: str) -> None:
+        """The session's turn is held: the session kept in memory stays only if nobody else
+        held the turn since this instance last did (it is then as kept, §2.1)."""
+        if not self._turns.took_unchanged(session_id):
+            self._store.forget(session_id)
+
     async def recover(self) -> None:
         """At start: settle each session with a call found `running` whose turn is free (its
         orchestrator stopped and gave it back). A turn held now is a live replica's, which
@@ -239,6 +246,7 @@ class Sessions:
         for session_id in await self.approvals.sessions_running():
             try:
                 async with self._turns.hold(session_id, wait_s=0):
+                    self._entered(session_id)
                     await self.approvals.settle(session_id)
             except TurnTimeout:
                 continue
@@ -466,7 +474,7 @@ class Sessions:
             self._audit.together(),
             self._turn(session_id, wait_s, at=at, shared=shared),
         ):
-            session, revision = await self._store.get(session_id)
+            session, revision = self._store.kept(session_id) or await self._store.get(session_id)
             annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
             try:
                 result: CallResult = await self._call(

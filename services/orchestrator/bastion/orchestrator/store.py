@@ -1,4 +1,6 @@
-"""Sessions kept in a JetStream KV bucket, changed only by compare-and-set."""
+"""Sessions kept in a JetStream KV bucket, changed only by compare-and-set; each as this
+instance last read or wrote it is kept in memory too, for a turn taken with the session
+unchanged since (`Turns.took_unchanged`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from bastion.shared.kv import ChangedSince, KeptChanging, NotStored, TypedBucket
 
 __all__ = ["SessionStore"]
 
+_KEPT = 4096
+"""How many sessions this instance keeps as it last read or wrote them (the oldest forgotten)."""
 _ATTEMPTS = 20
 """How often an update of a session is tried: a session's reads side by side (up to
 `BASTION_SESSION_PARALLEL_READS`) each count themselves in it, and may taint it, at once."""
@@ -24,10 +28,35 @@ def _missing(session_id: str) -> NotStored:
 
 
 class SessionStore:
-    """Read, create and update sessions; the store, not a process's memory, is the truth."""
+    """Read, create and update sessions; the store is the truth, and what this instance keeps
+    of a session is used only where nobody else can have changed it since (§2.1)."""
 
     def __init__(self, bucket: TypedBucket[SessionInfo]) -> None:
         self._bucket = bucket
+        self._kept: dict[str, tuple[SessionInfo, int]] = {}
+        self._forgotten: dict[str, int] = {}
+        """How often each session was forgotten (lately): a read sent before the last time
+        may bring what others changed since, so it is not kept."""
+
+    def _keep(self, session: SessionInfo, revision: int) -> None:
+        """Keep `session` at `revision` unless a later revision of it is kept."""
+        kept = self._kept.get(session.session_id)
+        if kept is not None and kept[1] >= revision:
+            return
+        if kept is None and len(self._kept) >= _KEPT:
+            del self._kept[next(iter(self._kept))]
+        self._kept[session.session_id] = (session, revision)
+
+    def kept(self, session_id: str) -> tuple[SessionInfo, int] | None:
+        """The session and its revision as this instance last read or wrote it, if kept."""
+        return self._kept.get(session_id)
+
+    def forget(self, session_id: str) -> None:
+        """Keep the session no longer: others may have changed it since."""
+        self._kept.pop(session_id, None)
+        if session_id not in self._forgotten and len(self._forgotten) >= _KEPT:
+            del self._forgotten[next(iter(self._forgotten))]
+        self._forgotten[session_id] = self._forgotten.get(session_id, 0) + 1
 
     @property
     def bucket(self) -> TypedBucket[SessionInfo]:
@@ -40,7 +69,7 @@ class SessionStore:
         return cls(await TypedBucket.open(client, bucket, SessionInfo))
 
     async def create(self, session: SessionInfo) -> None:
-        await self._bucket.create(session.session_id, session)
+        self._keep(session, await self._bucket.create(session.session_id, session))
 
     async def get(self, session_id: str) -> tuple[SessionInfo, int]:
         """The session and its revision.
@@ -48,9 +77,12 @@ class SessionStore:
         Raises:
             NotFound: no session has that id.
         """
+        forgotten = self._forgotten.get(session_id)
         found = await self._bucket.find(session_id)
         if found is None:
             raise _missing(session_id)
+        if self._forgotten.get(session_id) == forgotten:
+            self._keep(found.value, found.revision)
         return found.value, found.revision
 
     async def update(
@@ -75,7 +107,7 @@ class SessionStore:
             known = None
             changed = change(session)
             try:
-                await self._bucket.replace(session_id, changed, revision)
+                self._keep(changed, await self._bucket.replace(session_id, changed, revision))
             except ChangedSince:
                 continue
             return changed
