@@ -36,7 +36,7 @@ from bastion.orchestrator.quota import QuotaUnavailable, RateLimited, TenantRate
 from bastion.orchestrator.registry import parents_calls
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
-from bastion.orchestrator.store import SessionStore
+from bastion.orchestrator.store import SessionStore, Updating
 from bastion.orchestrator.turns import Turns, TurnTimeout
 from bastion.orchestrator.upstream import offer_upstream, prefetch_upstream
 from bastion.proto import errors as codes
@@ -470,25 +470,32 @@ class Sessions:
         at: tuple[CallOrder, Place],
         shared: bool,
     ) -> tuple[SessionInfo, CallResult]:
-        async with (
-            self._audit.together(),
-            self._turn(session_id, wait_s, at=at, shared=shared),
-        ):
-            session, revision = self._store.kept(session_id) or await self._store.get(session_id)
-            annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
-            try:
-                result: CallResult = await self._call(
-                    session, call, call_id, started, alone=not shared
+        async with self._audit.together():
+            async with self._turn(session_id, wait_s, at=at, shared=shared):
+                session, result, counting = await self._made_in_turn(
+                    session_id, call, call_id, started, shared
                 )
-            except BastionError as error:
-                result = error.to_reply()
-            await self._audit.result(session, call_id, call.tool, result)
-            await self._store.update(
-                session_id,
-                lambda s: msgspec.structs.replace(s, calls=s.calls + 1),
-                known=(session, revision),
-            )
+            await counting.done()  # sent before the turn was given back, answered after
         return session, result
+
+    async def _made_in_turn(
+        self, session_id: str, call: ToolCall, call_id: str, started: float, shared: bool
+    ) -> tuple[SessionInfo, CallResult, Updating]:
+        """The call made in the session's turn, audited: the session it found, its result,
+        and its count, sent."""
+        session, revision = self._store.kept(session_id) or await self._store.get(session_id)
+        annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
+        try:
+            result: CallResult = await self._call(session, call, call_id, started, alone=not shared)
+        except BastionError as error:
+            result = error.to_reply()
+        await self._audit.result(session, call_id, call.tool, result)
+        counting = await self._store.send_update(
+            session_id,
+            lambda s: msgspec.structs.replace(s, calls=s.calls + 1),
+            (session, revision),
+        )
+        return session, result, counting
 
     async def _call(
         self, session: SessionInfo, call: ToolCall, call_id: str, started: float, *, alone: bool

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from bastion.proto.session import SessionInfo
 from bastion.shared.bus import Client
-from bastion.shared.kv import ChangedSince, KeptChanging, NotStored, TypedBucket
+from bastion.shared.kv import ChangedSince, KeptChanging, NotStored, Replacing, TypedBucket
 
 __all__ = ["SessionStore"]
 
@@ -38,7 +38,7 @@ class SessionStore:
         """How often each session was forgotten (lately): a read sent before the last time
         may bring what others changed since, so it is not kept."""
 
-    def _keep(self, session: SessionInfo, revision: int) -> None:
+    def keep(self, session: SessionInfo, revision: int) -> None:
         """Keep `session` at `revision` unless a later revision of it is kept."""
         kept = self._kept.get(session.session_id)
         if kept is not None and kept[1] >= revision:
@@ -69,7 +69,7 @@ class SessionStore:
         return cls(await TypedBucket.open(client, bucket, SessionInfo))
 
     async def create(self, session: SessionInfo) -> None:
-        self._keep(session, await self._bucket.create(session.session_id, session))
+        self.keep(session, await self._bucket.create(session.session_id, session))
 
     async def get(self, session_id: str) -> tuple[SessionInfo, int]:
         """The session and its revision.
@@ -82,7 +82,7 @@ class SessionStore:
         if found is None:
             raise _missing(session_id)
         if self._forgotten.get(session_id) == forgotten:
-            self._keep(found.value, found.revision)
+            self.keep(found.value, found.revision)
         return found.value, found.revision
 
     async def update(
@@ -107,8 +107,53 @@ class SessionStore:
             known = None
             changed = change(session)
             try:
-                self._keep(changed, await self._bucket.replace(session_id, changed, revision))
+                self.keep(changed, await self._bucket.replace(session_id, changed, revision))
             except ChangedSince:
                 continue
             return changed
         raise KeptChanging(f"session {session_id} kept changing under this update; retry")
+
+    async def send_update(
+        self,
+        session_id: str,
+        change: Callable[[SessionInfo], SessionInfo],
+        known: tuple[SessionInfo, int],
+    ) -> Updating:
+        """`update` starting from `known`, its first compare-and-set sent now (so what is
+        sent after it reaches NATS after it) and the rest done by `Updating.done`."""
+        session, revision = known
+        changed = change(session)
+        sent = await self._bucket.send_replace(session_id, changed, revision)
+        return Updating(self, session_id, change, changed, sent)
+
+
+class Updating:
+    """An update of a session whose first compare-and-set is sent, its answer to come."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        session_id: str,
+        change: Callable[[SessionInfo], SessionInfo],
+        changed: SessionInfo,
+        sent: Replacing,
+    ) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._change = change
+        self._changed = changed
+        self._sent = sent
+
+    async def done(self) -> SessionInfo:
+        """The session as changed: the write sent, or, when another write came first, the
+        update read and tried again (`SessionStore.update`).
+
+        Raises:
+            NotFound: no session has that id.
+            KeptChanging: other writers kept changing it.
+        """
+        try:
+            self._store.keep(self._changed, await self._sent.revision())
+        except ChangedSince:
+            return await self._store.update(self._session_id, self._change)
+        return self._changed
