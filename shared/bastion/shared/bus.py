@@ -53,6 +53,7 @@ __all__ = [
     "answer",
     "ask_jetstream",
     "connect",
+    "decode_jetstream_answer",
     "request",
     "round_trip",
     "send_stored",
@@ -325,6 +326,18 @@ async def ask_jetstream(client: Client, subject: str, payload: bytes, *, timeout
     return await sent.answer(timeout_s)
 
 
+def decode_jetstream_answer(decoder: msgspec.json.Decoder[T], data: bytes, what: str) -> T:
+    """A JetStream API answer (`what`, for the error) decoded with `decoder`.
+
+    Raises:
+        nats.js.errors.APIError: it is not the JSON `decoder` reads.
+    """
+    try:
+        return decoder.decode(data)
+    except msgspec.DecodeError:
+        raise nats.js.errors.APIError(description=f"{what} is not JSON") from None
+
+
 class _PubAck(msgspec.Struct):
     seq: int = 0
     error: dict[str, Any] | None = None
@@ -355,10 +368,7 @@ class Stored:
             msg = await self._sent.answer(max(remaining, 0.0))
         except nats.errors.NoRespondersError:
             raise nats.js.errors.NoStreamResponseError from None
-        try:
-            ack = _pub_ack.decode(msg.data)
-        except msgspec.DecodeError:
-            raise nats.js.errors.APIError(description="the acknowledgement is not JSON") from None
+        ack = decode_jetstream_answer(_pub_ack, msg.data, "the acknowledgement")
         if ack.error is not None:
             raise nats.js.errors.APIError.from_error(ack.error)
         return ack.seq

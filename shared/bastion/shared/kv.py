@@ -25,7 +25,13 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.proto import errors as codes
-from bastion.shared.bus import Client, Stored, ask_jetstream, send_stored
+from bastion.shared.bus import (
+    Client,
+    Stored,
+    ask_jetstream,
+    decode_jetstream_answer,
+    send_stored,
+)
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BadRequest, BastionError, NotFound
 
@@ -308,10 +314,7 @@ class TypedBucket(Generic[T]):
             )
         except nats.errors.NoRespondersError:
             raise nats.js.errors.ServiceUnavailableError from None
-        try:
-            got = _msg_got.decode(reply.data)
-        except msgspec.DecodeError:
-            raise nats.js.errors.APIError(description="the stream's answer is not JSON") from None
+        got = decode_jetstream_answer(_msg_got, reply.data, "the stream's answer")
         if got.error is not None:
             try:
                 nats.js.errors.APIError.from_error(got.error)
