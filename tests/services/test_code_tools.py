@@ -91,6 +91,15 @@ async def test_edit_file_replaces_a_stretch_that_is_there_once(
     assert (workspace / "a.py").read_text() == CODE.replace("return 1", "return 10")
 
 
+async def test_edit_file_of_a_directory_is_refused_saying_so(
+    client: Client, sandbox: None, workspace: Path
+) -> None:
+    (workspace / "src").mkdir()
+    error = await refused(client, workspace, EditFile, path="src", old_string="a", new_string="b")
+    assert error.code == codes.INVALID_INPUT
+    assert "src is a directory, not a file" in error.message
+
+
 async def test_edit_file_refuses_a_stretch_that_is_there_twice_and_says_how_to_fix_it(
     client: Client, sandbox: None, workspace: Path
 ) -> None:

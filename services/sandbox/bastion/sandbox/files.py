@@ -265,7 +265,7 @@ def open_for_reading(
         os.close(parent)
 
 
-def _regular_size(fd: int, path: str) -> int:
+def regular_size(fd: int, path: str) -> int:
     """The size of the file `fd` opens, once it is a regular file.
 
     Raises:
@@ -287,7 +287,7 @@ def read_file(workspace: Path, request: ReadFileInput) -> str:
     try:
         # Checked before the descriptor becomes a stream: `fdopen` refuses a directory's
         # with an OSError of its own, which would not be this sentence.
-        size = _regular_size(fd, request.path)
+        size = regular_size(fd, request.path)
         stream = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -312,7 +312,7 @@ def read_file_now(workspace: Path, request: ReadFileInput) -> str | None:
     except WouldBlock:
         return None
     try:
-        size = _regular_size(fd, request.path)
+        size = regular_size(fd, request.path)
         if size > NOW_BYTES:
             return None
         buffer = bytearray(size + 1)
@@ -397,9 +397,12 @@ def read_text(root: Path, path: str, max_bytes: int) -> str:
         InvalidInput: it is not a regular file, holds no UTF-8 text, or exceeds `max_bytes`.
     """
     fd = open_for_reading(root, path, workspace=False)
+    try:
+        regular_size(fd, path)  # before `fdopen`, which refuses a directory its own way
+    except BaseException:
+        os.close(fd)
+        raise
     with os.fdopen(fd, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidInput(f"{shown(path)} is not a regular file: give a file's path")
         data = stream.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise InvalidInput(f"{shown(path)} is larger than {max_bytes} bytes: keep it shorter")
