@@ -8,17 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
-import msgspec
-from nats.aio.msg import Msg
 
 from bastion.orchestrator.callrecords import record_key
-from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.turns import TurnRecord, Turns
 from bastion.proto import subjects
-from bastion.proto.errors import ErrorReply
 from bastion.proto.journal import CallRecord
 from bastion.proto.tools import ToolCall, ToolOutput
-from bastion.shared.bus import Client, request, round_trip
+from bastion.shared.bus import Client, request
 from bastion.shared.kv import TypedBucket
 from tests.helpers.approvals import records_of
 from tests.helpers.bus import Plane
@@ -77,60 +73,3 @@ async def test_only_a_call_sent_with_a_call_id_keeps_a_record_by_call_id(
         assert [a for a in actions if a in {"decision", "call", "result"}] == [
             "decision", "call", "result", "decision", "call", "result",
         ]  # fmt: skip
-
-
-async def test_an_instance_knows_when_nobody_else_held_a_turn_since_it_last_did(
-    client: Client,
-) -> None:
-    first = await Turns.open(client, "test_turns_unchanged", ttl_s=5, wait_s=10)
-    second = await Turns.open(client, "test_turns_unchanged", ttl_s=5, wait_s=10)
-    with anyio.fail_after(20):
-        async with first.hold("s1"):  # a first take: nothing is known of before it
-            assert not first.took_unchanged("s1")
-        async with first.hold("s1"):  # taken again over the free record it left
-            assert first.took_unchanged("s1")
-            assert not first.took_unchanged("s1")  # told once per take
-        async with first.hold("s1", shared=True):
-            assert first.took_unchanged("s1")
-        async with second.hold("s1", wait_s=0):
-            assert not second.took_unchanged("s1")
-        async with first.hold("s1", wait_s=0):  # `second` held it since
-            assert not first.took_unchanged("s1")
-        async with first.hold("s1", shared=True):  # nobody did since `first`'s last hold
-            assert first.took_unchanged("s1")
-            async with second.hold("s1", shared=True, wait_s=0):  # shares it meanwhile
-                pass
-        async with first.hold("s1", shared=True, wait_s=0):
-            assert not first.took_unchanged("s1")
-
-
-async def test_a_call_reads_its_session_only_when_another_instance_may_have_changed_it(
-    client: Client, plane_of: Plane, workspace: Path
-) -> None:
-    (workspace / "notes.txt").write_text("notes\n")
-    owned(workspace)
-    session_reads: list[str] = []
-
-    async def seen(msg: Msg) -> None:
-        session_reads.append(msg.subject)
-
-    reads = await client.subscribe(f"$JS.API.STREAM.MSG.GET.KV_{subjects.SESSIONS_BUCKET}", cb=seen)
-    async with plane_of():
-        session = await open_session(client, workspace=str(workspace), autonomy="L3")
-        sid = session.session_id
-        for _ in range(3):
-            assert isinstance(await call(client, sid, "read_file", path="notes.txt"), ToolOutput)
-        await round_trip(client)
-        first_reads = len(session_reads)
-        for _ in range(3):  # the turn taken again over the free record it left: no read
-            assert isinstance(await call(client, sid, "read_file", path="notes.txt"), ToolOutput)
-        await round_trip(client)
-        assert len(session_reads) == first_reads
-        # another instance holds the session's turn and closes the session meanwhile
-        other = await Turns.open(client, subjects.TURNS_BUCKET, ttl_s=10, wait_s=10)
-        store = await SessionStore.open(client, subjects.SESSIONS_BUCKET)
-        async with other.hold(sid):
-            await store.update(sid, lambda s: msgspec.structs.replace(s, state="closed"))
-        refused = await call(client, sid, "read_file", path="notes.txt")
-        assert isinstance(refused, ErrorReply) and refused.code == "session_closed"
-    await reads.unsubscribe()

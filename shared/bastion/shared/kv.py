@@ -25,13 +25,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from bastion.proto import errors as codes
-from bastion.shared.bus import (
-    Client,
-    Stored,
-    ask_jetstream,
-    decode_jetstream_answer,
-    send_stored,
-)
+from bastion.shared.bus import Client, ask_jetstream, decode_jetstream_answer, send_stored
 from bastion.shared.codec import decode, encode
 from bastion.shared.errors import BadRequest, BastionError, NotFound
 
@@ -41,7 +35,6 @@ __all__ = [
     "Entry",
     "KeptChanging",
     "NotStored",
-    "Replacing",
     "TypedBucket",
     "Watched",
     "bucket_keys",
@@ -210,39 +203,6 @@ class Watched(Generic[T]):
     revision: int
 
 
-async def _revision_of(stored: Stored) -> int:
-    """The revision a write was stored at.
-
-    Raises:
-        nats.js.errors.KeyWrongLastSequenceError: the key was not at the revision expected.
-    """
-    try:
-        return await stored.sequence()
-    except nats.js.errors.APIError as error:
-        if error.err_code in _WRONG_LAST_SEQUENCE:
-            raise nats.js.errors.KeyWrongLastSequenceError(description=error.description) from None
-        raise
-
-
-class Replacing:
-    """A compare-and-set sent, its answer still to come."""
-
-    def __init__(self, stored: Stored, what: str) -> None:
-        self._stored = stored
-        self._what = what
-
-    async def revision(self) -> int:
-        """The new revision once the write is stored.
-
-        Raises:
-            ChangedSince: the key was at another revision (or gone).
-        """
-        try:
-            return await _revision_of(self._stored)
-        except nats.js.errors.KeyWrongLastSequenceError:
-            raise ChangedSince(f"{self._what} changed since it was read: read it again") from None
-
-
 class TypedBucket(Generic[T]):
     """One KV bucket whose values are all `value_type`."""
 
@@ -324,24 +284,26 @@ class TypedBucket(Generic[T]):
             return None
         return got.message
 
-    async def _send(self, key: str, payload: bytes, last: int | None) -> Stored:
-        """`payload` sent to be stored under `key` (at revision `last` only, when given: 0
-        for a key never written), its acknowledgement to come. The publish nats-py's
-        `KeyValue` sends."""
-        _check_key(key)
-        headers = None if last is None else {_EXPECTED_LAST: str(last)}
-        return await send_stored(
-            self._client, f"{self._pre}{key}", payload, headers=headers, timeout_s=_TIMEOUT_S
-        )
-
     async def _write(self, key: str, payload: bytes, last: int | None) -> int:
         """`payload` stored under `key` (at revision `last` only, when given: 0 for a key
-        never written); its revision.
+        never written); its revision. The publish nats-py's `KeyValue` sends.
 
         Raises:
             nats.js.errors.KeyWrongLastSequenceError: the key is not at `last`.
         """
-        return await _revision_of(await self._send(key, payload, last))
+        _check_key(key)
+        headers = None if last is None else {_EXPECTED_LAST: str(last)}
+        stored = await send_stored(
+            self._client, f"{self._pre}{key}", payload, headers=headers, timeout_s=_TIMEOUT_S
+        )
+        try:
+            return await stored.sequence()
+        except nats.js.errors.APIError as error:
+            if error.err_code in _WRONG_LAST_SEQUENCE:
+                raise nats.js.errors.KeyWrongLastSequenceError(
+                    description=error.description
+                ) from None
+            raise
 
     async def get(self, key: str, *, missing: str | None = None) -> Entry[T]:
         """The value under `key` and its revision.
@@ -391,12 +353,12 @@ class TypedBucket(Generic[T]):
         Raises:
             ChangedSince: the key is at another revision now (or gone).
         """
-        return await (await self.send_replace(key, value, revision)).revision()
-
-    async def send_replace(self, key: str, value: T, revision: int) -> Replacing:
-        """`replace`, sent now and answered later (`Replacing.revision`): so what is sent
-        after it on this connection reaches NATS after it, without waiting for its answer."""
-        return Replacing(await self._send(key, encode(value), revision), f"{key} in {self.name}")
+        try:
+            return await self._write(key, encode(value), revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise ChangedSince(
+                f"{key} in {self.name} changed since it was read: read it again"
+            ) from None
 
     @overload
     async def update(

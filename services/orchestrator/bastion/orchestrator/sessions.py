@@ -36,7 +36,7 @@ from bastion.orchestrator.quota import QuotaUnavailable, RateLimited, TenantRate
 from bastion.orchestrator.registry import parents_calls
 from bastion.orchestrator.running import Runner
 from bastion.orchestrator.skillrun import skill_tool
-from bastion.orchestrator.store import SessionStore, Updating
+from bastion.orchestrator.store import SessionStore
 from bastion.orchestrator.turns import Turns, TurnTimeout
 from bastion.orchestrator.upstream import offer_upstream, prefetch_upstream
 from bastion.proto import errors as codes
@@ -221,7 +221,6 @@ class Sessions:
         try:
             await order.wait(place, shared=shared)
             async with self._turns.hold(session_id, wait_s=wait_s, shared=shared) as taken_over:
-                self._entered(session_id)
                 if taken_over:
                     await self.approvals.settle(session_id)
                 yield
@@ -233,12 +232,6 @@ class Sessions:
             if not again:
                 self._leave(session_id, order, place)
 
-    def _entered(self, session_id: str) -> None:
-        """The session's turn is held: the session kept in memory stays only if nobody else
-        held the turn since this instance last did (it is then as kept, §2.1)."""
-        if not self._turns.took_unchanged(session_id):
-            self._store.forget(session_id)
-
     async def recover(self) -> None:
         """At start: settle each session with a call found `running` whose turn is free (its
         orchestrator stopped and gave it back). A turn held now is a live replica's, which
@@ -246,7 +239,6 @@ class Sessions:
         for session_id in await self.approvals.sessions_running():
             try:
                 async with self._turns.hold(session_id, wait_s=0):
-                    self._entered(session_id)
                     await self.approvals.settle(session_id)
             except TurnTimeout:
                 continue
@@ -470,32 +462,25 @@ class Sessions:
         at: tuple[CallOrder, Place],
         shared: bool,
     ) -> tuple[SessionInfo, CallResult]:
-        async with self._audit.together():
-            async with self._turn(session_id, wait_s, at=at, shared=shared):
-                session, result, counting = await self._made_in_turn(
-                    session_id, call, call_id, started, shared
+        async with (
+            self._audit.together(),
+            self._turn(session_id, wait_s, at=at, shared=shared),
+        ):
+            session, revision = await self._store.get(session_id)
+            annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
+            try:
+                result: CallResult = await self._call(
+                    session, call, call_id, started, alone=not shared
                 )
-            await counting.done()  # sent before the turn was given back, answered after
+            except BastionError as error:
+                result = error.to_reply()
+            await self._audit.result(session, call_id, call.tool, result)
+            await self._store.update(
+                session_id,
+                lambda s: msgspec.structs.replace(s, calls=s.calls + 1),
+                known=(session, revision),
+            )
         return session, result
-
-    async def _made_in_turn(
-        self, session_id: str, call: ToolCall, call_id: str, started: float, shared: bool
-    ) -> tuple[SessionInfo, CallResult, Updating]:
-        """The call made in the session's turn, audited: the session it found, its result,
-        and its count, sent."""
-        session, revision = self._store.kept(session_id) or await self._store.get(session_id)
-        annotate(session_id=session_id, tenant=session.tenant, tool=call.tool)
-        try:
-            result: CallResult = await self._call(session, call, call_id, started, alone=not shared)
-        except BastionError as error:
-            result = error.to_reply()
-        await self._audit.result(session, call_id, call.tool, result)
-        counting = await self._store.send_update(
-            session_id,
-            lambda s: msgspec.structs.replace(s, calls=s.calls + 1),
-            (session, revision),
-        )
-        return session, result, counting
 
     async def _call(
         self, session: SessionInfo, call: ToolCall, call_id: str, started: float, *, alone: bool

@@ -18,12 +18,6 @@ renewal). An orchestrator that dies (kill -9) leaves its record behind: once it 
 the next instance asked about the session takes it over, and is told so, so it can settle
 what the dead holder left (an approved call found `running`). Within one instance the
 session's `CallOrder` queues its calls first (docs/architecture.md §9).
-
-An instance also knows when nobody else can have held a session's turn since it last did:
-it gave the turn back by a write over its own last write (nobody wrote the record while it
-held it), and took it next by a write over that free record (nobody wrote it between).
-Every change of a session is made by a holder of its turn, so the session is then as this
-instance last read or wrote it (`took_unchanged`; docs/architecture.md §2.1).
 """
 
 from __future__ import annotations
@@ -126,14 +120,6 @@ class Turns:
         self._reads = itertools.count()
         self._written: dict[str, Entry[TurnRecord]] = {}
         """The record this instance wrote last of each session, at its revision."""
-        self._sole: set[str] = set()
-        """Sessions whose turn this instance holds and whose record only it wrote since it
-        took the turn, each write over its own last."""
-        self._clean: set[str] = set()
-        """Sessions whose free record this instance wrote, giving the turn back, over its
-        own last write of a hold nobody else wrote in."""
-        self._unchanged: set[str] = set()
-        """Sessions whose turn this instance took, just now, over such a free record."""
 
     @classmethod
     async def open(cls, client: Client, bucket: str, ttl_s: float, wait_s: float) -> Turns:
@@ -153,71 +139,23 @@ class Turns:
         Raises:
             ChangedSince: the record is at another revision now.
         """
-        last = self._written.pop(session_id, None)
-        if last is None or last.revision != revision:
-            self._sole.discard(session_id)  # written over another's write
-        try:
-            written = await self._bucket.replace(session_id, record, revision)
-        except BaseException:
-            self._sole.discard(session_id)
-            raise
-        self._remember(session_id, record, written)
-        return written
-
-    async def _create(self, session_id: str, record: TurnRecord) -> int:
-        """`record` written where there is none (a first take), and remembered; its revision.
-
-        Raises:
-            AlreadyStored: there is one.
-        """
-        written = await self._bucket.create(session_id, record)
-        self._remember(session_id, record, written)
-        return written
-
-    def _remember(self, session_id: str, record: TurnRecord, revision: int) -> None:
         self._written.pop(session_id, None)
+        written = await self._bucket.replace(session_id, record, revision)
         if len(self._written) >= _REMEMBERED:
-            forgotten = next(iter(self._written))
-            del self._written[forgotten]
-            self._clean.discard(forgotten)
-        self._written[session_id] = Entry(session_id, record, revision)
-
-    def _given_back(self, session_id: str) -> None:
-        """The hold of the session's turn ended (given back, or not): whether the next
-        take may find the session unchanged — only after a free record written over this
-        instance's own last write of a hold nobody else wrote in."""
-        last = self._written.get(session_id)
-        if last is not None and last.value == TurnRecord() and session_id in self._sole:
-            self._clean.add(session_id)
-        else:
-            self._clean.discard(session_id)
-        self._sole.discard(session_id)
-        self._unchanged.discard(session_id)
-
-    def took_unchanged(self, session_id: str) -> bool:
-        """Whether this instance holds the session's turn, taken just now, with nobody
-        else having held it since this instance last did (so the session is as this
-        instance last read or wrote it); asked once per take: a second asking is False."""
-        if session_id in self._unchanged:
-            self._unchanged.discard(session_id)
-            return True
-        return False
+            del self._written[next(iter(self._written))]
+        self._written[session_id] = Entry(session_id, record, written)
+        return written
 
     async def _write_if_free(self, session_id: str, record: TurnRecord) -> int | None:
         """`record` written over the free turn this instance left, if nobody wrote since;
         its revision, or None (then the record is read, as at a first take)."""
         last = self._written.get(session_id)
-        clean = session_id in self._clean
-        self._clean.discard(session_id)
         if last is None or last.value != TurnRecord():
             return None
         try:
-            written = await self._write(session_id, record, last.revision)
+            return await self._write(session_id, record, last.revision)
         except ChangedSince:
             return None
-        if clean:
-            self._unchanged.add(session_id)
-        return written
 
     async def _try_take(self, session_id: str) -> tuple[int, bool] | None:
         """The revision of the turn if this instance took it alone now (and whether it took
@@ -226,7 +164,7 @@ class Turns:
         if written is not None:
             return written, False
         try:
-            return await self._create(session_id, self._record()), False
+            return await self._bucket.create(session_id, self._record()), False
         except AlreadyStored:
             pass
         entry = await self._bucket.find(session_id)
@@ -275,7 +213,7 @@ class Turns:
         if written is not None:
             return written, False
         try:
-            return await self._create(session_id, TurnRecord(readers=mine)), False
+            return await self._bucket.create(session_id, TurnRecord(readers=mine)), False
         except AlreadyStored:
             pass
         entry = await self._bucket.find(session_id)
@@ -295,14 +233,6 @@ class Turns:
         return revision, bool(held.holder)
 
     async def _take(self, session_id: str, wait_s: float, token: str | None) -> tuple[int, bool]:
-        self._unchanged.discard(session_id)
-        taken = await self._first_take(session_id, wait_s, token)
-        self._sole.add(session_id)
-        return taken
-
-    async def _first_take(
-        self, session_id: str, wait_s: float, token: str | None
-    ) -> tuple[int, bool]:
         deadline = time.monotonic() + wait_s
         attempt = 0
         while True:
@@ -431,7 +361,6 @@ class Turns:
             if not held.lost:
                 with anyio.CancelScope(shield=True):
                     await self._give_back(session_id, held.revision)
-            self._given_back(session_id)
 
     @asynccontextmanager
     async def _shared(self, session_id: str, wait_s: float) -> AsyncIterator[bool]:
@@ -464,8 +393,6 @@ class Turns:
                 if share.held and not share.lost:
                     with anyio.CancelScope(shield=True):
                         await self._give_back_share(session_id, share.token)
-                if share.held:
-                    self._given_back(session_id)
 
     async def _give_back_share(self, session_id: str, token: str) -> None:
         try:
