@@ -18,14 +18,16 @@ from bastion.orchestrator.callorder import CallOrder
 from bastion.orchestrator.service import orchestrator_service
 from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.orchestrator.turns import TurnRecord, Turns, TurnTimeout
+from bastion.proto import subjects
+from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import CallParked, CallResult, ToolOutput
-from bastion.shared.bus import Client
+from bastion.shared.bus import Client, request
 from bastion.shared.settings import BusSettings
 from tests.helpers.approvals import records_of
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.hookgate import HookGate, Sent, send
 from tests.helpers.owners import owned
-from tests.helpers.session import open_session, session_of
+from tests.helpers.session import call, open_session, session_of
 
 GRACE_S = 0.5
 """How long a test lets calls that should wait show whether they do (not a bound it checks:
@@ -329,3 +331,38 @@ async def test_a_share_that_sees_a_writer_waiting_lets_no_further_read_of_its_ow
             await anyio.wait_all_tasks_blocked()
             release.set()
     assert order == ["first read", "write", "second read"]
+
+
+async def test_a_burst_of_reads_and_writes_of_one_session_is_answered_and_counted_once_each(
+    client: Client,
+    plane: None,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+) -> None:
+    (workspace / "notes.txt").write_text("notes\n")
+    owned(workspace)
+    settings = OrchestratorSettings(nats_url=bus_settings.nats_url)
+    calls = 200
+    async with run_service(orchestrator_service, settings):
+        session = await open_session(client, workspace=str(workspace), autonomy="L3")
+        sid = session.session_id
+        answered: list[CallResult] = []
+
+        async def one(n: int) -> None:
+            if n % 25 == 0:  # a write now and then, alone between the reads
+                answered.append(await call(client, sid, "write_file", path=f"w{n}", content="x"))
+            else:
+                answered.append(await call(client, sid, "read_file", path="notes.txt"))
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as burst:
+                for n in range(calls):
+                    burst.start_soon(one, n)
+        closed: SessionInfo = await request(
+            client, subjects.SESSION_CLOSE, SessionRef(session_id=sid), SessionInfo, timeout_s=30
+        )
+    assert [r for r in answered if not isinstance(r, ToolOutput)] == []
+    assert closed.calls == calls
+    results = [r for _, r in await records_of(client, "default", sid) if r.action == "result"]
+    assert len(results) == calls

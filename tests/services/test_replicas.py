@@ -5,6 +5,7 @@ starving another."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -14,6 +15,8 @@ import pytest
 from bastion.orchestrator.approvalstore import ApprovalStore
 from bastion.orchestrator.service import orchestrator_service
 from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.orchestrator.store import SessionStore
+from bastion.orchestrator.taint import tainted_by
 from bastion.orchestrator.turns import TurnRecord, Turns, TurnTimeout
 from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
@@ -23,7 +26,7 @@ from bastion.shared.errors import RemoteError
 from bastion.shared.kv import open_bucket
 from bastion.shared.settings import BusSettings
 from tests.helpers.approvals import answer, as_running, pending
-from tests.helpers.bus import ServiceRunner
+from tests.helpers.bus import Plane, ServiceRunner
 from tests.helpers.session import call, open_session
 
 
@@ -178,3 +181,37 @@ async def test_a_session_taken_over_from_a_dead_holder_settles_its_running_call_
     assert refused.value.code == "conflict" and "uncertain" in refused.value.message
     assert settled.state == "uncertain"
     assert isinstance(after, ErrorReply) and after.code == "not_found"  # it never ran
+
+
+async def test_a_taint_written_late_by_a_holder_that_stalled_past_its_turn_is_seen_next(
+    client: Client, plane_of: Plane, workspace: Path
+) -> None:
+    async with plane_of():
+        session = await open_session(client, workspace=str(workspace))
+        sid = session.session_id
+        await call(client, sid, "write_file", path="README.md", content="1")
+        [first] = (await pending(client, sid)).approvals
+        await answer(client, first.request_id, approve=True, always=True)
+        assert isinstance(
+            await call(client, sid, "write_file", path="README.md", content="2"), ToolOutput
+        )
+        stalled = await Turns.open(client, subjects.TURNS_BUCKET, ttl_s=0.6, wait_s=10)
+
+        async def never_renewed(session_id: str, held: object) -> None:
+            await anyio.sleep_forever()
+
+        # another replica holds the turn and stalls past its lifetime (no renewal reaches
+        # the bus), while a call of the session takes the turn over; then it wakes and
+        # writes what its call left (a web result's taint) to the session
+        stalled._renew = never_renewed  # type: ignore[method-assign]
+        store = await SessionStore.open(client, subjects.SESSIONS_BUCKET)
+        with anyio.fail_after(30):
+            async with stalled.hold(sid):
+                assert isinstance(
+                    await call(client, sid, "read_file", path="README.md"), ToolOutput
+                )
+                await store.update(sid, lambda s: tainted_by(s, datetime.now(UTC), 600.0))
+        after = await call(client, sid, "write_file", path="README.md", content="3")
+    # a tainted session's write asks a person, pre-approved or not
+    assert isinstance(after, CallParked)
+    assert (workspace / "README.md").read_text() == "2"
