@@ -240,17 +240,28 @@ def _locate(
 
 def open_for_reading(
     root: Path, path: str, *, workspace: bool = True, budget: Budget | None = None
-) -> int:
-    """A read-only descriptor (the caller's to close) of the file `path` under `root`,
-    reached by `_locate` and never through a last link. With `workspace`, the sentences
-    speak of the workspace and a file that became a link while it was opened is an escape
-    from it; without (a skills dir), a missing file is a name to check. `budget` bounds
-    the walk (`_locate`).
+) -> tuple[int, int]:
+    """A read-only descriptor (the caller's to close) of the regular file `path` under
+    `root`, reached by `_locate` and never through a last link, and its size. With
+    `workspace`, the sentences speak of the workspace and a file that became a link while
+    it was opened is an escape from it; without (a skills dir), a missing file is a name to
+    check. `budget` bounds the walk (`_locate`).
 
     Raises:
         NotFound: there is no such file.
-        InvalidInput: it cannot be reached or opened.
+        InvalidInput: it cannot be reached or opened, or is not a regular file.
     """
+    fd = _open_file(root, path, workspace=workspace, budget=budget)
+    try:
+        # checked on the descriptor, before it may become a stream: `fdopen` refuses a
+        # directory's with an OSError of its own, which would not be this sentence
+        return fd, _regular_size(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_file(root: Path, path: str, *, workspace: bool, budget: Budget | None) -> int:
     parent, name = _locate(root, path, make_dirs=False, budget=budget)
     try:
         return os.open(name, _READ_FLAGS, dir_fd=parent)
@@ -265,7 +276,7 @@ def open_for_reading(
         os.close(parent)
 
 
-def regular_size(fd: int, path: str) -> int:
+def _regular_size(fd: int, path: str) -> int:
     """The size of the file `fd` opens, once it is a regular file.
 
     Raises:
@@ -283,16 +294,8 @@ def regular_size(fd: int, path: str) -> int:
 
 def read_file(workspace: Path, request: ReadFileInput) -> str:
     """Lines `offset`.. of a workspace file, numbered, at most `limit` of them."""
-    fd = open_for_reading(workspace, request.path)
-    try:
-        # Checked before the descriptor becomes a stream: `fdopen` refuses a directory's
-        # with an OSError of its own, which would not be this sentence.
-        size = regular_size(fd, request.path)
-        stream = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-    with stream:
+    fd, size = open_for_reading(workspace, request.path)
+    with os.fdopen(fd, "rb") as stream:
         if size <= _WHOLE_BYTES:
             data = stream.read(_WHOLE_BYTES + 1)
             if len(data) <= _WHOLE_BYTES:
@@ -308,11 +311,10 @@ def read_file_now(workspace: Path, request: ReadFileInput) -> str | None:
     `NOW_BYTES` and `NOW_LINES` read whole by one `RWF_NOWAIT` read from the page cache;
     None when it could wait (`read_file` is to run in a worker thread then)."""
     try:
-        fd = open_for_reading(workspace, request.path, budget=Budget())
+        fd, size = open_for_reading(workspace, request.path, budget=Budget())
     except WouldBlock:
         return None
     try:
-        size = regular_size(fd, request.path)
         if size > NOW_BYTES:
             return None
         buffer = bytearray(size + 1)
@@ -396,12 +398,7 @@ def read_text(root: Path, path: str, max_bytes: int) -> str:
         NotFound: there is no such file.
         InvalidInput: it is not a regular file, holds no UTF-8 text, or exceeds `max_bytes`.
     """
-    fd = open_for_reading(root, path, workspace=False)
-    try:
-        regular_size(fd, path)  # before `fdopen`, which refuses a directory its own way
-    except BaseException:
-        os.close(fd)
-        raise
+    fd, _ = open_for_reading(root, path, workspace=False)
     with os.fdopen(fd, "rb") as stream:
         data = stream.read(max_bytes + 1)
     if len(data) > max_bytes:

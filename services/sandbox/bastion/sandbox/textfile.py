@@ -17,7 +17,7 @@ from typing import Final
 
 from rapidfuzz import fuzz, process
 
-from bastion.sandbox.files import open_for_reading, regular_size
+from bastion.sandbox.files import open_for_reading
 from bastion.sandbox.numbering import looks_binary
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput
@@ -74,12 +74,7 @@ def _newline_of(raw: str) -> str:
 
 def read_text(workspace: Path, path: str) -> TextFile:
     """The text of an existing workspace file the code-changing tools may rewrite."""
-    fd = open_for_reading(workspace, path)
-    try:
-        regular_size(fd, path)  # before `fdopen`, which refuses a directory its own way
-    except BaseException:
-        os.close(fd)
-        raise
+    fd, _ = open_for_reading(workspace, path)
     with os.fdopen(fd, "rb") as stream:
         info = os.fstat(fd)
         if info.st_nlink > 1:
