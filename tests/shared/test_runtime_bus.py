@@ -12,6 +12,7 @@ import pytest
 from nats.js.api import StorageType, StreamConfig
 
 from bastion.cli.natsserver import free_port
+from bastion.proto import subjects
 from bastion.proto.policy import PolicyDecision
 from bastion.shared.bus import Client, connect, request, round_trip, send_stored
 from bastion.shared.errors import BadRequest, NoResponders, Timeout, Unavailable
@@ -37,7 +38,28 @@ async def test_a_handler_that_never_answers_in_time_raises_timeout(
                 await request(client, SUBJECT, Echo(text="block"), Echoed, timeout_s=0.2)
             harness.release.set()  # so the service's drain does not wait
     assert raised.value.code == "timeout"
-    assert raised.value.message == f"no answer on {SUBJECT} within 0.2 s"
+    assert raised.value.message.startswith(f"no answer on {SUBJECT} within 0.2 s: ")
+
+
+@pytest.mark.parametrize(
+    ("subject", "service"),
+    [
+        (subjects.SESSION_OPEN, "the orchestrator service"),
+        (subjects.POLICY_DECIDE, "the policy service"),
+        (subjects.FRONTDOOR_TOKEN_REVOKE, "the mcp service"),
+        (subjects.VAULT_LEASE, "the vault service"),
+    ],
+)
+async def test_a_time_out_names_the_service_to_check_not_only_the_subject(
+    client: Client, subject: str, service: str
+) -> None:
+    sub = await client.subscribe(subject)  # takes the request and never answers
+    await round_trip(client)
+    with pytest.raises(Timeout) as raised:
+        await request(client, subject, Echo(text="x"), Echoed, timeout_s=0.2)
+    await sub.unsubscribe()
+    assert f"{service} took the request but did not answer in time" in raised.value.message
+    assert "`bastion status`" in raised.value.message
 
 
 async def test_a_stored_message_is_acknowledged_later_with_its_sequence_or_its_refusal(

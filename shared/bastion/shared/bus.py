@@ -24,7 +24,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 import nats
@@ -442,6 +442,33 @@ async def request(
         return await _request(client, subject, message, reply_type, timeout_s)
 
 
+_ANSWERED_BY: Final = {
+    "session": "orchestrator",
+    "calls": "orchestrator",
+    "approvals": "orchestrator",
+    "policy": "policy",
+    "sandbox": "sandbox",
+    "egress": "egress",
+    "mcp": "mcp",
+    "frontdoor": "mcp",
+    "vault": "vault",
+    "hooks": "hooks",
+}
+
+
+def _what_to_check(subject: str) -> str:
+    """The sentence after a request's time-out: which service took it and did not answer."""
+    parts = subject.split(".")
+    area = parts[2] if len(parts) > 2 and f"{parts[0]}.{parts[1]}" == subjects.PREFIX else ""
+    service = _ANSWERED_BY.get(area)
+    if service is None:
+        return "whoever answers it took the request but did not answer in time"
+    return (
+        f"the {service} service took the request but did not answer in time; "
+        f"`bastion status` shows whether it is up, and its log why it is slow"
+    )
+
+
 async def _request(
     client: Client, subject: str, message: object, reply_type: Any, timeout_s: float
 ) -> Any:
@@ -465,7 +492,9 @@ async def _request(
     except nats.errors.NoRespondersError:
         raise NoResponders(f"no service answers on {subject}: is it running?") from None
     except nats.errors.TimeoutError:
-        raise Timeout(f"no answer on {subject} within {timeout_s:g} s") from None
+        raise Timeout(
+            f"no answer on {subject} within {timeout_s:g} s: {_what_to_check(subject)}"
+        ) from None
     except nats.errors.ConnectionClosedError:
         raise Unavailable("the connection to NATS is closed") from None
     answer = decode(reply.data, reply_type | ErrorReply)
