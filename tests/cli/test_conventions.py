@@ -94,6 +94,8 @@ def test_bad_usage_exits_two_and_an_error_of_the_call_exits_one(tmp_path: Path) 
     unreachable = _run("approvals", "list", "--nats", "nats://127.0.0.1:9")
     assert bad_flag.returncode == 2 and bad_id.returncode == 2
     assert "is not a request id" in bad_id.stderr
+    bad_token = _run("token", "revoke", "not-a-token", "--state-dir", str(tmp_path))
+    assert bad_token.returncode == 2 and "is not a token id" in bad_token.stderr
     assert unreachable.returncode == 1 and "Traceback" not in unreachable.stderr
 
 

@@ -63,6 +63,15 @@ def request_id(value: str) -> str:
     return value
 
 
+def token_id(value: str) -> str:
+    """An agent token's id argument, checked as `session_id` is."""
+    if not _HEX_ID.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value[:40]!r} is not a token id (16 hex digits): `bastion token list` shows them"
+        )
+    return value
+
+
 def add_documented(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, doc: str
 ) -> argparse.ArgumentParser:

@@ -19,6 +19,7 @@ from bastion.cli.common import (
     add_output_option,
     add_verbs,
     fail,
+    token_id,
     write_items,
     write_json,
 )
@@ -84,13 +85,7 @@ def list_tokens(args: argparse.Namespace) -> int:
 
 
 def revoke(args: argparse.Namespace) -> int:
-    try:
-        asked = msgspec.convert({"token_id": args.token_id}, RevokeToken)
-    except msgspec.ValidationError:
-        raise InvalidInput(
-            f"{args.token_id[:40]!r} is not a token id (16 hex digits): `bastion token list` "
-            "shows them"
-        ) from None
+    asked = RevokeToken(token_id=args.token_id)
     revoked = _ask(args, subjects.FRONTDOOR_TOKEN_REVOKE, asked, TokenRevoked)
     sys.stdout.write(
         f"revoked token {revoked.token_id} of agent {revoked.agent}: requests carrying it are "
@@ -112,7 +107,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.set_defaults(handler=list_tokens)
 
     revoking = verbs.add_parser("revoke", help="refuse a token from now on")
-    revoking.add_argument("token_id", help="the token's id, from `bastion token list`")
+    revoking.add_argument(
+        "token_id", type=token_id, help="the token's id, from `bastion token list`"
+    )
     revoking.set_defaults(handler=revoke)
 
     for verb in (creating, listing):
