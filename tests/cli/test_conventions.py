@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 
-from bastion.cli.main import parser
+from bastion.cli.main import COMMANDS, parser
 from bastion.vault.service import vault_service
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.vault import key_file, vault_settings
@@ -112,3 +112,40 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
         capture_output=True, text=True, timeout=60, check=False,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
+
+
+def test_each_command_is_added_by_the_module_the_entry_point_names_for_it() -> None:
+    for command in COMMANDS:
+        alone = _commands(parser(command))
+        assert alone and all(words.split()[0] == command for words in alone), command
+    assert set(_commands(parser())) == {w for c in COMMANDS for w in _commands(parser(c))}
+
+
+def _modules_loaded_by(*argv: str) -> set[str]:
+    """The modules a `bastion` run of `argv` imported, read in the process that ran it."""
+    program = (
+        "import sys\n"
+        "from bastion.cli.main import main\n"
+        f"sys.argv = ['bastion', *{list(argv)!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write(' '.join(sys.modules))\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(ran.stderr.split())
+
+
+def test_a_command_imports_only_its_own_module_and_version_none() -> None:
+    version = _modules_loaded_by("--version")
+    status = _modules_loaded_by("status", "--help")
+    assert not {m for m in version if m.startswith(("bastion.cli.", "bastion.shared.bus"))} - {
+        "bastion.cli.main",
+        "bastion.cli.exits",
+    }
+    assert "bastion.cli.status" in status and "mcp" not in status
+    assert not {m for m in status if m.startswith("bastion.cli.")} & {
+        "bastion.cli.mcp",
+        "bastion.cli.up",
+        "bastion.cli.agent",
+    }

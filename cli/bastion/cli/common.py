@@ -15,7 +15,7 @@ from typing import TypeVar
 import anyio
 import msgspec
 
-from bastion.cli import exits
+from bastion.cli.exits import fail
 from bastion.shared.bus import Client, connect, request
 from bastion.shared.statedir import default_state_dir, find_bus_settings
 
@@ -161,8 +161,3 @@ def write_items(items: Iterable[object], **context: object) -> None:
     """A list as every command gives it with `-o json`: `{"items": [...]}`, beside what the
     list is of (`tenant`, `missing`)."""
     write_json({**context, "items": list(items)})
-
-
-def fail(message: str, status: int = exits.ERROR) -> int:
-    sys.stderr.write(f"error: {message}\n")
-    return status

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Final
 
-__all__ = ["DEGRADED", "ERROR", "INTERRUPTED", "OK", "READER_LEFT", "USAGE", "WAITING"]
+__all__ = ["DEGRADED", "ERROR", "INTERRUPTED", "OK", "READER_LEFT", "USAGE", "WAITING", "fail"]
 
 OK: Final = 0
 """Done as asked."""
@@ -20,3 +21,9 @@ INTERRUPTED: Final = 130
 """Ctrl-C (128 + SIGINT)."""
 READER_LEFT: Final = 141
 """Whoever read the output stopped reading (128 + SIGPIPE)."""
+
+
+def fail(message: str, status: int = ERROR) -> int:
+    """Say `message` as the command's error on stderr; the exit status to return."""
+    sys.stderr.write(f"error: {message}\n")
+    return status
