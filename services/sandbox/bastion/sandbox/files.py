@@ -135,7 +135,7 @@ def _follow(stack: list[int], names: list[str], name: str, path: str, links: int
     target = os.readlink(name, dir_fd=stack[-1])
     if target.startswith("/"):
         if target != WORKSPACE and not target.startswith(WORKSPACE + "/"):
-            raise _escape(path, "passes through a symbolic link that points")
+            raise _escape(path, "passes through a symbolic link to a place")
         while len(stack) > 1:
             os.close(stack.pop())
         names.clear()
