@@ -292,6 +292,7 @@ class Sandboxes:
                 holders=Holders(client, settings.request_timeout_s, STOP_TAKES_S)
                 if client is not None
                 else None,
+                slots=slots,
             )
             if tasks is not None
             else None

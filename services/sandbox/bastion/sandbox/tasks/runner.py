@@ -21,7 +21,7 @@ from typing import Final
 import anyio
 import anyio.to_thread
 import msgspec
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from bastion.proto.tasks import (
     LIVE_STATUSES,
@@ -36,6 +36,7 @@ from bastion.proto.tasks import (
     TaskView,
 )
 from bastion.proto.toolinput import BgOutputInput
+from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.tasks.holders import Holders
 from bastion.sandbox.tasks.log import QUIET_S, TaskLog, read_log
 from bastion.sandbox.tasks.store import TaskStore, new_task_id
@@ -59,6 +60,14 @@ Starter = Callable[[int], Awaitable[SandboxTask]]
 Ended = Callable[[TaskRecord], Awaitable[None]]
 """Told of a task that ended on its own (succeeded, failed, its time ran out)."""
 
+
+_NOTE: Final = (
+    "The task runs in this session's sandbox (its network too: a server it starts is "
+    "reachable from later shell commands). Read its output with bg_output (offset 0, then "
+    "each answer's next_offset); stop it with bg_stop. A client of the MCP front door may be "
+    "told when it ends on its own (a log message naming it); do not count on it: check "
+    "bg_output (eof) or bg_list."
+)
 
 KEPT_ENDED: Final = 32
 """How many ended tasks a session keeps (records and logs) for `bg_list` and `bg_output`;
@@ -145,6 +154,7 @@ class Tasks:
         ended: Ended,
         *,
         holders: Holders | None = None,
+        slots: SharedSlots | None = None,
     ) -> None:
         self._store = store
         self._logs = state_dir / "tasks"
@@ -152,6 +162,7 @@ class Tasks:
         self.replica = secrets.token_hex(8)
         """This process's id among the sandbox replicas: fresh each start."""
         self._holders = holders
+        self._slots = slots
         self.limits = limits
         self._on_ended = ended
         self._running: dict[str, _Running] = {}
@@ -191,9 +202,11 @@ class Tasks:
         redactor: Redactor | None,
         starter: Starter,
     ) -> TaskStarted:
-        """Count, record and start a task, and follow it to its end.
+        """Hold one of the tenant's sandbox slots, count, record and start a task, and
+        follow it to its end.
 
         Raises:
+            TenantBusy: the tenant's sandboxes (commands and tasks) stayed at their cap.
             Unavailable: the session or the tenant has as many live tasks as it may, or
                 the service is stopping.
             SandboxFailed: the command could not be started (its record says `failed`).
@@ -212,47 +225,63 @@ class Tasks:
             started_at=time.time(),
         )
         await self._forget_oldest(tenant, session_id)
-        log = TaskLog(self.log_path(record), self.limits.max_output_bytes, redactor)
-        try:
-            await self._store.admit(
-                record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
-            )
-        except BaseException:
-            log.close()
-            log.path.unlink(missing_ok=True)
-            raise
-        read_end, write_end = os.pipe()
-        try:
-            handle = await starter(write_end)
-        except BaseException:
-            os.close(read_end)
-            log.close()
-            with anyio.CancelScope(shield=True):
-                await self._store.change(
-                    record,
-                    lambda r: msgspec.structs.replace(
-                        r, status="failed", error="not_started", ended_at=time.time()
-                    ),
+        started: TaskStarted = await self._group.start(self._run, record, redactor, starter)
+        return started
+
+    def _slot(self, tenant: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """One of the tenant's sandbox slots (`BASTION_MAX_SANDBOXES_PER_TENANT`), held while
+        the task lives: a task is a process tree with a command's limits, so it counts among
+        the tenant's sandboxes."""
+        return self._slots.slot(tenant) if self._slots is not None else contextlib.nullcontext()
+
+    async def _run(
+        self,
+        record: TaskRecord,
+        redactor: Redactor | None,
+        starter: Starter,
+        *,
+        task_status: TaskStatus[TaskStarted],
+    ) -> None:
+        """Take a sandbox slot, count, record and start the task, answer it started, and
+        follow it to its end; the slot is given back once its processes are gone."""
+        async with self._slot(record.tenant):
+            log = TaskLog(self.log_path(record), self.limits.max_output_bytes, redactor)
+            try:
+                await self._store.admit(
+                    record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
                 )
-            raise
-        finally:
-            os.close(write_end)
-        running = _Running(record, handle)
-        self._running[record.id] = running
-        self._group.start_soon(self._follow, running, log, read_end)
-        return TaskStarted(
-            id=record.id,
-            label=record.label,
-            status="running",
-            timeout_ms=timeout_ms,
-            note=(
-                "The task runs in this session's sandbox (its network too: a server it "
-                "starts is reachable from later shell commands). Read its output with "
-                "bg_output (offset 0, then each answer's next_offset); stop it with bg_stop. "
-                "A client of the MCP front door may be told when it ends on its own (a log "
-                "message naming it); do not count on it: check bg_output (eof) or bg_list."
-            ),
-        )
+            except BaseException:
+                log.close()
+                log.path.unlink(missing_ok=True)
+                raise
+            read_end, write_end = os.pipe()
+            try:
+                handle = await starter(write_end)
+            except BaseException:
+                os.close(read_end)
+                log.close()
+                with anyio.CancelScope(shield=True):
+                    await self._store.change(
+                        record,
+                        lambda r: msgspec.structs.replace(
+                            r, status="failed", error="not_started", ended_at=time.time()
+                        ),
+                    )
+                raise
+            finally:
+                os.close(write_end)
+            running = _Running(record, handle)
+            self._running[record.id] = running
+            task_status.started(
+                TaskStarted(
+                    id=record.id,
+                    label=record.label,
+                    status="running",
+                    timeout_ms=record.timeout_ms,
+                    note=_NOTE,
+                )
+            )
+            await self._follow(running, log, read_end)
 
     async def _follow(self, running: _Running, log: TaskLog, read_end: int) -> None:
         """Log the task's output, stop it when its time runs out, and record its end."""
