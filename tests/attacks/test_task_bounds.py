@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from bastion.orchestrator.service import orchestrator_service
@@ -23,8 +24,11 @@ from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
 from bastion.shared.settings import BusSettings
+from bastion.vault.service import vault_service
 from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
 from tests.helpers.session import call, open_session
+from tests.helpers.vault import add, key_file, vault_settings
 
 
 async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
@@ -36,10 +40,11 @@ async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
 
 @pytest.fixture
 def plane_with(
-    run_service: ServiceRunner, bus_settings: BusSettings, sandbox_state_dir: Path
+    run_service: ServiceRunner, bus_settings: BusSettings, sandbox_state_dir: Path, tmp_path: Path
 ) -> Any:
-    """`async with plane_with(sandbox={...}, orchestrator={...})`: sandbox, orchestrator
-    and policy on the test's NATS, the sandbox and orchestrator with these settings."""
+    """`async with plane_with(sandbox={...}, orchestrator={...})`: vault, sandbox,
+    orchestrator and policy on the test's NATS, the sandbox and orchestrator with these
+    settings."""
 
     @asynccontextmanager
     async def running(
@@ -47,6 +52,7 @@ def plane_with(
     ) -> AsyncIterator[None]:
         url = bus_settings.nats_url
         async with (
+            run_service(vault_service, vault_settings(url, key_file(tmp_path / "vault"))),
             run_service(
                 sandbox_service,
                 SandboxSettings(nats_url=url, state_dir=str(sandbox_state_dir), **(sandbox or {})),
@@ -83,3 +89,37 @@ async def test_background_tasks_count_among_the_tenants_sandboxes(
         assert "bg_stop" in refused.message
     assert isinstance(after, ToolOutput) and "ran" in after.text
     assert sorted(t["status"] for t in listed["tasks"]) == ["cancelled", "running"]
+
+
+VALUE = "Zq8-task-log-secret-4471"
+
+
+async def test_a_value_split_by_a_pause_in_a_tasks_output_is_cut_on_disk_and_in_every_page(
+    client: Client, plane_with: Any, workspace: Path, sandbox_state_dir: Path
+) -> None:
+    """A task prints a value's first 9 characters, pauses, then the rest: the log must not
+    decide the first half by the pause, so neither the file under the state dir nor any
+    page of `bg_output` (read in small pages) holds the value, nor its halves side by side."""
+    (workspace / "s.txt").write_text(VALUE)
+    owned(workspace)
+    async with plane_with():
+        await add(client, "TOKEN", VALUE.encode())
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(
+            client, sid, "bg_run", command="head -c 9 s.txt; sleep 1.5; tail -c +10 s.txt"
+        )
+        pages, offset = [], 0
+        while True:
+            got = await tool(client, sid, "bg_output", id=started["id"], offset=offset, limit=15)
+            pages.append(got["text"])
+            offset = got["next_offset"]
+            if got["eof"]:
+                break
+            if not got["text"]:
+                await anyio.sleep(0.05)
+    on_disk = [p.read_text() for p in (sandbox_state_dir / "tasks").rglob("*.log")]
+    shown = "".join(pages)
+    assert on_disk == ["[secret TOKEN]"], on_disk
+    assert shown == "[secret TOKEN]", pages
+    assert VALUE[:9] not in shown and VALUE[9:] not in shown

@@ -38,7 +38,7 @@ from bastion.proto.tasks import (
 from bastion.proto.toolinput import BgOutputInput
 from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.tasks.holders import Holders
-from bastion.sandbox.tasks.log import QUIET_S, TaskLog, read_log
+from bastion.sandbox.tasks.log import TaskLog, read_page
 from bastion.sandbox.tasks.store import TaskStore, new_task_id
 from bastion.shared.errors import BastionError, NoResponders, NotFound, Unavailable
 from bastion.shared.redaction import Redactor
@@ -446,21 +446,19 @@ class Tasks:
 
     async def read_here(self, request: TaskRead, redactor: Redactor | None) -> TaskOutput:
         """`bg_output` from this replica's log: from the asked offset, at most the asked
-        limit."""
+        limit (more only to end after a value's form that starts there, `read_page`)."""
         given = request.input
         record = await self._store.get(request.tenant, request.session_id, given.id)
         ended = record.status not in LIVE_STATUSES
-        data, size = await anyio.to_thread.run_sync(
-            read_log, self.log_path(record), given.offset, given.limit
+        text, read, size = await anyio.to_thread.run_sync(
+            read_page, self.log_path(record), given.offset, given.limit, redactor
         )
-        start = min(given.offset, size)
-        text = data.decode(errors="replace")
-        next_offset = start + len(data)
+        next_offset = min(given.offset, size) + read
         return TaskOutput(
             id=record.id,
             status=record.status,
             exit_code=record.exit_code,
-            text=redactor.redact(text) if redactor else text,
+            text=text,
             next_offset=next_offset,
             eof=ended and next_offset >= size,
             output_truncated=size > self.limits.max_output_bytes,
@@ -501,11 +499,7 @@ async def _drain(fd: int, log: TaskLog) -> None:
     """Feed `log` from the pipe `fd` until every writer has closed it."""
     os.set_blocking(fd, False)
     while True:
-        with anyio.move_on_after(QUIET_S) as quiet:
-            await anyio.wait_readable(fd)
-        if quiet.cancelled_caught:
-            log.settle()
-            continue
+        await anyio.wait_readable(fd)
         try:
             chunk = os.read(fd, 65536)
         except BlockingIOError:
