@@ -38,6 +38,19 @@ async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
     return json.loads(result.text)
 
 
+def processes_with(word: str) -> list[int]:
+    """Pids of this machine whose command line holds `word`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if word.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 @pytest.fixture
 def plane_with(
     run_service: ServiceRunner, bus_settings: BusSettings, sandbox_state_dir: Path, tmp_path: Path
@@ -123,3 +136,66 @@ async def test_a_value_split_by_a_pause_in_a_tasks_output_is_cut_on_disk_and_in_
     assert on_disk == ["[secret TOKEN]"], on_disk
     assert shown == "[secret TOKEN]", pages
     assert VALUE[:9] not in shown and VALUE[9:] not in shown
+
+
+async def test_a_bg_run_answered_late_is_answered_with_the_task_it_started_once(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """The tenant's one sandbox is held by a task for a while, so the next `bg_run` waits
+    for it past the orchestrator's deadline for the sandbox's answer: that call must not be
+    answered "uncertain" while its task starts anyway; asked again with its call id, the
+    sandbox answers with the task it started, and starts no second one."""
+    async with plane_with(
+        sandbox={"max_sandboxes_per_tenant": 1}, orchestrator={"request_timeout_s": 2.5}
+    ):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        await tool(client, sid, "bg_run", command="sleep 6")
+        late = await call(client, sid, "bg_run", command="sleep 352")
+        listed = await tool(client, sid, "bg_list")
+    assert isinstance(late, ToolOutput), late
+    started = json.loads(late.text)
+    assert [t["command"] for t in listed["tasks"]] == ["sleep 352", "sleep 6"]
+    assert listed["tasks"][0]["id"] == started["id"]
+
+
+async def test_a_bg_stop_answered_late_says_what_happened_and_the_task_ends(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """A task that ignores SIGTERM takes its 3 s grace to stop, past the orchestrator's
+    deadline: the stop is asked again, joins the one under way, and is answered with the
+    task cancelled, its processes gone, rather than "uncertain"."""
+    async with plane_with(orchestrator={"request_timeout_s": 2.0}):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(client, sid, "bg_run", command="trap '' TERM; sleep 353")
+        while not processes_with("sleep 353"):  # noqa: ASYNC110 (a process, not an event)
+            await anyio.sleep(0.05)
+        stopped = await call(client, sid, "bg_stop", id=started["id"])
+        left = processes_with("sleep 353")
+    assert isinstance(stopped, ToolOutput), stopped
+    assert json.loads(stopped.text)["status"] == "cancelled"
+    assert left == []
+
+
+async def test_a_stop_that_does_not_end_the_task_in_time_says_it_may_run_and_goes_on(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """`bg_stop` answers before the task has ended: it says the task may still run, and
+    the stop goes on without anyone waiting on it until every process of it is gone."""
+    async with plane_with(sandbox={"tasks_stop_wait_s": 0.5}):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(client, sid, "bg_run", command="trap '' TERM; sleep 354")
+        while not processes_with("sleep 354"):  # noqa: ASYNC110 (a process, not an event)
+            await anyio.sleep(0.05)
+        stopped = await tool(client, sid, "bg_stop", id=started["id"])
+        while processes_with("sleep 354"):  # noqa: ASYNC110 (a process, not an event)
+            await anyio.sleep(0.1)
+        while True:
+            ended = (await tool(client, sid, "bg_list"))["tasks"][0]
+            if ended["status"] != "stopping":
+                break
+            await anyio.sleep(0.1)
+    assert stopped["status"] == "stopping" and "may still run" in stopped["note"], stopped
+    assert ended["status"] == "cancelled" and ended["stopped_by"] == "model"

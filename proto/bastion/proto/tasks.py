@@ -116,6 +116,9 @@ class TaskView(Message, frozen=True, kw_only=True, tag="sandbox.task_view"):
     error: str = ""
     stopped_by: StoppedBy | None = None
     output_bytes: int = 0
+    note: Text = ""
+    """What the answer means beyond the fields, when it needs saying (a `bg_stop` whose
+    task had not ended yet: it may still run)."""
 
 
 class TaskStarted(Message, frozen=True, kw_only=True, tag="sandbox.task_started"):

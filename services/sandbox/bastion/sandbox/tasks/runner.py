@@ -21,8 +21,10 @@ from typing import Final
 import anyio
 import anyio.to_thread
 import msgspec
+import nats.errors
 from anyio.abc import TaskGroup, TaskStatus
 
+from bastion.proto.errors import ErrorReply
 from bastion.proto.tasks import (
     LIVE_STATUSES,
     StoppedBy,
@@ -39,8 +41,14 @@ from bastion.proto.toolinput import BgOutputInput
 from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.tasks.holders import Holders
 from bastion.sandbox.tasks.log import TaskLog, read_page
-from bastion.sandbox.tasks.store import TaskStore, new_task_id
-from bastion.shared.errors import BastionError, NoResponders, NotFound, Unavailable
+from bastion.sandbox.tasks.store import TaskClaim, TaskStore, new_task_id
+from bastion.shared.errors import (
+    BastionError,
+    NoResponders,
+    NotFound,
+    RemoteError,
+    Unavailable,
+)
 from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing.task import SandboxTask
 
@@ -54,6 +62,12 @@ _DRAIN_S: Final = 5.0
 """How long the log is still read once every process of the task is gone."""
 STOP_TAKES_S: Final = STOP_GRACE_S + _DRAIN_S
 """The longest a stop takes: its grace, then the log drained."""
+KILL_AGAIN_S: Final = 1.0
+"""How often a stopped task's processes are killed again while one is left."""
+KILLS: Final = 600
+"""How many times they are killed at most (ten minutes): the stop gives up on a process
+the kernel keeps from dying (in uninterruptible sleep), and says so in the log."""
+_CLAIM_POLL_S: Final = 0.1
 
 Starter = Callable[[int], Awaitable[SandboxTask]]
 """Starts the task's command, both its streams written to the descriptor it is given."""
@@ -82,6 +96,12 @@ class TaskLimits:
     max_output_bytes: int = 2 * 1024 * 1024
     per_session: int = 4
     per_tenant: int = 16
+    stop_wait_s: float = 5.0
+    """How long `bg_stop` waits for the task to end before answering it as it is (the
+    stop goes on): `BASTION_TASKS_STOP_WAIT_S`."""
+    start_wait_s: float = 90.0
+    """How long a start sent again with its call id waits for its first sending's start
+    to finish, to answer with its task."""
 
 
 @dataclass
@@ -93,6 +113,8 @@ class _Running:
     exited: anyio.Event = field(default_factory=anyio.Event)
     settled: anyio.Event = field(default_factory=anyio.Event)
     """Set once its final record is written."""
+    stopping: bool = False
+    """A stop of it is under way (one at a time, whoever asked)."""
 
 
 def _view(record: TaskRecord) -> TaskView:
@@ -130,6 +152,12 @@ def _ended(record: TaskRecord, status: int | None, seen: int) -> TaskRecord | No
             output_bytes=seen,
         )
     return None
+
+
+def _refusal(error: BastionError, redactor: Redactor | None) -> ErrorReply:
+    """`error` as a task's claim keeps it, with the session's values cut."""
+    message = redactor.redact(error.message) if redactor else error.message
+    return ErrorReply(code=error.code, message=message[:4096])
 
 
 def _gone(record: TaskRecord) -> TaskRecord | None:
@@ -201,9 +229,12 @@ class Tasks:
         timeout_ms: int,
         redactor: Redactor | None,
         starter: Starter,
+        call_id: str = "",
     ) -> TaskStarted:
         """Hold one of the tenant's sandbox slots, count, record and start a task, and
-        follow it to its end.
+        follow it to its end. A start is made once per `call_id` (when given): sent again,
+        it is answered with the task its first sending started (waiting for that start to
+        finish), and one whose first sending failed is made anew.
 
         Raises:
             TenantBusy: the tenant's sandboxes (commands and tasks) stayed at their cap.
@@ -224,9 +255,84 @@ class Tasks:
             timeout_ms=timeout_ms,
             started_at=time.time(),
         )
-        await self._forget_oldest(tenant, session_id)
-        started: TaskStarted = await self._group.start(self._run, record, redactor, starter)
+        while call_id:
+            claim = await self._store.claim(tenant, session_id, call_id, record.id)
+            if claim is None:
+                break
+            answered = await self._started_before(tenant, session_id, call_id, claim)
+            if answered is not None:
+                return answered
+        try:
+            await self._forget_oldest(tenant, session_id)
+            started: TaskStarted = await self._group.start(
+                self._run, record, redactor, starter, call_id
+            )
+        except BastionError as error:
+            if call_id:
+                with anyio.CancelScope(shield=True):
+                    await self._settle_claim(record, call_id, _refusal(error, redactor))
+            raise
+        except BaseException:
+            if call_id:
+                with anyio.CancelScope(shield=True):
+                    await self._settle_claim(record, call_id, None)
+            raise
         return started
+
+    async def _started_before(
+        self, tenant: str, session_id: str, call_id: str, claim: TaskClaim
+    ) -> TaskStarted | None:
+        """The task an earlier sending of the call started, once it has started; None if
+        that start was cancelled, having started nothing (this sending starts it then).
+
+        Raises:
+            RemoteError: that start was refused (the same refusal).
+            Unavailable: it is still being started after `start_wait_s`.
+        """
+        found: TaskClaim | None = claim
+        with anyio.move_on_after(self.limits.start_wait_s):
+            while found is not None and not found.started and found.refused is None:
+                await anyio.sleep(_CLAIM_POLL_S)
+                found = await self._store.claimed(tenant, session_id, call_id)
+        if found is None:
+            return None
+        if found.refused is not None:
+            raise RemoteError(found.refused.code, found.refused.message)
+        if not found.started:
+            raise Unavailable(
+                f"this bg_run call (call id {call_id}) was sent before and its task is still "
+                "being started: send it again with the same call id to be answered with its "
+                "task, or look for it with bg_list"
+            )
+        record = await self._store.get(tenant, session_id, found.task_id)
+        return TaskStarted(
+            id=record.id,
+            label=record.label,
+            status=record.status,
+            timeout_ms=record.timeout_ms,
+            note=(
+                "This call was sent before and its first sending started this task (that "
+                "answer was lost on the way); it was not started again. " + _NOTE
+            ),
+        )
+
+    async def _settle_claim(
+        self, record: TaskRecord, call_id: str, refusal: ErrorReply | None
+    ) -> None:
+        """The call's start failed, having started nothing: its claim keeps the refusal a
+        sending of it again is answered with, or (cancelled, no refusal to give) goes, so a
+        sending again starts it."""
+        tenant, session_id = record.tenant, record.session_id
+        try:
+            if refusal is not None:
+                await self._store.refused(tenant, session_id, call_id, refusal)
+            else:
+                await self._store.unclaim(tenant, session_id, call_id)
+        except (BastionError, nats.errors.Error) as error:
+            logger.warning(
+                "a failed task start's claim was not settled: a sending again waits for it",
+                extra={"session": session_id, "error_type": type(error).__name__},
+            )
 
     def _slot(self, tenant: str) -> contextlib.AbstractAsyncContextManager[None]:
         """One of the tenant's sandbox slots (`BASTION_MAX_SANDBOXES_PER_TENANT`), held while
@@ -239,6 +345,7 @@ class Tasks:
         record: TaskRecord,
         redactor: Redactor | None,
         starter: Starter,
+        call_id: str,
         *,
         task_status: TaskStatus[TaskStarted],
     ) -> None:
@@ -272,6 +379,8 @@ class Tasks:
                 os.close(write_end)
             running = _Running(record, handle)
             self._running[record.id] = running
+            if call_id:
+                await self._claim_started(record, call_id)
             task_status.started(
                 TaskStarted(
                     id=record.id,
@@ -282,6 +391,17 @@ class Tasks:
                 )
             )
             await self._follow(running, log, read_end)
+
+    async def _claim_started(self, record: TaskRecord, call_id: str) -> None:
+        """Say on the call's claim that its task started; a failure is logged, never
+        raised: the task runs, so its start must be answered, not made again."""
+        try:
+            await self._store.started(record.tenant, record.session_id, call_id)
+        except (BastionError, nats.errors.Error) as error:
+            logger.warning(
+                "a started task's claim was not marked started: its call sent again waits",
+                extra={"session": record.session_id, "error_type": type(error).__name__},
+            )
 
     async def _follow(self, running: _Running, log: TaskLog, read_end: int) -> None:
         """Log the task's output, stop it when its time runs out, and record its end."""
@@ -310,28 +430,54 @@ class Tasks:
 
     async def _clock(self, running: _Running) -> None:
         await anyio.sleep(running.record.timeout_ms / 1000)
-        await self._stop(running, "timeout")
+        self._begin_stop(running, "timeout")
+
+    def _begin_stop(self, running: _Running, origin: StoppedBy) -> None:
+        """Stop the task in the tasks' own group, once: whoever asked for it may give up
+        waiting, the stop goes on until every process of it is gone."""
+        if running.stopping or self._group is None:
+            return
+        running.stopping = True
+        self._group.start_soon(self._stop, running, origin)
 
     async def _stop(self, running: _Running, origin: StoppedBy) -> None:
         """Mark the task `stopping` (if it still runs), SIGTERM its process group, and
-        SIGKILL every process of it `STOP_GRACE_S` later if it has not ended."""
+        SIGKILL every process of it `STOP_GRACE_S` later, then again every `KILL_AGAIN_S`
+        while it has not ended (`KILLS` times at most). A record that cannot be marked does
+        not keep the task from being stopped."""
 
         def stopping(record: TaskRecord) -> TaskRecord | None:
             if record.status != "running":
                 return None
             return msgspec.structs.replace(record, status="stopping", stopped_by=origin)
 
-        await self._store.change(running.record, stopping)
+        if running.exited.is_set():
+            return
+        try:
+            await self._store.change(running.record, stopping)
+        except (BastionError, nats.errors.Error) as error:
+            logger.warning(
+                "a stopped task's record was not marked stopping: it is stopped all the same",
+                extra={"session": running.record.session_id, "error_type": type(error).__name__},
+            )
         running.handle.terminate()
         with anyio.move_on_after(STOP_GRACE_S):
             await running.exited.wait()
-        if not running.exited.is_set():
+        for _ in range(KILLS):
+            if running.exited.is_set():
+                return
             running.handle.kill()
+            with anyio.move_on_after(KILL_AGAIN_S):
+                await running.exited.wait()
+        logger.error(
+            "a stopped task's processes did not die after %d kills",
+            KILLS,
+            extra={"session": running.record.session_id},
+        )
 
     async def _stop_all(self, tasks: list[_Running], origin: StoppedBy) -> None:
-        async with anyio.create_task_group() as group:
-            for running in tasks:
-                group.start_soon(self._stop, running, origin)
+        for running in tasks:
+            self._begin_stop(running, origin)
         for running in tasks:
             await running.settled.wait()
 
@@ -356,12 +502,26 @@ class Tasks:
         return _view(await self._store.get(request.tenant, request.session_id, record.id))
 
     async def stop_here(self, request: TaskStop) -> TaskView:
-        """`bg_stop` of a task this replica runs (or one that has ended)."""
+        """`bg_stop` of a task this replica runs (or one that has ended): the task once it
+        ended, or, when it has not within `stop_wait_s`, as it is then, saying it may still
+        run and that the stop goes on."""
         record = await self._store.get(request.tenant, request.session_id, request.input.id)
         running = self._running.get(record.id)
         if running is not None and running.record.session_id == request.session_id:
-            await self._stop(running, "model")
-            await running.settled.wait()
+            self._begin_stop(running, "model")
+            with anyio.move_on_after(self.limits.stop_wait_s):
+                await running.settled.wait()
+            if not running.settled.is_set():
+                now = await self._store.get(request.tenant, request.session_id, record.id)
+                return msgspec.structs.replace(
+                    _view(now),
+                    note=(
+                        f"the task has not ended within {self.limits.stop_wait_s:g} s of being "
+                        "stopped and may still run: the sandbox service goes on stopping it "
+                        "(SIGKILL to every process of it until none is left); bg_list shows "
+                        "it cancelled once it has ended"
+                    ),
+                )
         elif record.status in LIVE_STATUSES:
             raise Unavailable(
                 f"task {record.id} is run by another sandbox service instance, which this "
