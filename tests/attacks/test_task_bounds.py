@@ -138,6 +138,35 @@ async def test_a_value_split_by_a_pause_in_a_tasks_output_is_cut_on_disk_and_in_
     assert VALUE[:9] not in shown and VALUE[9:] not in shown
 
 
+async def test_a_reader_of_a_quiet_task_sees_its_held_text_only_once_decided_and_cut(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """A task prints a line and then the first half of a value, and goes quiet: a reader
+    meanwhile is told text may be held back and is never shown the half; once the task
+    ends, what was held is there, the value's half with it, cut of nothing it does not
+    form."""
+    async with plane_with():
+        await add(client, "TOKEN", VALUE.encode())
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(
+            client, sid, "bg_run", command=f"echo ready; printf %s {VALUE[:9]}; sleep 371"
+        )
+        while not processes_with("sleep 371"):  # noqa: ASYNC110 (a process, not an event)
+            await anyio.sleep(0.05)
+        while True:  # until something is shown, or the reader is told it is held back
+            meanwhile = await tool(client, sid, "bg_output", id=started["id"])
+            if meanwhile["text"] or meanwhile.get("note"):
+                break
+            await anyio.sleep(0.05)
+        await tool(client, sid, "bg_stop", id=started["id"])
+        after = await tool(client, sid, "bg_output", id=started["id"])
+    assert VALUE[:9] not in meanwhile["text"]
+    assert "held back" in meanwhile["note"]
+    assert after["eof"] and after["text"].startswith(f"ready\n{VALUE[:9]}")
+    assert "note" not in after
+
+
 async def test_a_bg_run_answered_late_is_answered_with_the_task_it_started_once(
     client: Client, plane_with: Any, workspace: Path
 ) -> None:

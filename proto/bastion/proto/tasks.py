@@ -148,3 +148,6 @@ class TaskOutput(Message, frozen=True, kw_only=True, tag="sandbox.task_output"):
     next_offset: int
     eof: bool
     output_truncated: bool = False
+    note: Text = ""
+    """What the reader should know beyond the fields: that the last characters of a live
+    task's output may be held back until it writes more or ends."""

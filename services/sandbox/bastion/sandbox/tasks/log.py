@@ -42,6 +42,12 @@ class TaskLog:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
 
+    @property
+    def holds(self) -> int:
+        """The most characters of the output held back at a time (0: none, no values to
+        cut)."""
+        return self._cuts.hold
+
     def feed(self, chunk: bytes) -> None:
         """Take a chunk of output; what is decided goes to the log, values cut."""
         self._keep(self._cuts.take(self._decoder.decode(chunk)).encode())

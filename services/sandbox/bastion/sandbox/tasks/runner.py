@@ -115,6 +115,8 @@ class _Running:
     """Set once its final record is written."""
     stopping: bool = False
     """A stop of it is under way (one at a time, whoever asked)."""
+    holds: int = 0
+    """The most characters of its output its log holds back at a time."""
 
 
 def _view(record: TaskRecord) -> TaskView:
@@ -377,7 +379,7 @@ class Tasks:
                 raise
             finally:
                 os.close(write_end)
-            running = _Running(record, handle)
+            running = _Running(record, handle, holds=log.holds)
             self._running[record.id] = running
             if call_id:
                 await self._claim_started(record, call_id)
@@ -614,6 +616,8 @@ class Tasks:
             read_page, self.log_path(record), given.offset, given.limit, redactor
         )
         next_offset = min(given.offset, size) + read
+        running = self._running.get(record.id)
+        held = running.holds if running is not None and next_offset >= size else 0
         return TaskOutput(
             id=record.id,
             status=record.status,
@@ -622,6 +626,13 @@ class Tasks:
             next_offset=next_offset,
             eof=ended and next_offset >= size,
             output_truncated=size > self.limits.max_output_bytes,
+            note=(
+                f"up to the last {held} characters the task printed may be held back until it "
+                "prints more or ends (they could begin a secret's value, which is never shown "
+                "or kept uncut): read again then"
+                if held and not ended
+                else ""
+            ),
         )
 
     async def mark_lost(self) -> int:
