@@ -382,7 +382,8 @@ class Tasks:
             running = _Running(record, handle, holds=log.holds)
             self._running[record.id] = running
             if call_id:
-                await self._claim_started(record, call_id)
+                with anyio.CancelScope(shield=True):  # the task runs: follow it whatever
+                    await self._claim_started(record, call_id)
             task_status.started(
                 TaskStarted(
                     id=record.id,
