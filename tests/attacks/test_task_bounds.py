@@ -6,6 +6,10 @@ or was stopped when it still runs."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +27,7 @@ from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client
+from bastion.shared.errors import BastionError
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.helpers.bus import ServiceRunner
@@ -165,6 +170,56 @@ async def test_a_reader_of_a_quiet_task_sees_its_held_text_only_once_decided_and
     assert "held back" in meanwhile["note"]
     assert after["eof"] and after["text"].startswith(f"ready\n{VALUE[:9]}")
     assert "note" not in after
+
+
+async def test_what_a_killed_sandbox_service_held_of_a_value_never_reaches_the_disk(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+    sandbox_state_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """The service dies (kill -9) while its task's log holds a value's first half: what it
+    held is lost, not written raw, and the service started again marks the task lost
+    without writing it either."""
+    url = bus_settings.nats_url
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
+    env |= {"BASTION_NATS_URL": url, "BASTION_STATE_DIR": str(sandbox_state_dir)}
+    async with (
+        run_service(vault_service, vault_settings(url, key_file(tmp_path / "vault"))),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=url)),
+        run_service(policy_service, PolicySettings),
+    ):
+        await add(client, "TOKEN", VALUE.encode())
+        service = subprocess.Popen([sys.executable, "-m", "bastion.sandbox"], env=env)  # noqa: ASYNC220
+        try:
+            while True:
+                try:
+                    session = await open_session(
+                        client, workspace=str(workspace), shell=True, autonomy="L3"
+                    )
+                    break
+                except BastionError:  # the sandbox service is not up yet
+                    await anyio.sleep(0.2)
+            sid = session.session_id
+            started = await tool(client, sid, "bg_run", command=f"printf %s {VALUE[:9]}; sleep 372")
+            while True:  # until something is shown, or the reader is told it is held back
+                got = await tool(client, sid, "bg_output", id=started["id"])
+                if got["text"] or got.get("note"):
+                    break
+                await anyio.sleep(0.05)
+        finally:
+            service.send_signal(signal.SIGKILL)
+            service.wait()
+        settings = SandboxSettings(nats_url=url, state_dir=str(sandbox_state_dir))
+        async with run_service(sandbox_service, settings):  # its sweep ends what was left
+            listed = await tool(client, sid, "bg_list")
+    logs = [p.read_text() for p in (sandbox_state_dir / "tasks").rglob("*.log")]
+    assert VALUE[:9] not in got["text"]
+    assert logs == [""]
+    assert [t["status"] for t in listed["tasks"]] == ["lost"]
+    assert processes_with("sleep 372") == []
 
 
 async def test_a_bg_run_answered_late_is_answered_with_the_task_it_started_once(
