@@ -376,3 +376,94 @@ async def test_the_four_tools_ask_where_shell_asks_by_the_same_rule(
     parked = [each for each in asked if isinstance(each, CallParked)]
     assert len(parked) == 4, asked
     assert len({each.decision.rule for each in parked}) == 1
+
+
+async def test_a_start_sent_again_with_its_call_id_is_answered_alike_and_made_once(
+    client: Client, plane: None, workspace: Path
+) -> None:
+    """`sandbox.task_start` sent twice with one call id starts one task, both answered with
+    it; a refused one (the session at its cap) is refused alike when sent again, and its
+    call id starts nothing then either."""
+    del plane
+    session_id = "00000000000000ab"
+
+    def start(call_id: str, command: str) -> TaskStart:
+        return TaskStart(
+            exec=ExecRequest(
+                session_id=session_id, workspace=str(workspace), command=command, call_id=call_id
+            )
+        )
+
+    first = await request(
+        client, subjects.SANDBOX_TASK_START, start("c-1", "sleep 361"), TaskStarted, timeout_s=30
+    )
+    again = await request(
+        client, subjects.SANDBOX_TASK_START, start("c-1", "sleep 361"), TaskStarted, timeout_s=30
+    )
+    for n in range(3):  # the session's cap of 4 live tasks
+        await request(
+            client,
+            subjects.SANDBOX_TASK_START,
+            start(f"c-{n + 2}", "sleep 362"),
+            TaskStarted,
+            timeout_s=30,
+        )
+    refusals = []
+    for _ in range(2):
+        with pytest.raises(BastionError) as refused:
+            await request(
+                client, subjects.SANDBOX_TASK_START, start("c-9", "true"), TaskStarted, timeout_s=30
+            )
+        refusals.append((refused.value.code, refused.value.message))
+    listing = await request(
+        client,
+        subjects.SANDBOX_TASK_LIST,
+        TaskList(session_id=session_id),
+        TaskListing,
+        timeout_s=10,
+    )
+    await request(
+        client,
+        subjects.SANDBOX_RELEASE,
+        SandboxRelease(session_id=session_id),
+        SandboxReleased,
+        timeout_s=30,
+    )
+    assert again.id == first.id and "not started again" in again.note
+    assert [t.command for t in listing.tasks].count("sleep 361") == 1
+    assert len(listing.tasks) == 4
+    assert refusals[0] == refusals[1] and "BASTION_TASKS_MAX_PER_SESSION" in refusals[0][1]
+
+
+async def test_a_bg_run_never_answered_in_time_says_its_task_may_have_started(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+    sandbox_state_dir: Path,
+) -> None:
+    """With no time to ask again (`BASTION_TASKS_ASK_S` 0), a start that waits past the
+    deadline for the tenant's one sandbox is `uncertain`, and says the task may have
+    started and where to look; it does start, once."""
+    url = bus_settings.nats_url
+    sandbox = SandboxSettings(
+        nats_url=url, state_dir=str(sandbox_state_dir), max_sandboxes_per_tenant=1
+    )
+    orchestrator = OrchestratorSettings(nats_url=url, request_timeout_s=2.0, tasks_ask_s=0)
+    async with (
+        run_service(sandbox_service, sandbox),
+        run_service(orchestrator_service, orchestrator),
+        run_service(policy_service, PolicySettings),
+    ):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        await tool(client, sid, "bg_run", command="sleep 5")
+        late = await call(client, sid, "bg_run", command="sleep 363")
+        while True:
+            listed = (await tool(client, sid, "bg_list"))["tasks"]
+            if len(listed) == 2:
+                break
+            await anyio.sleep(0.1)
+    assert isinstance(late, ErrorReply) and late.code == "uncertain", late
+    assert "may have started" in late.message and "bg_list" in late.message
+    assert [t["command"] for t in listed] == ["sleep 363", "sleep 5"]

@@ -187,7 +187,8 @@ async def test_two_instances_share_a_tenant_s_sandbox_cap(bus_settings: BusSetti
     assert refused.value.code == codes.UNAVAILABLE
     assert refused.value.message == (
         "tenant acme has 2 sandboxes running, its cap, and none ended within 0 s: retry "
-        "later, or raise the cap (BASTION_MAX_SANDBOXES_PER_TENANT)"
+        "later, stop a background task no longer needed (each live one holds a sandbox: "
+        "bg_list, bg_stop), or raise the cap (BASTION_MAX_SANDBOXES_PER_TENANT)"
     )
 
 

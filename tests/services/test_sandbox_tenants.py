@@ -75,6 +75,8 @@ async def test_a_call_that_waits_past_the_bound_fails_saying_how_many_run_and_wh
     assert raised.value.code == codes.UNAVAILABLE
     assert "tenant acme has 1 sandboxes running" in raised.value.message
     assert (
-        "retry later, or raise the cap (BASTION_MAX_SANDBOXES_PER_TENANT)" in raised.value.message
+        "retry later, stop a background task no longer needed (each live one holds a "
+        "sandbox: bg_list, bg_stop), or raise the cap (BASTION_MAX_SANDBOXES_PER_TENANT)"
+        in raised.value.message
     )
     assert not (second / "ran").exists()

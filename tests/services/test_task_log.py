@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from bastion.sandbox.tasks.log import TAIL_BYTES, TaskLog, read_log
+from bastion.sandbox.tasks.log import TAIL_BYTES, TaskLog, read_log, read_page
 from bastion.shared.redaction import Redactor
 
 VALUE = "s3cr3t-VALUE-0123456789"
@@ -17,12 +17,38 @@ def test_a_value_split_across_chunks_is_cut_whole(tmp_path: Path) -> None:
     encoded = base64.b64encode(VALUE.encode()).decode()
     for text in ("before ", VALUE[:5], VALUE[5:12], VALUE[12:], " middle ", encoded[:3]):
         log.feed(text.encode())
-    log.settle()  # quiet for a moment: what is held back is written, cut
     log.feed((encoded[3:] + " after\n").encode())
     log.close()
     kept = (tmp_path / "t.log").read_text()
     assert VALUE not in kept and "[secret TOKEN]" in kept
     assert kept.startswith("before [secret TOKEN] middle ") and kept.endswith(" after\n")
+
+
+def test_what_could_start_a_value_stays_off_the_disk_until_the_next_write_decides(
+    tmp_path: Path,
+) -> None:
+    """However long the task pauses after half a value, the half is not written: a reader
+    sees it only once the next write (or the end) shows whether a value goes on there; a
+    service that dies meanwhile has written nothing of it."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 1 << 20, Redactor([("TOKEN", VALUE)]))
+    log.feed(("ready\n" + VALUE[:9]).encode())
+    held = path.read_text()
+    log.feed((VALUE[9:] + "\n").encode())
+    log.feed(b"later line, and more output after it: " + b"x" * 200 + b"\n")
+    decided = path.read_text()
+    log.close()
+    assert VALUE[:9] not in held and VALUE[:9] not in decided
+    assert decided.startswith("ready\n[secret TOKEN]\nlater line")
+    assert path.read_text().endswith("x" * 200 + "\n")
+
+
+def test_without_values_to_cut_nothing_is_held(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 1 << 20, None)
+    log.feed(b"listening on 127.0.0.1:8000\n")
+    assert path.read_text() == "listening on 127.0.0.1:8000\n"
+    log.close()
 
 
 def test_a_value_split_across_a_long_stretch_of_output_is_cut(tmp_path: Path) -> None:
@@ -60,3 +86,24 @@ def test_past_the_head_a_marker_and_at_the_end_the_last_32_kib(tmp_path: Path) -
     assert marker and head == everything[:1000]
     tail = rest.partition(b"]\n")[2]
     assert tail == everything[-TAIL_BYTES:] and log.seen == len(everything)
+
+
+def test_pages_never_end_inside_a_value_the_reader_knows_and_the_writer_did_not(
+    tmp_path: Path,
+) -> None:
+    """A value stored after the log was written (so it is there whole) is cut from every
+    page, whatever the page size: no page ends inside it, so no two pages hold its halves."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 1 << 20, None)
+    log.feed(f"ab {VALUE} cd {VALUE}".encode())
+    log.close()
+    redactor = Redactor([("TOKEN", VALUE)])
+    for limit in (1, 5, 7, 15, 30):
+        pages, offset = [], 0
+        while offset < path.stat().st_size:
+            text, read, _ = read_page(path, offset, limit, redactor)
+            assert read > 0
+            pages.append(text)
+            offset += read
+        assert "".join(pages) == "ab [secret TOKEN] cd [secret TOKEN]", (limit, pages)
+        assert not any(VALUE[:4] in page or VALUE[-4:] in page for page in pages)

@@ -84,7 +84,10 @@ NOTES: dict[str, str] = {
     "git_writable": "Lets commands write the workspace's `.git/hooks` and `.git/config` "
     "(read-only by default: they would run later, outside any sandbox).",
     "cgroups": "False skips the per-command cgroup (falls back to RLIMIT_NPROC).",
-    "max_sandboxes_per_tenant": "One tenant's concurrent sandboxes on this instance.",
+    "max_sandboxes_per_tenant": (
+        "One tenant's concurrent sandboxes across every instance, its live background "
+        "tasks included."
+    ),
     "tenant_wait_s": "How long a call over the tenant's cap waits before it is refused.",
     "docker_memory_bytes": "A Docker sandbox's memory limit.",
     "docker_pids": "A Docker sandbox's process limit.",

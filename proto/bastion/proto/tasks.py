@@ -116,6 +116,9 @@ class TaskView(Message, frozen=True, kw_only=True, tag="sandbox.task_view"):
     error: str = ""
     stopped_by: StoppedBy | None = None
     output_bytes: int = 0
+    note: Text = ""
+    """What the answer means beyond the fields, when it needs saying (a `bg_stop` whose
+    task had not ended yet: it may still run)."""
 
 
 class TaskStarted(Message, frozen=True, kw_only=True, tag="sandbox.task_started"):
@@ -145,3 +148,6 @@ class TaskOutput(Message, frozen=True, kw_only=True, tag="sandbox.task_output"):
     next_offset: int
     eof: bool
     output_truncated: bool = False
+    note: Text = ""
+    """What the reader should know beyond the fields: that the last characters of a live
+    task's output may be held back until it writes more or ends."""

@@ -49,6 +49,8 @@ class Runner:
     records: CallRecords
     running: Running = field(default_factory=Running)
     """The calls running here, each cancelled by `calls.cancel` (`cancelling`)."""
+    ask_again_s: float = 0.0
+    """`BASTION_TASKS_ASK_S`: see `Call.ask_again_s`."""
 
     async def run(
         self,
@@ -121,7 +123,16 @@ class Runner:
         """The call's text, from the service its route names; a result from outside taints
         the session even when it failed, since what came back (an error page, a command's
         output) may carry the outside."""
-        call = Call(self.client, self.store, session, tool, call_id, self.timeout_s, stream)
+        call = Call(
+            self.client,
+            self.store,
+            session,
+            tool,
+            call_id,
+            self.timeout_s,
+            stream,
+            self.ask_again_s,
+        )
         with span("orchestrator.execute", tool=tool.name):
             try:
                 with self.running.scope(session.session_id, call_id) as running:

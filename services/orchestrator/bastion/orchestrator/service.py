@@ -78,6 +78,7 @@ async def orchestrator_service(
         caps=OpenCaps(store, settings.max_sessions_per_tenant, settings.max_sessions_per_token),
         records=records,
         search=bool(settings.search.strip()),
+        tasks_ask_s=settings.tasks_ask_s,
         parallel_reads=settings.session_parallel_reads,
     )
     await sessions.recover()

@@ -142,6 +142,7 @@ class Sessions:
         records: CallRecords,
         search: bool = False,
         parallel_reads: int = 8,
+        tasks_ask_s: float = 0.0,
     ) -> None:
         self._client = client
         self._search = search
@@ -171,6 +172,7 @@ class Sessions:
             hooks=hooks,
             records=records,
             running=self.running,
+            ask_again_s=tasks_ask_s,
         )
         self.nested = NestedCalls(
             client,

@@ -34,6 +34,13 @@ class OrchestratorSettings(BusSettings, frozen=True, kw_only=True):
     holding it, before another replica takes the session over."""
     turn_wait_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
     """`BASTION_TURN_WAIT_S`: how long a call waits for a turn another replica holds."""
+    tasks_ask_s: Annotated[float, msgspec.Meta(ge=0)] = 120.0
+    """`BASTION_TASKS_ASK_S`: how long `bg_run` and `bg_stop` keep asking the sandbox
+    service again, each time an answer does not come within `BASTION_REQUEST_TIMEOUT_S`:
+    a start is made once per call id (sent again, it is answered with the task the first
+    sending started), a stop joins the one under way. Past it the call is answered that
+    the task may have started, or may still run. Keep it above the sandbox's
+    `BASTION_TENANT_WAIT_S`, which a start may wait for a sandbox slot."""
     session_parallel_reads: Annotated[int, msgspec.Meta(ge=1)] = 8
     """`BASTION_SESSION_PARALLEL_READS`: how many of one session's reads (calls whose effect
     is `read` and that the policy lets run) each orchestrator replica runs at once; writes,

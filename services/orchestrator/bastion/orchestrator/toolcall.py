@@ -28,6 +28,9 @@ class Call:
     stream: bool = False
     """Its caller asked for its output as it comes (`ToolCall.stream`): `shell` has the
     sandbox publish it on the call's output subject."""
+    ask_again_s: float = 0.0
+    """How long a request that is safe to send again (a background task's start, made once
+    per call id, or its stop) is sent again when its answer does not come in time."""
 
     def whose(self) -> dict[str, Any]:
         """The session's id and tenant, as a request to a service names them."""

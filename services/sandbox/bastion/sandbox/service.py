@@ -287,11 +287,14 @@ class Sandboxes:
                     max_output_bytes=settings.tasks_max_output_bytes,
                     per_session=settings.tasks_max_per_session,
                     per_tenant=settings.tasks_max_per_tenant,
+                    stop_wait_s=settings.tasks_stop_wait_s,
+                    start_wait_s=settings.tenant_wait_s + settings.request_timeout_s,
                 ),
                 self._task_ended,
                 holders=Holders(client, settings.request_timeout_s, STOP_TAKES_S)
                 if client is not None
                 else None,
+                slots=slots,
             )
             if tasks is not None
             else None
@@ -444,7 +447,8 @@ class Sandboxes:
 
     async def task_start(self, request: TaskStart, _context: RequestContext) -> TaskStarted:
         """`bg_run`: start a command in the background in the session's warm sandbox, with a
-        command's limits and environment but a wall clock of its own."""
+        command's limits and environment but a wall clock of its own; once per call id (a
+        sending again is answered with the task the first one started)."""
         given = request.exec
         try:
             tasks = self._tasks()
@@ -464,6 +468,7 @@ class Sandboxes:
             started = await tasks.start(
                 session_id=given.session_id,
                 tenant=given.tenant,
+                call_id=given.call_id,
                 command=given.command,
                 label=request.label,
                 timeout_ms=tasks.timeout_ms(request.timeout_ms),

@@ -117,6 +117,11 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     tasks_max_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 16
     """`BASTION_TASKS_MAX_PER_TENANT`: live background tasks one tenant may have across its
     sessions and every sandbox replica."""
+    tasks_stop_wait_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 5.0
+    """`BASTION_TASKS_STOP_WAIT_S`: how long `bg_stop` waits for the task to end before it
+    answers the task as it is, saying it may still run; the stop goes on regardless
+    (SIGKILL 3 s after SIGTERM, then again each second until every process is gone). Keep
+    it under the orchestrator's `BASTION_REQUEST_TIMEOUT_S`."""
     redaction_refresh_s: Annotated[float, msgspec.Meta(ge=0)] = REFRESH_S
     """How long the vault's set of a tenant's values (cut from every reply) is used before
     the vault is asked again (`BASTION_REDACTION_REFRESH_S`)."""

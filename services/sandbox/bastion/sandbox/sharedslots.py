@@ -1,4 +1,6 @@
-"""A tenant's concurrent sandboxes counted across every sandbox replica, in NATS KV.
+"""A tenant's concurrent sandboxes counted across every sandbox replica, in NATS KV: each
+command's, program's or check's sandbox while it runs, and each background task while it
+lives (`bastion.sandbox.tasks.runner`), so the tenant's process trees are bounded by one cap.
 
 Each tenant has a record in `bastion_sandbox_slots` (key: the tenant's name in hex) listing
 the slots held now, each with when its lease ends (seconds since the epoch). A sandbox
@@ -219,8 +221,9 @@ class SharedSlots:
         if not taken and not await self._try_take(tenant, key, slot_id):
             raise TenantBusy(
                 f"tenant {tenant} has {await self._count(key)} sandboxes running, its cap, "
-                f"and none ended within {self._wait_s:g} s: retry later, or raise the cap "
-                "(BASTION_MAX_SANDBOXES_PER_TENANT)"
+                f"and none ended within {self._wait_s:g} s: retry later, stop a background "
+                "task no longer needed (each live one holds a sandbox: bg_list, bg_stop), or "
+                "raise the cap (BASTION_MAX_SANDBOXES_PER_TENANT)"
             )
         try:
             async with renewing(partial(self._renew, key, slot_id)):

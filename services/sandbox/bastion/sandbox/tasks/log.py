@@ -2,10 +2,12 @@
 (the command cannot rewrite it), redacted as it comes, read back by byte offsets.
 
 The log keeps the first `head_bytes` of the output, then one marker line, then, once the
-task has ended, the last `TAIL_BYTES` of what came after the head. Redaction holds across
-chunks: when there are values to cut, the last `_CARRY_CHARS` of what arrived are held back
-until more arrives, the task goes quiet for `QUIET_S` (`settle`) or ends, and the log is
-never cut inside a value's form.
+task has ended, the last `TAIL_BYTES` of what came after the head. Nothing reaches the file
+uncut: output goes through a `HeldCuts` (`bastion.shared.streamcuts`), which holds back
+what could be the start of a value's form until the next write or the task's end says
+whether it is one, however long the task pauses in between (a pause decides nothing). What
+is held lives in memory only: a service killed while it holds text loses it, and never
+writes it raw.
 """
 
 from __future__ import annotations
@@ -16,14 +18,11 @@ from pathlib import Path
 from typing import Final
 
 from bastion.shared.redaction import Redactor
+from bastion.shared.streamcuts import HeldCuts
 
-__all__ = ["QUIET_S", "TAIL_BYTES", "TaskLog", "read_log"]
+__all__ = ["TAIL_BYTES", "TaskLog", "read_log", "read_page"]
 
 TAIL_BYTES: Final = 32 * 1024
-_CARRY_CHARS: Final = 8192
-"""Held back from the log until more output comes: more than any form of a value spans."""
-QUIET_S: Final = 0.5
-"""A task printing nothing for this long has what was held back written (`settle`)."""
 
 
 class TaskLog:
@@ -32,9 +31,8 @@ class TaskLog:
     def __init__(self, path: Path, head_bytes: int, redactor: Redactor | None) -> None:
         self.path = path
         self._head_bytes = head_bytes
-        self._redactor = redactor
+        self._cuts = HeldCuts(redactor)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._carry = ""
         self._tail = bytearray()
         self.size = 0
         """Bytes in the file."""
@@ -44,41 +42,27 @@ class TaskLog:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
 
-    def feed(self, chunk: bytes) -> None:
-        """Take a chunk of output; what is safe to redact now goes to the log."""
-        self._carry += self._decoder.decode(chunk)
-        held = _CARRY_CHARS if self._redactor else 0
-        if len(self._carry) > held:
-            self._flush(len(self._carry) - held)
+    @property
+    def holds(self) -> int:
+        """The most characters of the output held back at a time (0: none, no values to
+        cut)."""
+        return self._cuts.hold
 
-    def settle(self) -> None:
-        """The task has gone quiet: what was held back, redacted, goes to the log."""
-        if self._carry:
-            self._flush(len(self._carry))
+    def feed(self, chunk: bytes) -> None:
+        """Take a chunk of output; what is decided goes to the log, values cut."""
+        self._keep(self._cuts.take(self._decoder.decode(chunk)).encode())
 
     def close(self) -> None:
         """The task ended: the rest of its output, then the tail past the head, written."""
-        self._carry += self._decoder.decode(b"", final=True)
-        self._flush(len(self._carry))
+        rest = self._cuts.take(self._decoder.decode(b"", final=True)) + self._cuts.end()
+        self._keep(rest.encode())
         if self.cut and self._tail:
             self._write(bytes(self._tail))
         os.close(self._fd)
 
-    def _flush(self, upto: int) -> None:
-        """Redact and keep the first `upto` characters held back (fewer when a form of a
-        value starts before that point and ends after it)."""
-        text = self._carry
-        if self._redactor:
-            for start, end, _ in self._redactor.spans(text):
-                if start < upto < end:
-                    upto = start
-            done = self._redactor.redact(text[:upto])
-        else:
-            done = text[:upto]
-        self._carry = text[upto:]
-        self._keep(done.encode())
-
     def _keep(self, data: bytes) -> None:
+        if not data:
+            return
         self.seen += len(data)
         room = self._head_bytes - self.size
         if not self.cut and len(data) <= room:
@@ -115,14 +99,65 @@ def read_log(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
             data = log.read(limit + 3)
     except FileNotFoundError:
         return b"", 0
+    return _whole_characters(data, limit), size
+
+
+def _whole_characters(data: bytes, limit: int) -> bytes:
+    """The first `limit` bytes of `data`, ending on a whole UTF-8 character (one character
+    more than `limit` when `limit` is less than the first one)."""
     if len(data) <= limit:
-        return data, size
+        return data
     cut = limit
     while cut > 0 and data[cut] & 0xC0 == 0x80:  # the byte after the cut goes on a character
         cut -= 1
     if cut == 0:
         cut = _length(data[0]) if data[0] >= 0xC0 else 1
-    return data[:cut], size
+    return data[:cut]
+
+
+def read_page(
+    path: Path, offset: int, limit: int, redactor: Redactor | None
+) -> tuple[str, int, int]:
+    """A page of the log from `offset`: its text with `redactor`'s values cut, how many
+    bytes of the file it covers, and the file's size.
+
+    The log was cut of the values known when it was written; `redactor` may know more (a
+    value leased or stored since). So the page never ends inside one of its forms: it ends
+    before the form, or, when the form starts the page, after it (a page then holds more
+    than `limit` bytes), so the next page does not start with the rest of a value."""
+    extra = 4 * HeldCuts(redactor).hold  # characters of at most 4 bytes
+    data, size = read_log(path, offset, limit + extra)
+    page = _whole_characters(data, limit)
+    text = data.decode(errors="replace")
+    if redactor is None or not redactor or len(page) == len(data) or text.encode() != data:
+        shown = page.decode(errors="replace")
+        return redactor.redact(shown) if redactor else shown, len(page), size
+    spans = redactor.spans(text)
+    cut = len(page.decode())
+    cut = _before(spans, cut) or _after(spans, cut)
+    return redactor.redact(text[:cut]), len(text[:cut].encode()), size
+
+
+def _before(spans: list[tuple[int, int, str]], cut: int) -> int:
+    """`cut` moved back to the start of each stretch it falls inside."""
+    moved = True
+    while moved:
+        moved = False
+        for start, end, _ in spans:
+            if start < cut < end:
+                cut, moved = start, True
+    return cut
+
+
+def _after(spans: list[tuple[int, int, str]], cut: int) -> int:
+    """`cut` moved on to the end of each stretch it falls inside."""
+    moved = True
+    while moved:
+        moved = False
+        for start, end, _ in spans:
+            if start < cut < end:
+                cut, moved = end, True
+    return cut
 
 
 def _length(lead: int) -> int:

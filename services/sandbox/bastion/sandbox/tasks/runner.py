@@ -21,8 +21,10 @@ from typing import Final
 import anyio
 import anyio.to_thread
 import msgspec
-from anyio.abc import TaskGroup
+import nats.errors
+from anyio.abc import TaskGroup, TaskStatus
 
+from bastion.proto.errors import ErrorReply
 from bastion.proto.tasks import (
     LIVE_STATUSES,
     StoppedBy,
@@ -36,10 +38,17 @@ from bastion.proto.tasks import (
     TaskView,
 )
 from bastion.proto.toolinput import BgOutputInput
+from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.tasks.holders import Holders
-from bastion.sandbox.tasks.log import QUIET_S, TaskLog, read_log
-from bastion.sandbox.tasks.store import TaskStore, new_task_id
-from bastion.shared.errors import BastionError, NoResponders, NotFound, Unavailable
+from bastion.sandbox.tasks.log import TaskLog, read_page
+from bastion.sandbox.tasks.store import TaskClaim, TaskStore, new_task_id
+from bastion.shared.errors import (
+    BastionError,
+    NoResponders,
+    NotFound,
+    RemoteError,
+    Unavailable,
+)
 from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing.task import SandboxTask
 
@@ -53,12 +62,26 @@ _DRAIN_S: Final = 5.0
 """How long the log is still read once every process of the task is gone."""
 STOP_TAKES_S: Final = STOP_GRACE_S + _DRAIN_S
 """The longest a stop takes: its grace, then the log drained."""
+KILL_AGAIN_S: Final = 1.0
+"""How often a stopped task's processes are killed again while one is left."""
+KILLS: Final = 600
+"""How many times they are killed at most (ten minutes): the stop gives up on a process
+the kernel keeps from dying (in uninterruptible sleep), and says so in the log."""
+_CLAIM_POLL_S: Final = 0.1
 
 Starter = Callable[[int], Awaitable[SandboxTask]]
 """Starts the task's command, both its streams written to the descriptor it is given."""
 Ended = Callable[[TaskRecord], Awaitable[None]]
 """Told of a task that ended on its own (succeeded, failed, its time ran out)."""
 
+
+_NOTE: Final = (
+    "The task runs in this session's sandbox (its network too: a server it starts is "
+    "reachable from later shell commands). Read its output with bg_output (offset 0, then "
+    "each answer's next_offset); stop it with bg_stop. A client of the MCP front door may be "
+    "told when it ends on its own (a log message naming it); do not count on it: check "
+    "bg_output (eof) or bg_list."
+)
 
 KEPT_ENDED: Final = 32
 """How many ended tasks a session keeps (records and logs) for `bg_list` and `bg_output`;
@@ -73,6 +96,12 @@ class TaskLimits:
     max_output_bytes: int = 2 * 1024 * 1024
     per_session: int = 4
     per_tenant: int = 16
+    stop_wait_s: float = 5.0
+    """How long `bg_stop` waits for the task to end before answering it as it is (the
+    stop goes on): `BASTION_TASKS_STOP_WAIT_S`."""
+    start_wait_s: float = 90.0
+    """How long a start sent again with its call id waits for its first sending's start
+    to finish, to answer with its task."""
 
 
 @dataclass
@@ -84,6 +113,10 @@ class _Running:
     exited: anyio.Event = field(default_factory=anyio.Event)
     settled: anyio.Event = field(default_factory=anyio.Event)
     """Set once its final record is written."""
+    stopping: bool = False
+    """A stop of it is under way (one at a time, whoever asked)."""
+    holds: int = 0
+    """The most characters of its output its log holds back at a time."""
 
 
 def _view(record: TaskRecord) -> TaskView:
@@ -123,6 +156,12 @@ def _ended(record: TaskRecord, status: int | None, seen: int) -> TaskRecord | No
     return None
 
 
+def _refusal(error: BastionError, redactor: Redactor | None) -> ErrorReply:
+    """`error` as a task's claim keeps it, with the session's values cut."""
+    message = redactor.redact(error.message) if redactor else error.message
+    return ErrorReply(code=error.code, message=message[:4096])
+
+
 def _gone(record: TaskRecord) -> TaskRecord | None:
     """The record of a live task whose replica is gone; None if it had ended already."""
     if record.status not in LIVE_STATUSES:
@@ -145,6 +184,7 @@ class Tasks:
         ended: Ended,
         *,
         holders: Holders | None = None,
+        slots: SharedSlots | None = None,
     ) -> None:
         self._store = store
         self._logs = state_dir / "tasks"
@@ -152,6 +192,7 @@ class Tasks:
         self.replica = secrets.token_hex(8)
         """This process's id among the sandbox replicas: fresh each start."""
         self._holders = holders
+        self._slots = slots
         self.limits = limits
         self._on_ended = ended
         self._running: dict[str, _Running] = {}
@@ -190,10 +231,15 @@ class Tasks:
         timeout_ms: int,
         redactor: Redactor | None,
         starter: Starter,
+        call_id: str = "",
     ) -> TaskStarted:
-        """Count, record and start a task, and follow it to its end.
+        """Hold one of the tenant's sandbox slots, count, record and start a task, and
+        follow it to its end. A start is made once per `call_id` (when given): sent again,
+        it is answered with the task its first sending started (waiting for that start to
+        finish), and one whose first sending failed is made anew.
 
         Raises:
+            TenantBusy: the tenant's sandboxes (commands and tasks) stayed at their cap.
             Unavailable: the session or the tenant has as many live tasks as it may, or
                 the service is stopping.
             SandboxFailed: the command could not be started (its record says `failed`).
@@ -211,48 +257,154 @@ class Tasks:
             timeout_ms=timeout_ms,
             started_at=time.time(),
         )
-        await self._forget_oldest(tenant, session_id)
-        log = TaskLog(self.log_path(record), self.limits.max_output_bytes, redactor)
+        while call_id:
+            claim = await self._store.claim(tenant, session_id, call_id, record.id)
+            if claim is None:
+                break
+            answered = await self._started_before(tenant, session_id, call_id, claim)
+            if answered is not None:
+                return answered
         try:
-            await self._store.admit(
-                record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
+            await self._forget_oldest(tenant, session_id)
+            started: TaskStarted = await self._group.start(
+                self._run, record, redactor, starter, call_id
             )
-        except BaseException:
-            log.close()
-            log.path.unlink(missing_ok=True)
+        except BastionError as error:
+            if call_id:
+                with anyio.CancelScope(shield=True):
+                    await self._settle_claim(record, call_id, _refusal(error, redactor))
             raise
-        read_end, write_end = os.pipe()
-        try:
-            handle = await starter(write_end)
         except BaseException:
-            os.close(read_end)
-            log.close()
-            with anyio.CancelScope(shield=True):
-                await self._store.change(
-                    record,
-                    lambda r: msgspec.structs.replace(
-                        r, status="failed", error="not_started", ended_at=time.time()
-                    ),
-                )
+            if call_id:
+                with anyio.CancelScope(shield=True):
+                    await self._settle_claim(record, call_id, None)
             raise
-        finally:
-            os.close(write_end)
-        running = _Running(record, handle)
-        self._running[record.id] = running
-        self._group.start_soon(self._follow, running, log, read_end)
+        return started
+
+    async def _started_before(
+        self, tenant: str, session_id: str, call_id: str, claim: TaskClaim
+    ) -> TaskStarted | None:
+        """The task an earlier sending of the call started, once it has started; None if
+        that start was cancelled, having started nothing (this sending starts it then).
+
+        Raises:
+            RemoteError: that start was refused (the same refusal).
+            Unavailable: it is still being started after `start_wait_s`.
+        """
+        found: TaskClaim | None = claim
+        with anyio.move_on_after(self.limits.start_wait_s):
+            while found is not None and not found.started and found.refused is None:
+                await anyio.sleep(_CLAIM_POLL_S)
+                found = await self._store.claimed(tenant, session_id, call_id)
+        if found is None:
+            return None
+        if found.refused is not None:
+            raise RemoteError(found.refused.code, found.refused.message)
+        if not found.started:
+            raise Unavailable(
+                f"this bg_run call (call id {call_id}) was sent before and its task is still "
+                "being started: send it again with the same call id to be answered with its "
+                "task, or look for it with bg_list"
+            )
+        record = await self._store.get(tenant, session_id, found.task_id)
         return TaskStarted(
             id=record.id,
             label=record.label,
-            status="running",
-            timeout_ms=timeout_ms,
+            status=record.status,
+            timeout_ms=record.timeout_ms,
             note=(
-                "The task runs in this session's sandbox (its network too: a server it "
-                "starts is reachable from later shell commands). Read its output with "
-                "bg_output (offset 0, then each answer's next_offset); stop it with bg_stop. "
-                "A client of the MCP front door may be told when it ends on its own (a log "
-                "message naming it); do not count on it: check bg_output (eof) or bg_list."
+                "This call was sent before and its first sending started this task (that "
+                "answer was lost on the way); it was not started again. " + _NOTE
             ),
         )
+
+    async def _settle_claim(
+        self, record: TaskRecord, call_id: str, refusal: ErrorReply | None
+    ) -> None:
+        """The call's start failed, having started nothing: its claim keeps the refusal a
+        sending of it again is answered with, or (cancelled, no refusal to give) goes, so a
+        sending again starts it."""
+        tenant, session_id = record.tenant, record.session_id
+        try:
+            if refusal is not None:
+                await self._store.refused(tenant, session_id, call_id, refusal)
+            else:
+                await self._store.unclaim(tenant, session_id, call_id)
+        except (BastionError, nats.errors.Error) as error:
+            logger.warning(
+                "a failed task start's claim was not settled: a sending again waits for it",
+                extra={"session": session_id, "error_type": type(error).__name__},
+            )
+
+    def _slot(self, tenant: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """One of the tenant's sandbox slots (`BASTION_MAX_SANDBOXES_PER_TENANT`), held while
+        the task lives: a task is a process tree with a command's limits, so it counts among
+        the tenant's sandboxes."""
+        return self._slots.slot(tenant) if self._slots is not None else contextlib.nullcontext()
+
+    async def _run(
+        self,
+        record: TaskRecord,
+        redactor: Redactor | None,
+        starter: Starter,
+        call_id: str,
+        *,
+        task_status: TaskStatus[TaskStarted],
+    ) -> None:
+        """Take a sandbox slot, count, record and start the task, answer it started, and
+        follow it to its end; the slot is given back once its processes are gone."""
+        async with self._slot(record.tenant):
+            log = TaskLog(self.log_path(record), self.limits.max_output_bytes, redactor)
+            try:
+                await self._store.admit(
+                    record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
+                )
+            except BaseException:
+                log.close()
+                log.path.unlink(missing_ok=True)
+                raise
+            read_end, write_end = os.pipe()
+            try:
+                handle = await starter(write_end)
+            except BaseException:
+                os.close(read_end)
+                log.close()
+                with anyio.CancelScope(shield=True):
+                    await self._store.change(
+                        record,
+                        lambda r: msgspec.structs.replace(
+                            r, status="failed", error="not_started", ended_at=time.time()
+                        ),
+                    )
+                raise
+            finally:
+                os.close(write_end)
+            running = _Running(record, handle, holds=log.holds)
+            self._running[record.id] = running
+            if call_id:
+                with anyio.CancelScope(shield=True):  # the task runs: follow it whatever
+                    await self._claim_started(record, call_id)
+            task_status.started(
+                TaskStarted(
+                    id=record.id,
+                    label=record.label,
+                    status="running",
+                    timeout_ms=record.timeout_ms,
+                    note=_NOTE,
+                )
+            )
+            await self._follow(running, log, read_end)
+
+    async def _claim_started(self, record: TaskRecord, call_id: str) -> None:
+        """Say on the call's claim that its task started; a failure is logged, never
+        raised: the task runs, so its start must be answered, not made again."""
+        try:
+            await self._store.started(record.tenant, record.session_id, call_id)
+        except (BastionError, nats.errors.Error) as error:
+            logger.warning(
+                "a started task's claim was not marked started: its call sent again waits",
+                extra={"session": record.session_id, "error_type": type(error).__name__},
+            )
 
     async def _follow(self, running: _Running, log: TaskLog, read_end: int) -> None:
         """Log the task's output, stop it when its time runs out, and record its end."""
@@ -281,28 +433,54 @@ class Tasks:
 
     async def _clock(self, running: _Running) -> None:
         await anyio.sleep(running.record.timeout_ms / 1000)
-        await self._stop(running, "timeout")
+        self._begin_stop(running, "timeout")
+
+    def _begin_stop(self, running: _Running, origin: StoppedBy) -> None:
+        """Stop the task in the tasks' own group, once: whoever asked for it may give up
+        waiting, the stop goes on until every process of it is gone."""
+        if running.stopping or self._group is None:
+            return
+        running.stopping = True
+        self._group.start_soon(self._stop, running, origin)
 
     async def _stop(self, running: _Running, origin: StoppedBy) -> None:
         """Mark the task `stopping` (if it still runs), SIGTERM its process group, and
-        SIGKILL every process of it `STOP_GRACE_S` later if it has not ended."""
+        SIGKILL every process of it `STOP_GRACE_S` later, then again every `KILL_AGAIN_S`
+        while it has not ended (`KILLS` times at most). A record that cannot be marked does
+        not keep the task from being stopped."""
 
         def stopping(record: TaskRecord) -> TaskRecord | None:
             if record.status != "running":
                 return None
             return msgspec.structs.replace(record, status="stopping", stopped_by=origin)
 
-        await self._store.change(running.record, stopping)
+        if running.exited.is_set():
+            return
+        try:
+            await self._store.change(running.record, stopping)
+        except (BastionError, nats.errors.Error) as error:
+            logger.warning(
+                "a stopped task's record was not marked stopping: it is stopped all the same",
+                extra={"session": running.record.session_id, "error_type": type(error).__name__},
+            )
         running.handle.terminate()
         with anyio.move_on_after(STOP_GRACE_S):
             await running.exited.wait()
-        if not running.exited.is_set():
+        for _ in range(KILLS):
+            if running.exited.is_set():
+                return
             running.handle.kill()
+            with anyio.move_on_after(KILL_AGAIN_S):
+                await running.exited.wait()
+        logger.error(
+            "a stopped task's processes did not die after %d kills",
+            KILLS,
+            extra={"session": running.record.session_id},
+        )
 
     async def _stop_all(self, tasks: list[_Running], origin: StoppedBy) -> None:
-        async with anyio.create_task_group() as group:
-            for running in tasks:
-                group.start_soon(self._stop, running, origin)
+        for running in tasks:
+            self._begin_stop(running, origin)
         for running in tasks:
             await running.settled.wait()
 
@@ -327,12 +505,26 @@ class Tasks:
         return _view(await self._store.get(request.tenant, request.session_id, record.id))
 
     async def stop_here(self, request: TaskStop) -> TaskView:
-        """`bg_stop` of a task this replica runs (or one that has ended)."""
+        """`bg_stop` of a task this replica runs (or one that has ended): the task once it
+        ended, or, when it has not within `stop_wait_s`, as it is then, saying it may still
+        run and that the stop goes on."""
         record = await self._store.get(request.tenant, request.session_id, request.input.id)
         running = self._running.get(record.id)
         if running is not None and running.record.session_id == request.session_id:
-            await self._stop(running, "model")
-            await running.settled.wait()
+            self._begin_stop(running, "model")
+            with anyio.move_on_after(self.limits.stop_wait_s):
+                await running.settled.wait()
+            if not running.settled.is_set():
+                now = await self._store.get(request.tenant, request.session_id, record.id)
+                return msgspec.structs.replace(
+                    _view(now),
+                    note=(
+                        f"the task has not ended within {self.limits.stop_wait_s:g} s of being "
+                        "stopped and may still run: the sandbox service goes on stopping it "
+                        "(SIGKILL to every process of it until none is left); bg_list shows "
+                        "it cancelled once it has ended"
+                    ),
+                )
         elif record.status in LIVE_STATUSES:
             raise Unavailable(
                 f"task {record.id} is run by another sandbox service instance, which this "
@@ -417,24 +609,31 @@ class Tasks:
 
     async def read_here(self, request: TaskRead, redactor: Redactor | None) -> TaskOutput:
         """`bg_output` from this replica's log: from the asked offset, at most the asked
-        limit."""
+        limit (more only to end after a value's form that starts there, `read_page`)."""
         given = request.input
         record = await self._store.get(request.tenant, request.session_id, given.id)
         ended = record.status not in LIVE_STATUSES
-        data, size = await anyio.to_thread.run_sync(
-            read_log, self.log_path(record), given.offset, given.limit
+        text, read, size = await anyio.to_thread.run_sync(
+            read_page, self.log_path(record), given.offset, given.limit, redactor
         )
-        start = min(given.offset, size)
-        text = data.decode(errors="replace")
-        next_offset = start + len(data)
+        next_offset = min(given.offset, size) + read
+        running = self._running.get(record.id)
+        held = running.holds if running is not None and next_offset >= size else 0
         return TaskOutput(
             id=record.id,
             status=record.status,
             exit_code=record.exit_code,
-            text=redactor.redact(text) if redactor else text,
+            text=text,
             next_offset=next_offset,
             eof=ended and next_offset >= size,
             output_truncated=size > self.limits.max_output_bytes,
+            note=(
+                f"up to the last {held} characters the task printed may be held back until it "
+                "prints more or ends (they could begin a secret's value, which is never shown "
+                "or kept uncut): read again then"
+                if held and not ended
+                else ""
+            ),
         )
 
     async def mark_lost(self) -> int:
@@ -472,11 +671,7 @@ async def _drain(fd: int, log: TaskLog) -> None:
     """Feed `log` from the pipe `fd` until every writer has closed it."""
     os.set_blocking(fd, False)
     while True:
-        with anyio.move_on_after(QUIET_S) as quiet:
-            await anyio.wait_readable(fd)
-        if quiet.cancelled_caught:
-            log.settle()
-            continue
+        await anyio.wait_readable(fd)
         try:
             chunk = os.read(fd, 65536)
         except BlockingIOError:

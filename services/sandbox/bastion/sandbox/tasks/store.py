@@ -1,9 +1,12 @@
 """The tasks bucket: each background task's record, each change of its state a
 compare-and-set (a terminal state is never left, and a stop racing the task's exit ends in
-exactly one state), and each tenant's live tasks, counted across every sandbox replica."""
+exactly one state), each tenant's live tasks, counted across every sandbox replica, and
+each `bg_run` call's claim on the task it starts, so a start asked again with its call id
+is answered with that task instead of starting another."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -11,12 +14,13 @@ from typing import Final
 
 import msgspec
 
+from bastion.proto.errors import ErrorReply
 from bastion.proto.tasks import LIVE_STATUSES, TaskRecord
 from bastion.shared.bus import Client
 from bastion.shared.errors import NotFound, Unavailable
-from bastion.shared.kv import TypedBucket
+from bastion.shared.kv import AlreadyStored, TypedBucket
 
-__all__ = ["LiveTasks", "TaskStore", "new_task_id"]
+__all__ = ["LiveTasks", "TaskClaim", "TaskStore", "new_task_id"]
 
 _CROCKFORD: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -31,6 +35,16 @@ class LiveTasks(msgspec.Struct, frozen=True, kw_only=True):
     """A tenant's live tasks: each id with its session's."""
 
     tasks: dict[str, str] = {}
+
+
+class TaskClaim(msgspec.Struct, frozen=True, kw_only=True):
+    """The task a `bg_run` call starts (its id, made before it is started), and whether it
+    has started, or the error its start was refused with (nothing ran): its start is made
+    once per call id, and every sending of it is answered alike."""
+
+    task_id: str
+    started: bool = False
+    refused: ErrorReply | None = None
 
 
 def _hex(text: str) -> str:
@@ -48,6 +62,7 @@ class TaskStore:
     def __init__(self, records: TypedBucket[TaskRecord]) -> None:
         self._records = records
         self._live = records.holding(LiveTasks)
+        self._claims = records.holding(TaskClaim)
 
     @classmethod
     async def open(cls, client: Client, bucket: str) -> TaskStore:
@@ -87,6 +102,61 @@ class TaskStore:
 
         await self._live.update(f"live.{_hex(record.tenant)}", counted, attempts=20)
         await self._records.create(self.key(record.tenant, record.session_id, record.id), record)
+
+    @staticmethod
+    def _claim_key(tenant: str, session_id: str, call_id: str) -> str:
+        digest = hashlib.sha256(call_id.encode()).hexdigest()[:40]
+        return f"call.{_hex(tenant)}.{session_id}.{digest}"
+
+    async def claim(
+        self, tenant: str, session_id: str, call_id: str, task_id: str
+    ) -> TaskClaim | None:
+        """Claim the start of `task_id` for the call `call_id` of the session: None when
+        this one made the claim (start it), else the claim an earlier sending made."""
+        key = self._claim_key(tenant, session_id, call_id)
+        for _ in range(5):
+            try:
+                await self._claims.create(key, TaskClaim(task_id=task_id))
+            except AlreadyStored:
+                found = await self._claims.find(key)
+                if found is not None:
+                    return found.value
+                continue  # the earlier sending's start failed meanwhile: claim it again
+            return None
+        raise Unavailable(
+            f"the start of this call's background task (call id {call_id}) kept changing: "
+            "call bg_run again"
+        )
+
+    async def claimed(self, tenant: str, session_id: str, call_id: str) -> TaskClaim | None:
+        """The claim the call `call_id` of the session holds, or None."""
+        found = await self._claims.find(self._claim_key(tenant, session_id, call_id))
+        return found.value if found is not None else None
+
+    async def started(self, tenant: str, session_id: str, call_id: str) -> None:
+        """The call's task has started: a sending of it again is answered with it."""
+        key = self._claim_key(tenant, session_id, call_id)
+        await self._claims.update(
+            key,
+            lambda claim: None if claim is None else TaskClaim(task_id=claim.task_id, started=True),
+        )
+
+    async def refused(
+        self, tenant: str, session_id: str, call_id: str, refusal: ErrorReply
+    ) -> None:
+        """The call's start was refused, having started nothing: a sending of it again is
+        answered with the same refusal."""
+        key = self._claim_key(tenant, session_id, call_id)
+        await self._claims.update(
+            key,
+            lambda claim: (
+                None if claim is None else TaskClaim(task_id=claim.task_id, refused=refusal)
+            ),
+        )
+
+    async def unclaim(self, tenant: str, session_id: str, call_id: str) -> None:
+        """The call's start failed, having started nothing: a sending of it again starts it."""
+        await self._claims.delete(self._claim_key(tenant, session_id, call_id))
 
     async def _let_go(self, record: TaskRecord) -> None:
         """No longer count `record` among its tenant's live tasks."""

@@ -1,0 +1,285 @@
+"""What an agent could try against the bounds and answers of background tasks: run more
+process trees than its tenant's sandbox cap by starting tasks, get a secret past the task
+log's cuts by pausing in the middle of it, and be told a task did not start when it did,
+or was stopped when it still runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
+from bastion.proto.errors import ErrorReply
+from bastion.proto.tools import ToolOutput
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
+from bastion.shared.bus import Client
+from bastion.shared.errors import BastionError
+from bastion.shared.settings import BusSettings
+from bastion.vault.service import vault_service
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.owners import owned
+from tests.helpers.session import call, open_session
+from tests.helpers.vault import add, key_file, vault_settings
+
+
+async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
+    """A call's answer, decoded from the JSON the model is shown."""
+    result = await call(client, session_id, name, **given)
+    assert isinstance(result, ToolOutput), result
+    return json.loads(result.text)
+
+
+def processes_with(word: str) -> list[int]:
+    """Pids of this machine whose command line holds `word`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if word.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture
+def plane_with(
+    run_service: ServiceRunner, bus_settings: BusSettings, sandbox_state_dir: Path, tmp_path: Path
+) -> Any:
+    """`async with plane_with(sandbox={...}, orchestrator={...})`: vault, sandbox,
+    orchestrator and policy on the test's NATS, the sandbox and orchestrator with these
+    settings."""
+
+    @asynccontextmanager
+    async def running(
+        sandbox: dict[str, Any] | None = None, orchestrator: dict[str, Any] | None = None
+    ) -> AsyncIterator[None]:
+        url = bus_settings.nats_url
+        async with (
+            run_service(vault_service, vault_settings(url, key_file(tmp_path / "vault"))),
+            run_service(
+                sandbox_service,
+                SandboxSettings(nats_url=url, state_dir=str(sandbox_state_dir), **(sandbox or {})),
+            ),
+            run_service(
+                orchestrator_service, OrchestratorSettings(nats_url=url, **(orchestrator or {}))
+            ),
+            run_service(policy_service, PolicySettings),
+        ):
+            yield
+
+    return running
+
+
+async def test_background_tasks_count_among_the_tenants_sandboxes(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """Each live task is a process tree with a command's limits: with the tenant's cap of
+    two sandboxes held by two tasks, neither a command nor a third task runs beside them,
+    and stopping one lets a command run."""
+    async with plane_with(sandbox={"max_sandboxes_per_tenant": 2, "tenant_wait_s": 0}):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        first = await tool(client, sid, "bg_run", command="sleep 341")
+        await tool(client, sid, "bg_run", command="sleep 342")
+        command = await call(client, sid, "shell", command="echo ran")
+        third = await call(client, sid, "bg_run", command="sleep 343")
+        await tool(client, sid, "bg_stop", id=first["id"])
+        after = await call(client, sid, "shell", command="echo ran")
+        listed = await tool(client, sid, "bg_list")
+    for refused in (command, third):
+        assert isinstance(refused, ErrorReply) and refused.code == "unavailable", refused
+        assert "2 sandboxes running, its cap" in refused.message
+        assert "bg_stop" in refused.message
+    assert isinstance(after, ToolOutput) and "ran" in after.text
+    assert sorted(t["status"] for t in listed["tasks"]) == ["cancelled", "running"]
+
+
+VALUE = "Zq8-task-log-secret-4471"
+
+
+async def test_a_value_split_by_a_pause_in_a_tasks_output_is_cut_on_disk_and_in_every_page(
+    client: Client, plane_with: Any, workspace: Path, sandbox_state_dir: Path
+) -> None:
+    """A task prints a value's first 9 characters, pauses, then the rest: the log must not
+    decide the first half by the pause, so neither the file under the state dir nor any
+    page of `bg_output` (read in small pages) holds the value, nor its halves side by side."""
+    (workspace / "s.txt").write_text(VALUE)
+    owned(workspace)
+    async with plane_with():
+        await add(client, "TOKEN", VALUE.encode())
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(
+            client, sid, "bg_run", command="head -c 9 s.txt; sleep 1.5; tail -c +10 s.txt"
+        )
+        pages, offset = [], 0
+        while True:
+            got = await tool(client, sid, "bg_output", id=started["id"], offset=offset, limit=15)
+            pages.append(got["text"])
+            offset = got["next_offset"]
+            if got["eof"]:
+                break
+            if not got["text"]:
+                await anyio.sleep(0.05)
+    on_disk = [p.read_text() for p in (sandbox_state_dir / "tasks").rglob("*.log")]
+    shown = "".join(pages)
+    assert on_disk == ["[secret TOKEN]"], on_disk
+    assert shown == "[secret TOKEN]", pages
+    assert VALUE[:9] not in shown and VALUE[9:] not in shown
+
+
+async def test_a_reader_of_a_quiet_task_sees_its_held_text_only_once_decided_and_cut(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """A task prints a line and then the first half of a value, and goes quiet: a reader
+    meanwhile is told text may be held back and is never shown the half; once the task
+    ends, what was held is there, the value's half with it, cut of nothing it does not
+    form."""
+    async with plane_with():
+        await add(client, "TOKEN", VALUE.encode())
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(
+            client, sid, "bg_run", command=f"echo ready; printf %s {VALUE[:9]}; sleep 371"
+        )
+        while not processes_with("sleep 371"):  # noqa: ASYNC110 (a process, not an event)
+            await anyio.sleep(0.05)
+        while True:  # until something is shown, or the reader is told it is held back
+            meanwhile = await tool(client, sid, "bg_output", id=started["id"])
+            if meanwhile["text"] or meanwhile.get("note"):
+                break
+            await anyio.sleep(0.05)
+        await tool(client, sid, "bg_stop", id=started["id"])
+        after = await tool(client, sid, "bg_output", id=started["id"])
+    assert VALUE[:9] not in meanwhile["text"]
+    assert "held back" in meanwhile["note"]
+    assert after["eof"] and after["text"].startswith(f"ready\n{VALUE[:9]}")
+    assert "note" not in after
+
+
+async def test_what_a_killed_sandbox_service_held_of_a_value_never_reaches_the_disk(
+    client: Client,
+    run_service: ServiceRunner,
+    bus_settings: BusSettings,
+    workspace: Path,
+    sandbox_state_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """The service dies (kill -9) while its task's log holds a value's first half: what it
+    held is lost, not written raw, and the service started again marks the task lost
+    without writing it either."""
+    url = bus_settings.nats_url
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BASTION_")}
+    env |= {"BASTION_NATS_URL": url, "BASTION_STATE_DIR": str(sandbox_state_dir)}
+    async with (
+        run_service(vault_service, vault_settings(url, key_file(tmp_path / "vault"))),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=url)),
+        run_service(policy_service, PolicySettings),
+    ):
+        await add(client, "TOKEN", VALUE.encode())
+        service = subprocess.Popen([sys.executable, "-m", "bastion.sandbox"], env=env)  # noqa: ASYNC220
+        try:
+            while True:
+                try:
+                    session = await open_session(
+                        client, workspace=str(workspace), shell=True, autonomy="L3"
+                    )
+                    break
+                except BastionError:  # the sandbox service is not up yet
+                    await anyio.sleep(0.2)
+            sid = session.session_id
+            started = await tool(client, sid, "bg_run", command=f"printf %s {VALUE[:9]}; sleep 372")
+            while True:  # until something is shown, or the reader is told it is held back
+                got = await tool(client, sid, "bg_output", id=started["id"])
+                if got["text"] or got.get("note"):
+                    break
+                await anyio.sleep(0.05)
+        finally:
+            service.send_signal(signal.SIGKILL)
+            service.wait()
+        settings = SandboxSettings(nats_url=url, state_dir=str(sandbox_state_dir))
+        async with run_service(sandbox_service, settings):  # its sweep ends what was left
+            listed = await tool(client, sid, "bg_list")
+    logs = [p.read_text() for p in (sandbox_state_dir / "tasks").rglob("*.log")]
+    assert VALUE[:9] not in got["text"]
+    assert logs == [""]
+    assert [t["status"] for t in listed["tasks"]] == ["lost"]
+    assert processes_with("sleep 372") == []
+
+
+async def test_a_bg_run_answered_late_is_answered_with_the_task_it_started_once(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """The tenant's one sandbox is held by a task for a while, so the next `bg_run` waits
+    for it past the orchestrator's deadline for the sandbox's answer: that call must not be
+    answered "uncertain" while its task starts anyway; asked again with its call id, the
+    sandbox answers with the task it started, and starts no second one."""
+    async with plane_with(
+        sandbox={"max_sandboxes_per_tenant": 1}, orchestrator={"request_timeout_s": 2.5}
+    ):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        await tool(client, sid, "bg_run", command="sleep 6")
+        late = await call(client, sid, "bg_run", command="sleep 352")
+        listed = await tool(client, sid, "bg_list")
+    assert isinstance(late, ToolOutput), late
+    started = json.loads(late.text)
+    assert [t["command"] for t in listed["tasks"]] == ["sleep 352", "sleep 6"]
+    assert listed["tasks"][0]["id"] == started["id"]
+
+
+async def test_a_bg_stop_answered_late_says_what_happened_and_the_task_ends(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """A task that ignores SIGTERM takes its 3 s grace to stop, past the orchestrator's
+    deadline: the stop is asked again, joins the one under way, and is answered with the
+    task cancelled, its processes gone, rather than "uncertain"."""
+    async with plane_with(orchestrator={"request_timeout_s": 2.0}):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(client, sid, "bg_run", command="trap '' TERM; sleep 353")
+        while not processes_with("sleep 353"):  # noqa: ASYNC110 (a process, not an event)
+            await anyio.sleep(0.05)
+        stopped = await call(client, sid, "bg_stop", id=started["id"])
+        left = processes_with("sleep 353")
+    assert isinstance(stopped, ToolOutput), stopped
+    assert json.loads(stopped.text)["status"] == "cancelled"
+    assert left == []
+
+
+async def test_a_stop_that_does_not_end_the_task_in_time_says_it_may_run_and_goes_on(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """`bg_stop` answers before the task has ended: it says the task may still run, and
+    the stop goes on without anyone waiting on it until every process of it is gone."""
+    async with plane_with(sandbox={"tasks_stop_wait_s": 0.5}):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(client, sid, "bg_run", command="trap '' TERM; sleep 354")
+        while not processes_with("sleep 354"):  # noqa: ASYNC110 (a process, not an event)
+            await anyio.sleep(0.05)
+        stopped = await tool(client, sid, "bg_stop", id=started["id"])
+        while processes_with("sleep 354"):  # noqa: ASYNC110 (a process, not an event)
+            await anyio.sleep(0.1)
+        while True:
+            ended = (await tool(client, sid, "bg_list"))["tasks"][0]
+            if ended["status"] != "stopping":
+                break
+            await anyio.sleep(0.1)
+    assert stopped["status"] == "stopping" and "may still run" in stopped["note"], stopped
+    assert ended["status"] == "cancelled" and ended["stopped_by"] == "model"
