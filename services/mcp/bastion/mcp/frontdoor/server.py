@@ -18,6 +18,7 @@ from bastion.mcp.frontdoor.guard import McpGuard
 from bastion.mcp.frontdoor.httpsettings import FrontDoor
 from bastion.mcp.frontdoor.inflight import InFlight
 from bastion.mcp.frontdoor.manager import DoorManager
+from bastion.mcp.frontdoor.opening import Opening
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.resources import ResourceHandlers
 from bastion.mcp.frontdoor.taskends import NoticeTimes, TaskNotices
@@ -89,10 +90,13 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
         max_request_bytes=door.mcp_max_request_bytes,
     )
     return McpEndpoint(
-        # the agent known first, then the body bounded, then its request ids held while it runs
+        # the agent known first, then the body bounded, then an initialize cut to what is
+        # kept, then a request's id held while it runs
         app=McpGuard(
             BodyLimit(
-                InFlight(manager.handle_request), door.mcp_max_request_bytes, door.mcp_body_read_s
+                Opening(InFlight(manager.handle_request)),
+                door.mcp_max_request_bytes,
+                door.mcp_body_read_s,
             ),
             door,
             tokens,

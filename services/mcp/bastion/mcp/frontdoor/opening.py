@@ -1,0 +1,169 @@
+"""A client's `initialize`, cut to what Bastion keeps of it before the SDK reads it.
+
+The SDK keeps an `initialize`'s params on the session's connection for as long as the
+session lives, and the front door stores them in the session's KV record, so any replica
+can adopt it. Taken whole, a client could make each session that only initializes keep
+megabytes (a 3.9 MB `capabilities.experimental` of a million empty objects is a million
+Python objects). This ASGI wrapper, in front of the SDK's session manager and behind the
+body limit, reads a POST that opens no session (no `Mcp-Session-Id`) with msgspec: the
+envelope's `method`, `id` and `params` left unparsed, then, for an `initialize`, its
+params into bounded structs that keep only what is used — the protocol version, the
+capabilities Bastion or the SDK reads (`elicitation`'s modes, `sampling`'s, `roots`'
+`listChanged`), the client's name, title and version, each cut to `NAME_CHARS` — skipping
+the rest without making objects of it. The SDK is handed a new body with those params.
+A body that is not one JSON-RPC message, or an `initialize` whose params have not the
+shape MCP gives them, is answered 400 before the SDK reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from bastion.mcp.frontdoor.bodies import read_body, replaying
+from bastion.mcp.frontdoor.bodylimit import id_at_start
+from bastion.mcp.frontdoor.guard import jsonrpc_refusal
+from bastion.proto import errors as codes
+
+__all__ = ["NAME_CHARS", "Opening", "kept_initialize"]
+
+NAME_CHARS: Final = 256
+"""The most characters kept of a client's name, title, version and protocol version."""
+
+
+class _Mode(msgspec.Struct, omit_defaults=True):
+    """A capability's sub-capability whose presence is what counts (`elicitation.form`,
+    `sampling.tools`): whatever it holds is skipped."""
+
+
+class _Elicitation(msgspec.Struct, omit_defaults=True):
+    form: _Mode | None = None
+    url: _Mode | None = None
+
+
+class _Sampling(msgspec.Struct, omit_defaults=True):
+    context: _Mode | None = None
+    tools: _Mode | None = None
+
+
+class _Roots(msgspec.Struct, omit_defaults=True, rename="camel"):
+    list_changed: bool | None = None
+
+
+class _Capabilities(msgspec.Struct, omit_defaults=True):
+    elicitation: _Elicitation | None = None
+    sampling: _Sampling | None = None
+    roots: _Roots | None = None
+
+
+class _ClientInfo(msgspec.Struct, omit_defaults=True):
+    name: str | None = None
+    title: str | None = None
+    version: str | None = None
+
+
+class _Params(msgspec.Struct, omit_defaults=True, rename="camel"):
+    protocol_version: str | None = None
+    capabilities: _Capabilities | None = None
+    client_info: _ClientInfo | None = None
+
+
+class _Envelope(msgspec.Struct):
+    """One JSON-RPC message: its method, and its id and params left unparsed."""
+
+    method: str | None = None
+    id: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    params: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+class _Initialize(msgspec.Struct, omit_defaults=True):
+    """The `initialize` handed to the SDK."""
+
+    jsonrpc: str
+    id: msgspec.Raw
+    method: str
+    params: _Params
+
+
+class Unreadable(Exception):
+    """A body that is not one JSON-RPC message, or an `initialize` of another shape."""
+
+
+def _cut(text: str | None) -> str | None:
+    return None if text is None else text[:NAME_CHARS]
+
+
+def _kept(params: _Params) -> _Params:
+    info = params.client_info
+    return _Params(
+        protocol_version=_cut(params.protocol_version),
+        capabilities=params.capabilities,
+        client_info=None
+        if info is None
+        else _ClientInfo(name=_cut(info.name), title=_cut(info.title), version=_cut(info.version)),
+    )
+
+
+def kept_initialize(body: bytes) -> bytes | None:
+    """The body the SDK is handed for a POST opening no session: an `initialize` with only
+    the params Bastion keeps; None for any other message (passed on as it came).
+
+    Raises:
+        Unreadable: `body` is not one JSON-RPC message in standard JSON, or it is an
+            `initialize` whose params are not an object of MCP's shape.
+    """
+    try:
+        message = msgspec.json.decode(body, type=_Envelope)
+        if message.method != "initialize":
+            return None
+        params = msgspec.json.decode(message.params or b"{}", type=_Params)
+    except (msgspec.DecodeError, RecursionError) as error:  # a ValidationError is one too
+        raise Unreadable(str(error)[:200]) from None
+    kept = _Initialize(
+        jsonrpc="2.0",
+        id=message.id or msgspec.Raw(b"null"),
+        method="initialize",
+        params=_kept(params),
+    )
+    return msgspec.json.encode(kept)
+
+
+class Opening:
+    """The ASGI wrapper: a POST that opens no session reaches the SDK with an `initialize`
+    cut to what is kept."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or Headers(scope=scope).get(MCP_SESSION_ID_HEADER) is not None
+        ):
+            await self._app(scope, receive, send)
+            return
+        body = await read_body(receive)
+        if body is None:
+            return
+        try:
+            kept = kept_initialize(body)
+        except Unreadable as error:
+            refusal = jsonrpc_refusal(
+                400,
+                codes.BAD_REQUEST,
+                "the request is not one JSON-RPC message in standard JSON, or its initialize "
+                "params are not an object with protocolVersion, capabilities and clientInfo "
+                f"as MCP gives them ({error}): send one request per POST, as the MCP "
+                "specification writes it",
+                id_at_start(body[:4096]),
+            )
+            await refusal(scope, receive, send)
+            return
+        if kept is not None:
+            body = kept  # the client's own body is not held while the SDK serves it
+        await self._app(scope, replaying(body, receive), send)
