@@ -71,7 +71,7 @@ async def test_an_initialize_keeps_only_what_bastion_reads_of_its_params(
         )
         assert opened.status_code == 200, opened.text[:500]
         with anyio.fail_after(30):  # written once the answer is sent
-            while (record := await records.get(opened.headers["mcp-session-id"])) is None:  # noqa: ASYNC110 (a KV key)
+            while (record := await records.get(opened.headers["mcp-session-id"])) is None:  # noqa: ASYNC110 (a KV key, no event)
                 await anyio.sleep(0.05)
     kept = msgspec.json.decode(record.client_params_json)
     assert kept == {
@@ -106,3 +106,29 @@ async def test_an_initialize_whose_params_have_another_shape_is_refused_before_t
     assert refused.json()["id"] == 7
     assert "capabilities" in refused.json()["error"]["message"]
     assert fine.status_code == 200
+
+
+async def test_one_token_cannot_open_more_sessions_than_its_cap_across_replicas(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    async with (
+        plane_of(),
+        door_of() as first,
+        door_of() as second,
+        httpx2.AsyncClient(timeout=60) as http,
+    ):
+        token = await new_token(client, workspace, autonomy="L2")
+        given = {"Authorization": f"Bearer {token}", "Accept": ACCEPT}
+        small = huge_initialize(objects=1)
+        answers = [
+            await http.post(
+                f"{url}/mcp", content=small, headers=given | {"Content-Type": "application/json"}
+            )
+            for url in [first, second] * 17
+        ]
+    assert [a.status_code for a in answers] == [200] * 32 + [429, 429]
+    refusal = answers[-1].json()
+    assert refusal["id"] == 1
+    assert refusal["error"]["data"] == {"code": "quota_exceeded"}
+    assert "32 MCP sessions open or opening" in refusal["error"]["message"]
+    assert "DELETE" in refusal["error"]["message"]
