@@ -117,8 +117,9 @@ class TokenRevoked(Message, frozen=True, kw_only=True, tag="frontdoor.token_revo
 class McpSessionRecord(Message, frozen=True, kw_only=True, tag="frontdoor.mcp_session"):
     """One session-based MCP session, as every front door replica finds it in KV.
 
-    `client_params_json` is the client's `initialize` params (JSON), so a replica that did
-    not see the handshake can serve the session as initialized. `bastion_session_id` is
+    `client_params_json` is what the front door keeps of the client's `initialize` params
+    (JSON, bounded: `bastion.mcp.frontdoor.opening`), so a replica that did not see the
+    handshake can serve the session as initialized. `bastion_session_id` is
     empty until the session's first request that needs it; `owner` names the replica that
     last served it, the only one whose idle timer may end it.
     """

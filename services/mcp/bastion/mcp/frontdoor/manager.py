@@ -39,6 +39,7 @@ from bastion.mcp.frontdoor.bodies import read_body, replaying
 from bastion.mcp.frontdoor.bodylimit import id_at_start
 from bastion.mcp.frontdoor.guard import agent_of, jsonrpc_refusal
 from bastion.mcp.frontdoor.httperrors import status_of
+from bastion.mcp.frontdoor.opening import Unreadable, kept_params
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.slots import SessionSlots
 from bastion.proto.frontdoor import McpSessionRecord
@@ -128,7 +129,11 @@ class DoorManager(StreamableHTTPSessionManager):
             return False
         if record is None or record.token_hash != token_hash:
             return False
-        client_params = InitializeRequestParams.model_validate_json(record.client_params_json)
+        try:
+            kept = kept_params(record.client_params_json)
+        except Unreadable:
+            return False
+        client_params = InitializeRequestParams.model_validate_json(kept)
         async with self._session_creation_lock:
             if session_id in self._server_instances:
                 return True

@@ -10,7 +10,8 @@ envelope's `method`, `id` and `params` left unparsed, then, for an `initialize`,
 params into bounded structs that keep only what is used — the protocol version, the
 capabilities Bastion or the SDK reads (`elicitation`'s modes, `sampling`'s, `roots`'
 `listChanged`), the client's name, title and version, each cut to `NAME_CHARS` — skipping
-the rest without making objects of it. The SDK is handed a new body with those params.
+the rest without making objects of it. The SDK is handed a new body with those params; a
+session adopted from its KV record is born with the same cut (`kept_params`).
 A body that is not one JSON-RPC message, or an `initialize` whose params have not the
 shape MCP gives them, is answered 400 before the SDK reads it.
 """
@@ -27,9 +28,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from bastion.mcp.frontdoor.bodies import read_body, replaying
 from bastion.mcp.frontdoor.bodylimit import id_at_start
 from bastion.mcp.frontdoor.guard import jsonrpc_refusal
-from bastion.proto import errors as codes
+from bastion.shared.errors import BadRequest
 
-__all__ = ["NAME_CHARS", "Opening", "kept_initialize"]
+__all__ = ["NAME_CHARS", "Opening", "Unreadable", "kept_initialize", "kept_params"]
 
 NAME_CHARS: Final = 256
 """The most characters kept of a client's name, title, version and protocol version."""
@@ -89,8 +90,16 @@ class _Initialize(msgspec.Struct, omit_defaults=True):
     params: _Params
 
 
-class Unreadable(Exception):
+class Unreadable(BadRequest):
     """A body that is not one JSON-RPC message, or an `initialize` of another shape."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            "the request is not one JSON-RPC message in standard JSON, or its initialize "
+            "params are not an object with protocolVersion, capabilities and clientInfo as "
+            f"MCP gives them ({detail[:200]}): send one request per POST, as the MCP "
+            "specification writes it"
+        )
 
 
 def _cut(text: str | None) -> str | None:
@@ -122,7 +131,7 @@ def kept_initialize(body: bytes) -> bytes | None:
             return None
         params = msgspec.json.decode(message.params or b"{}", type=_Params)
     except (msgspec.DecodeError, RecursionError) as error:  # a ValidationError is one too
-        raise Unreadable(str(error)[:200]) from None
+        raise Unreadable(str(error)) from None
     kept = _Initialize(
         jsonrpc="2.0",
         id=message.id or msgspec.Raw(b"null"),
@@ -130,6 +139,19 @@ def kept_initialize(body: bytes) -> bytes | None:
         params=_kept(params),
     )
     return msgspec.json.encode(kept)
+
+
+def kept_params(stored: str) -> bytes:
+    """What is kept of `initialize` params stored as JSON (a session's KV record, which a
+    front door before this cut may have written whole).
+
+    Raises:
+        Unreadable: `stored` is not params of MCP's shape.
+    """
+    try:
+        return msgspec.json.encode(_kept(msgspec.json.decode(stored, type=_Params)))
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise Unreadable(str(error)) from None
 
 
 class Opening:
@@ -153,15 +175,7 @@ class Opening:
         try:
             kept = kept_initialize(body)
         except Unreadable as error:
-            refusal = jsonrpc_refusal(
-                400,
-                codes.BAD_REQUEST,
-                "the request is not one JSON-RPC message in standard JSON, or its initialize "
-                "params are not an object with protocolVersion, capabilities and clientInfo "
-                f"as MCP gives them ({error}): send one request per POST, as the MCP "
-                "specification writes it",
-                id_at_start(body[:4096]),
-            )
+            refusal = jsonrpc_refusal(400, error.code, error.message, id_at_start(body[:4096]))
             await refusal(scope, receive, send)
             return
         if kept is not None:
