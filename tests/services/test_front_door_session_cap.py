@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -13,7 +14,11 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from bastion.mcp.frontdoor.tokens import hash_of
+from bastion.proto import subjects
+from bastion.proto.frontdoor import McpSessionSlots
 from bastion.shared.bus import Client as Bus
+from bastion.shared.kv import TypedBucket
 from tests.helpers.bus import Plane
 from tests.helpers.door_process import door_process, huge_initialize
 from tests.helpers.front_door import DoorOf, mcp_client, new_token
@@ -82,6 +87,28 @@ async def test_the_cap_counts_both_replicas_and_a_delete_on_either_gives_a_slot_
     assert deleted == 200
     assert after_delete == 200
     assert full_again == 429
+
+
+async def test_a_served_session_s_slot_is_renewed_and_keeps_counting(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    bucket = await TypedBucket.open(client, subjects.FRONTDOOR_SLOTS_BUCKET, McpSessionSlots)
+    cap = {"mcp_max_sessions_per_token": 1, "mcp_session_slot_s": 3.0}
+    async with plane_of(), door_of(**cap) as url, httpx2.AsyncClient(timeout=60) as http:
+        token = await new_token(client, workspace, autonomy="L2")
+        agent = Opener(http, token)
+        session = await agent.opened(url)
+        key = hash_of(token)
+        first = (await bucket.get(key)).value.held[session]
+        with anyio.fail_after(60):
+            while (renewed := (await bucket.get(key)).value.held[session]) == first:  # noqa: ASYNC110 (a KV record)
+                await anyio.sleep(0.2)
+        with anyio.fail_after(60):  # past the first lapse, the slot still counts
+            while datetime.now(UTC) <= first:  # noqa: ASYNC110 (the clock)
+                await anyio.sleep(0.2)
+        past_first_lapse = (await agent.open(url)).status_code
+    assert renewed > first
+    assert past_first_lapse == 429
 
 
 async def test_a_session_that_ends_idle_gives_its_slot_back(
