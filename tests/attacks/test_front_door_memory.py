@@ -58,6 +58,41 @@ async def test_fifty_sessions_that_only_initialize_with_huge_params_give_their_m
     assert after - before < 50 * MIB, (before // MIB, after // MIB)
 
 
+async def test_sessions_that_initialize_again_with_huge_params_give_their_memory_back(
+    client: Bus, plane_of: Plane, nats_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    body = huge_initialize()
+    small = huge_initialize(objects=1)
+    async with (
+        plane_of(),
+        door_process(nats_url, tmp_path) as door,
+        httpx2.AsyncClient(timeout=120) as http,
+    ):
+        token = await new_token(client, workspace, autonomy="L2")
+        given = {"Authorization": f"Bearer {token}", "Accept": ACCEPT}
+        for _ in range(3):
+            await _open_and_close(http, door.url, token, small)
+        before = rss_bytes(door.pid)
+        for _ in range(20):
+            opened = await http.post(
+                f"{door.url}/mcp",
+                content=small,
+                headers=given | {"Content-Type": "application/json"},
+            )
+            session = {"mcp-session-id": opened.headers["mcp-session-id"]}
+            again = await http.post(
+                f"{door.url}/mcp",
+                content=body,
+                headers=given | session | {"Content-Type": "application/json"},
+            )
+            assert again.status_code < 500, again.text[:500]
+            closed = await http.delete(f"{door.url}/mcp", headers=given | session)
+            assert closed.status_code == 200, closed.text[:500]
+        after = rss_bytes(door.pid)
+    logger.info("front door RSS: %d MiB before, %d MiB after", before // MIB, after // MIB)
+    assert after - before < 50 * MIB, (before // MIB, after // MIB)
+
+
 async def test_an_initialize_keeps_only_what_bastion_reads_of_its_params(
     client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
 ) -> None:
@@ -102,10 +137,23 @@ async def test_an_initialize_whose_params_have_another_shape_is_refused_before_t
             content=huge_initialize(objects=1),
             headers=given | {"Content-Type": "application/json"},
         )
+        # a string the SDK's lax parse would take as a boolean, and with it the rest whole
+        lax = huge_initialize().replace(b'"elicitation":{}', b'"roots":{"listChanged":"true"}')
+        again = await http.post(
+            f"{url}/mcp",
+            content=lax,
+            headers=given
+            | {
+                "Content-Type": "application/json",
+                "mcp-session-id": fine.headers["mcp-session-id"],
+            },
+        )
     assert refused.status_code == 400
     assert refused.json()["id"] == 7
     assert "capabilities" in refused.json()["error"]["message"]
     assert fine.status_code == 200
+    assert again.status_code == 400
+    assert "listChanged" in again.json()["error"]["message"]
 
 
 async def test_one_token_cannot_open_more_sessions_than_its_cap_across_replicas(

@@ -5,15 +5,18 @@ session lives, and the front door stores them in the session's KV record, so any
 can adopt it. Taken whole, a client could make each session that only initializes keep
 megabytes (a 3.9 MB `capabilities.experimental` of a million empty objects is a million
 Python objects). This ASGI wrapper, in front of the SDK's session manager and behind the
-body limit, reads a POST that opens no session (no `Mcp-Session-Id`) with msgspec: the
-envelope's `method`, `id` and `params` left unparsed, then, for an `initialize`, its
-params into bounded structs that keep only what is used — the protocol version, the
+body limit, reads every POST with msgspec — the envelope's `method`, `id` and `params` left
+unparsed — then, for an `initialize` (the one that opens a session, or one sent again in a
+session: the SDK takes a session's last `initialize` as its client's), its params into
+bounded structs that keep only what is used — the protocol version, the
 capabilities Bastion or the SDK reads (`elicitation`'s modes, `sampling`'s, `roots`'
 `listChanged`), the client's name, title and version, each cut to `NAME_CHARS` — skipping
 the rest without making objects of it. The SDK is handed a new body with those params; a
 session adopted from its KV record is born with the same cut (`kept_params`).
-A body that is not one JSON-RPC message, or an `initialize` whose params have not the
-shape MCP gives them, is answered 400 before the SDK reads it.
+An `initialize` whose params have not the shape MCP gives them (as these structs read it:
+strictly, so nothing the SDK's laxer parse would take whole gets past), or a POST opening
+no session whose body is not one JSON-RPC message, is answered 400 before the SDK reads it
+(in a session, `bastion.mcp.frontdoor.inflight` refuses what it cannot read).
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ from bastion.mcp.frontdoor.bodylimit import id_at_start
 from bastion.mcp.frontdoor.guard import jsonrpc_refusal
 from bastion.shared.errors import BadRequest
 
-__all__ = ["NAME_CHARS", "Opening", "Unreadable", "kept_initialize", "kept_params"]
+__all__ = [
+    "NAME_CHARS",
+    "Opening",
+    "Unreadable",
+    "UnreadableInitialize",
+    "kept_initialize",
+    "kept_params",
+]
 
 NAME_CHARS: Final = 256
 """The most characters kept of a client's name, title, version and protocol version."""
@@ -102,6 +112,11 @@ class Unreadable(BadRequest):
         )
 
 
+class UnreadableInitialize(Unreadable):
+    """An `initialize` whose params are not of MCP's shape as these structs read it (what
+    the SDK's laxer parse might take whole is refused instead)."""
+
+
 def _cut(text: str | None) -> str | None:
     return None if text is None else text[:NAME_CHARS]
 
@@ -118,20 +133,24 @@ def _kept(params: _Params) -> _Params:
 
 
 def kept_initialize(body: bytes) -> bytes | None:
-    """The body the SDK is handed for a POST opening no session: an `initialize` with only
-    the params Bastion keeps; None for any other message (passed on as it came).
+    """The body the SDK is handed for an `initialize`, with only the params Bastion keeps;
+    None for any other message (passed on as it came).
 
     Raises:
-        Unreadable: `body` is not one JSON-RPC message in standard JSON, or it is an
-            `initialize` whose params are not an object of MCP's shape.
+        Unreadable: `body` is not one JSON-RPC message in standard JSON.
+        UnreadableInitialize: it is an `initialize` whose params are not an object of
+            MCP's shape.
     """
     try:
         message = msgspec.json.decode(body, type=_Envelope)
-        if message.method != "initialize":
-            return None
-        params = msgspec.json.decode(message.params or b"{}", type=_Params)
     except (msgspec.DecodeError, RecursionError) as error:  # a ValidationError is one too
         raise Unreadable(str(error)) from None
+    if message.method != "initialize":
+        return None
+    try:
+        params = msgspec.json.decode(message.params or b"{}", type=_Params)
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise UnreadableInitialize(str(error)) from None
     kept = _Initialize(
         jsonrpc="2.0",
         id=message.id or msgspec.Raw(b"null"),
@@ -155,18 +174,13 @@ def kept_params(stored: str) -> bytes:
 
 
 class Opening:
-    """The ASGI wrapper: a POST that opens no session reaches the SDK with an `initialize`
-    cut to what is kept."""
+    """The ASGI wrapper: every `initialize` reaches the SDK cut to what is kept."""
 
     def __init__(self, app: ASGIApp) -> None:
         self._app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or Headers(scope=scope).get(MCP_SESSION_ID_HEADER) is not None
-        ):
+        if scope["type"] != "http" or scope["method"] != "POST":
             await self._app(scope, receive, send)
             return
         body = await read_body(receive)
@@ -175,9 +189,12 @@ class Opening:
         try:
             kept = kept_initialize(body)
         except Unreadable as error:
-            refusal = jsonrpc_refusal(400, error.code, error.message, id_at_start(body[:4096]))
-            await refusal(scope, receive, send)
-            return
+            opens = Headers(scope=scope).get(MCP_SESSION_ID_HEADER) is None
+            if opens or isinstance(error, UnreadableInitialize):
+                refusal = jsonrpc_refusal(400, error.code, error.message, id_at_start(body[:4096]))
+                await refusal(scope, receive, send)
+                return
+            kept = None  # in a session, the check of ids in flight refuses what it cannot read
         if kept is not None:
             body = kept  # the client's own body is not held while the SDK serves it
         await self._app(scope, replaying(body, receive), send)
