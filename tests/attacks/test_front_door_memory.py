@@ -93,6 +93,45 @@ async def test_sessions_that_initialize_again_with_huge_params_give_their_memory
     assert after - before < 50 * MIB, (before // MIB, after // MIB)
 
 
+async def test_calls_with_huge_arguments_are_not_held_after_their_answer(
+    client: Bus, plane_of: Plane, nats_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    many = b",".join([b"{}"] * 1_300_000)
+    call = b'{"name":"read_file","arguments":{"path":"a.txt","x":[%s]}}' % many
+    async with (
+        plane_of(),
+        door_process(nats_url, tmp_path) as door,
+        httpx2.AsyncClient(timeout=120) as http,
+    ):
+        token = await new_token(client, workspace, autonomy="L2")
+        given = {"Authorization": f"Bearer {token}", "Accept": ACCEPT}
+        given |= {"Content-Type": "application/json", "mcp-protocol-version": "2025-11-25"}
+        opened = await http.post(
+            f"{door.url}/mcp", content=huge_initialize(objects=1), headers=given
+        )
+        given["mcp-session-id"] = opened.headers["mcp-session-id"]
+        told = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+        assert (await http.post(f"{door.url}/mcp", content=told, headers=given)).status_code == 202
+
+        async def called(request_id: int) -> None:
+            body = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":%s}' % (
+                request_id,
+                call,
+            )
+            answer = await http.post(f"{door.url}/mcp", content=body, headers=given)
+            assert answer.status_code == 200, answer.text[:500]
+            assert "read_file takes: path, offset, limit" in answer.text, answer.text[:500]
+
+        for request_id in range(4):  # the allocator's high-water mark of such calls, first
+            await called(request_id)
+        before = rss_bytes(door.pid)
+        for request_id in range(4, 12):
+            await called(request_id)
+        after = rss_bytes(door.pid)
+    logger.info("front door RSS: %d MiB before, %d MiB after", before // MIB, after // MIB)
+    assert after - before < 50 * MIB, (before // MIB, after // MIB)
+
+
 async def test_an_initialize_keeps_only_what_bastion_reads_of_its_params(
     client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
 ) -> None:
