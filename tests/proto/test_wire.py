@@ -523,6 +523,7 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
         bastion_session_id=SID,
         owner="door-1",
     ),
+    frontdoor.McpSessionSlots: frontdoor.McpSessionSlots(held={"9f" * 16: AT}),
     stubs.LeaseRequest: stubs.LeaseRequest(
         session_id=SID, tenant="acme", call_id="c1", names=("API_TOKEN",)
     ),
@@ -738,6 +739,7 @@ TAGS: dict[type[msgspec.Struct], str] = {
     frontdoor.RevokeToken: "frontdoor.token_revoke",
     frontdoor.TokenRevoked: "frontdoor.token_revoked",
     frontdoor.McpSessionRecord: "frontdoor.mcp_session",
+    frontdoor.McpSessionSlots: "frontdoor.mcp_session_slots",
     stubs.LeaseRequest: "vault.lease",
     vault.VaultKeyQuery: "vault.key_query",
     vault.VaultKey: "vault.key",

@@ -34,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 from bastion.mcp.frontdoor.guard import AGENT_KEY, Agent
 from bastion.mcp.frontdoor.manager import DoorManager
 from bastion.mcp.frontdoor.records import SessionRecords
+from bastion.mcp.frontdoor.slots import SessionSlots
 from bastion.proto.frontdoor import TokenInfo
 from bastion.shared.bus import Client
 
@@ -129,7 +130,7 @@ def _as_agent(manager: DoorManager) -> Any:
 
 @asynccontextmanager
 async def _replica(
-    records: SessionRecords, ended: list[str], name: str
+    records: SessionRecords, slots: SessionSlots, ended: list[str], name: str
 ) -> AsyncIterator[tuple[DoorManager, httpx.AsyncClient]]:
     async def end(session_id: str) -> None:
         ended.append(session_id)
@@ -137,6 +138,7 @@ async def _replica(
     manager = DoorManager(
         Server("contract"),
         records=records,
+        slots=slots,
         ended=end,
         replica=name,
         idle_timeout_s=60,
@@ -158,12 +160,17 @@ async def test_a_session_begun_on_one_replica_is_adopted_and_ended_by_another(
     client: Client,
 ) -> None:
     records = await SessionRecords.open(client)
+    slots = await SessionSlots.open(client, limit=8, slot_s=60)
     ended: list[str] = []
     accept = {"Accept": "application/json, text/event-stream"}
     with anyio.fail_after(30):
         async with AsyncExitStack() as stack:
-            first, first_http = await stack.enter_async_context(_replica(records, ended, "one"))
-            second, second_http = await stack.enter_async_context(_replica(records, ended, "two"))
+            first, first_http = await stack.enter_async_context(
+                _replica(records, slots, ended, "one")
+            )
+            second, second_http = await stack.enter_async_context(
+                _replica(records, slots, ended, "two")
+            )
             opened = await first_http.post(
                 "/mcp",
                 json=_rpc(

@@ -4,7 +4,9 @@ An operator creates a token for an agent (`bastion token create`): the mcp servi
 answers it once (`TokenCreated.token`) and keeps only its SHA-256 (JetStream KV
 `bastion_agent_tokens`, key: the hex digest) with the profile every session opened with it
 gets (`TokenInfo`). Each MCP session of the session-based protocol era is kept in KV
-`bastion_mcp_sessions` (key: its `Mcp-Session-Id`) so that any front door replica serves it.
+`bastion_mcp_sessions` (key: its `Mcp-Session-Id`) so that any front door replica serves it,
+and the sessions a token keeps open are counted in `bastion_mcp_session_slots` (key: the
+token's hash), so every replica refuses one past the cap.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ __all__ = [
     "CreateToken",
     "ListTokens",
     "McpSessionRecord",
+    "McpSessionSlots",
     "RevokeToken",
     "TokenCreated",
     "TokenId",
@@ -114,8 +117,9 @@ class TokenRevoked(Message, frozen=True, kw_only=True, tag="frontdoor.token_revo
 class McpSessionRecord(Message, frozen=True, kw_only=True, tag="frontdoor.mcp_session"):
     """One session-based MCP session, as every front door replica finds it in KV.
 
-    `client_params_json` is the client's `initialize` params (JSON), so a replica that did
-    not see the handshake can serve the session as initialized. `bastion_session_id` is
+    `client_params_json` is what the front door keeps of the client's `initialize` params
+    (JSON, bounded: `bastion.mcp.frontdoor.opening`), so a replica that did not see the
+    handshake can serve the session as initialized. `bastion_session_id` is
     empty until the session's first request that needs it; `owner` names the replica that
     last served it, the only one whose idle timer may end it.
     """
@@ -127,3 +131,15 @@ class McpSessionRecord(Message, frozen=True, kw_only=True, tag="frontdoor.mcp_se
     created_at: datetime
     bastion_session_id: str = ""
     owner: str = ""
+
+
+class McpSessionSlots(Message, frozen=True, kw_only=True, tag="frontdoor.mcp_session_slots"):
+    """The session-based MCP sessions one token keeps open or is opening, counted by every
+    front door replica against `BASTION_MCP_MAX_SESSIONS_PER_TOKEN`.
+
+    `held` maps each session's `Mcp-Session-Id` to when its slot lapses: a replica serving
+    the session renews it well before then, so the slots of a replica that died lapse on
+    their own, and are not counted once past.
+    """
+
+    held: dict[str, datetime] = msgspec.field(default_factory=dict)

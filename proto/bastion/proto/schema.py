@@ -108,6 +108,7 @@ MESSAGES: dict[str, Any] = {
     "TokenRevoked": frontdoor.TokenRevoked,
     "TokenInfo": frontdoor.TokenInfo,
     "McpSessionRecord": frontdoor.McpSessionRecord,
+    "McpSessionSlots": frontdoor.McpSessionSlots,
     "LeaseRequest": vault.LeaseRequest,
     "Lease": vault.Lease,
     "VaultKeyQuery": vault.VaultKeyQuery,

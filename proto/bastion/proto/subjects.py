@@ -21,6 +21,7 @@ __all__ = [
     "EGRESS_SEARCH",
     "EVENTS_ALL",
     "FRONTDOOR_SESSIONS_BUCKET",
+    "FRONTDOOR_SLOTS_BUCKET",
     "FRONTDOOR_TOKENS_BUCKET",
     "FRONTDOOR_TOKEN_CREATE",
     "FRONTDOOR_TOKEN_LIST",
@@ -189,6 +190,9 @@ FRONTDOOR_TOKENS_BUCKET: Final = "bastion_agent_tokens"
 """The JetStream KV bucket of agents' tokens (key: the token's SHA-256, hex; never the token)."""
 FRONTDOOR_SESSIONS_BUCKET: Final = "bastion_mcp_sessions"
 """The JetStream KV bucket of session-based MCP sessions (key: the `Mcp-Session-Id`)."""
+FRONTDOOR_SLOTS_BUCKET: Final = "bastion_mcp_session_slots"
+"""The JetStream KV bucket of the MCP sessions each token keeps open (key: the token's
+SHA-256, hex), counted against its cap by every front door replica."""
 VAULT_ADD: Final = f"{PREFIX}.vault.add"
 VAULT_LIST: Final = f"{PREFIX}.vault.list"
 VAULT_REMOVE: Final = f"{PREFIX}.vault.remove"

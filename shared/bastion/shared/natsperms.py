@@ -214,7 +214,12 @@ GRANTS: Final[dict[str, Grant]] = {
             s.CALLS_CANCEL,
             s.MCP_PREFETCH,
         ),
-        buckets=(s.MCP_SERVERS_BUCKET, s.FRONTDOOR_TOKENS_BUCKET, s.FRONTDOOR_SESSIONS_BUCKET),
+        buckets=(
+            s.MCP_SERVERS_BUCKET,
+            s.FRONTDOOR_TOKENS_BUCKET,
+            s.FRONTDOOR_SESSIONS_BUCKET,
+            s.FRONTDOOR_SLOTS_BUCKET,
+        ),
         reads_buckets=(s.APPROVALS_BUCKET,),  # the front door watches a parked call's answer
         reads_streams=(s.AUDIT_STREAM,),  # a front-door session's record, as a resource
     ),

@@ -59,6 +59,15 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     """The longest a `tools/call` through `/mcp` may take."""
     mcp_session_idle_s: float = 1800.0
     """An MCP session with no request for this long ends, and its Bastion session closes."""
+    mcp_max_sessions_per_token: Annotated[int, msgspec.Meta(gt=0)] = 32
+    """`BASTION_MCP_MAX_SESSIONS_PER_TOKEN`: the most session-based MCP sessions one agent
+    token may keep open (or be opening) at once, counted across every mcp replica; one more
+    `initialize` is answered 429. A session gives its slot back when its client DELETEs it
+    or it ends idle."""
+    mcp_session_slot_s: Annotated[float, msgspec.Meta(ge=3, le=3600)] = 60.0
+    """`BASTION_MCP_SESSION_SLOT_S`: how long a session's slot in that count lasts unless
+    the replica serving the session renews it (every third of this): the slots of a replica
+    that died lapse after at most this long."""
     mcp_progress_every_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 2.0
     """`BASTION_MCP_PROGRESS_EVERY_S`: how often a `tools/call` through `/mcp` whose client
     asked for progress is told that it still runs (its output, for `shell`, is told as it

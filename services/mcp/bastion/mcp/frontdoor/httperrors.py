@@ -15,7 +15,14 @@ from starlette.responses import Response
 from bastion.proto import errors as codes
 from bastion.shared.errors import BastionError, RemoteError
 
-__all__ = ["PROBLEM_JSON", "HttpError", "Problem", "error_response", "response_of"]
+__all__ = [
+    "PROBLEM_JSON",
+    "HttpError",
+    "Problem",
+    "error_response",
+    "response_of",
+    "status_of",
+]
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -70,9 +77,14 @@ def error_response(status: int, code: str, message: str) -> Response:
     return Response(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
+def status_of(error: BastionError, default: int) -> int:
+    """The HTTP status `error` is answered with; `default` for a code with none of its own."""
+    if isinstance(error, HttpError):
+        return error.status
+    return _STATUS_OF_CODE.get(error.code, default)
+
+
 def response_of(error: BastionError) -> Response:
     """`error` as an HTTP answer; a service's error code unknown here is a bad gateway."""
-    if isinstance(error, HttpError):
-        return error_response(error.status, error.code, error.message)
     default = 502 if isinstance(error, RemoteError) else 500
-    return error_response(_STATUS_OF_CODE.get(error.code, default), error.code, error.message)
+    return error_response(status_of(error, default), error.code, error.message)

@@ -33,6 +33,8 @@ class FrontDoor:
     approval_wait_s: float = 30.0
     call_timeout_s: float = 3600.0
     session_idle_s: float = 1800.0
+    max_sessions_per_token: int = 32
+    session_slot_s: float = 60.0
     progress_every_s: float = 2.0
     task_end_gather_s: float = 2.0
     task_end_every_s: float = 10.0
@@ -79,6 +81,8 @@ def front_door_of(settings: McpSettings) -> FrontDoor:
         approval_wait_s=settings.mcp_approval_wait_s,
         call_timeout_s=settings.mcp_call_timeout_s,
         session_idle_s=settings.mcp_session_idle_s,
+        max_sessions_per_token=settings.mcp_max_sessions_per_token,
+        session_slot_s=settings.mcp_session_slot_s,
         progress_every_s=settings.mcp_progress_every_s,
         task_end_gather_s=settings.mcp_task_end_gather_s,
         task_end_every_s=settings.mcp_task_end_every_s,

@@ -19,8 +19,9 @@ import msgspec
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from starlette.datastructures import Headers
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from bastion.mcp.frontdoor.bodies import read_body, replaying
 from bastion.mcp.frontdoor.guard import agent_of, jsonrpc_refusal
 from bastion.proto import errors as codes
 
@@ -64,32 +65,6 @@ def request_id(body: bytes) -> str | None:
     return ""  # an id the SDK refuses: it answers the request itself
 
 
-async def _body(receive: Receive) -> bytes | None:
-    """The whole request body; None if the client went away first."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """`receive` with `body` given first, as one message (what follows is the client's)."""
-    given = False
-
-    async def replay() -> Message:
-        nonlocal given
-        if given:
-            return await receive()
-        given = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
-
-
 class InFlight:
     """The ASGI wrapper: one POST at a time for each request id of an MCP session."""
 
@@ -104,7 +79,7 @@ class InFlight:
         if session is None:
             await self._app(scope, receive, send)
             return
-        body = await _body(receive)
+        body = await read_body(receive)
         if body is None:
             return
         token_hash = agent_of(scope).token_hash
@@ -119,7 +94,7 @@ class InFlight:
             return
         self._held |= held
         try:
-            await self._app(scope, _replaying(body, receive), send)
+            await self._app(scope, replaying(body, receive), send)
         finally:
             self._held -= held
 

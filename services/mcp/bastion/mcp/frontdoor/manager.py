@@ -8,7 +8,9 @@ initialized from the stored client params — instead of answering 404. Stateles
 of the 2026-07-28 era never reach this code: the SDK serves each on its own.
 
 A session ends for everyone when its client sends DELETE, or when the replica that last
-served it finds it idle; a replica shutting down only lets go of its sessions.
+served it finds it idle; a replica shutting down only lets go of its sessions. Each session
+holds a slot of its token (`bastion.mcp.frontdoor.slots`) from before its `initialize` is
+read until it ends; a token with none free is refused another session (429).
 """
 
 from __future__ import annotations
@@ -33,8 +35,13 @@ from mcp.shared.transport_context import TransportContext
 from mcp_types import InitializeRequestParams
 from starlette.types import Message, Receive, Scope, Send
 
+from bastion.mcp.frontdoor.bodies import read_body, replaying
+from bastion.mcp.frontdoor.bodylimit import id_at_start
 from bastion.mcp.frontdoor.guard import agent_of, jsonrpc_refusal
+from bastion.mcp.frontdoor.httperrors import status_of
+from bastion.mcp.frontdoor.opening import Unreadable, kept_params
 from bastion.mcp.frontdoor.records import SessionRecords
+from bastion.mcp.frontdoor.slots import SessionSlots
 from bastion.proto.frontdoor import McpSessionRecord
 from bastion.shared.errors import BastionError
 
@@ -58,6 +65,7 @@ class DoorManager(StreamableHTTPSessionManager):
         app: Server[Any],
         *,
         records: SessionRecords,
+        slots: SessionSlots,
         ended: Ended,
         replica: str,
         idle_timeout_s: float,
@@ -73,6 +81,7 @@ class DoorManager(StreamableHTTPSessionManager):
             max_request_body_size=max_request_bytes + 1,
         )
         self._records = records
+        self._slots = slots
         self._ended = ended
         self._replica = replica
         self._token_of: dict[str, str] = {}
@@ -87,6 +96,10 @@ class DoorManager(StreamableHTTPSessionManager):
     def connected(self) -> list[str]:
         """The session-based sessions with a live connection on this replica."""
         return list(self._connections)
+
+    def held(self) -> dict[str, str]:
+        """The session-based sessions this replica serves, each with its token's hash."""
+        return dict(self._token_of)
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         agent = agent_of(scope)
@@ -105,6 +118,7 @@ class DoorManager(StreamableHTTPSessionManager):
                 # Closed before the answer, so a client that reads on after its DELETE
                 # finds the Bastion session closed.
                 await self._end(session_id)
+                await self._give_back(agent.token_hash, session_id)
         await super()._handle_stateful_request(scope, receive, send)
 
     async def _adopt(self, session_id: str, token_hash: str) -> bool:
@@ -115,7 +129,11 @@ class DoorManager(StreamableHTTPSessionManager):
             return False
         if record is None or record.token_hash != token_hash:
             return False
-        client_params = InitializeRequestParams.model_validate_json(record.client_params_json)
+        try:
+            kept = kept_params(record.client_params_json)
+        except Unreadable:
+            return False
+        client_params = InitializeRequestParams.model_validate_json(kept)
         async with self._session_creation_lock:
             if session_id in self._server_instances:
                 return True
@@ -136,6 +154,7 @@ class DoorManager(StreamableHTTPSessionManager):
         assert self._task_group is not None
         await self._task_group.start(self._serve, transport, born_initialized)
         await self._records.update(session_id, lambda r: _owned_by(r, self._replica))
+        await self._slots.adopt(token_hash, session_id)
         logger.info("MCP session adopted", extra={"mcp_session": session_id[:8]})
         return True
 
@@ -154,11 +173,18 @@ class DoorManager(StreamableHTTPSessionManager):
         receive: Receive,
         send: Send,
     ) -> None:
-        """Start the session, answer its `initialize`, and keep it in KV once it succeeded
-        (a session that failed to open is discarded, as the SDK does)."""
+        """Take a slot of the token, start the session, answer its `initialize`, and keep it
+        in KV once it succeeded (a session that failed to open is discarded, as the SDK does,
+        and gives its slot back)."""
         session_id = http_transport.mcp_session_id
         assert session_id is not None and self._task_group is not None
         opened: list[Connection] = []
+        token_hash = agent_of(scope).token_hash
+        body = await read_body(receive)
+        if body is None:
+            await self._discard_session(session_id, http_transport)
+            return
+        receive = replaying(body, receive)
 
         def fresh(dispatcher: JSONRPCDispatcher[TransportContext]) -> Connection:
             opened.append(Connection.for_loop(dispatcher, session_id=session_id))
@@ -166,11 +192,18 @@ class DoorManager(StreamableHTTPSessionManager):
 
         established = False
         try:
+            try:
+                await self._slots.take(token_hash, session_id)
+            except BastionError as error:
+                refused = jsonrpc_refusal(
+                    status_of(error, 503), error.code, error.message, id_at_start(body)
+                )
+                await refused(scope, receive, send)
+                return
             await self._task_group.start(self._serve, http_transport, fresh)
             status = await _status_of(http_transport.handle_request, scope, receive, send)
             established = status is not None and status < 400
             if established and opened and opened[0].client_params is not None:
-                token_hash = agent_of(scope).token_hash
                 self._token_of[session_id] = token_hash
                 await self._records.put(
                     McpSessionRecord(
@@ -189,6 +222,7 @@ class DoorManager(StreamableHTTPSessionManager):
         finally:
             if not established:
                 await self._discard_session(session_id, http_transport)
+                await self._give_back(token_hash, session_id)
 
     async def _serve(
         self,
@@ -237,6 +271,7 @@ class DoorManager(StreamableHTTPSessionManager):
             if record is not None and record.owner == self._replica:
                 logger.info("MCP session idle: ended", extra={"mcp_session": session_id[:8]})
                 await self._end(session_id)
+                await self._give_back(record.token_hash, session_id)
 
     async def _end(self, session_id: str) -> None:
         with anyio.CancelScope(shield=True):
@@ -245,6 +280,17 @@ class DoorManager(StreamableHTTPSessionManager):
             except BastionError as error:
                 logger.warning(
                     "an ended MCP session was not closed cleanly",
+                    extra={"mcp_session": session_id[:8], "code": error.code},
+                )
+
+    async def _give_back(self, token_hash: str, session_id: str) -> None:
+        """Free an ended session's slot; if NATS does not answer, the slot lapses on its own."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._slots.give_back(token_hash, session_id)
+            except BastionError as error:
+                logger.warning(
+                    "an ended MCP session's slot was not given back",
                     extra={"mcp_session": session_id[:8], "code": error.code},
                 )
 

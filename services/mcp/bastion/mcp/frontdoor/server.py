@@ -18,8 +18,10 @@ from bastion.mcp.frontdoor.guard import McpGuard
 from bastion.mcp.frontdoor.httpsettings import FrontDoor
 from bastion.mcp.frontdoor.inflight import InFlight
 from bastion.mcp.frontdoor.manager import DoorManager
+from bastion.mcp.frontdoor.opening import Opening
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.resources import ResourceHandlers
+from bastion.mcp.frontdoor.slots import SessionSlots
 from bastion.mcp.frontdoor.taskends import NoticeTimes, TaskNotices
 from bastion.mcp.frontdoor.tokens import TokenStore
 from bastion.mcp.frontdoor.tools import ToolHandlers
@@ -47,12 +49,17 @@ class McpEndpoint:
     tokens: TokenStore
     binding: Binding
     notices: TaskNotices
+    slots: SessionSlots
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The manager's task group and the task notices, for as long as the HTTP app runs
-        (its lifespan)."""
-        async with self.manager.run(), self.notices.running():
+        """The manager's task group, the task notices and the renewal of the sessions'
+        slots, for as long as the HTTP app runs (its lifespan)."""
+        async with (
+            self.manager.run(),
+            self.notices.running(),
+            self.slots.renewing(self.manager.held),
+        ):
             yield
 
 
@@ -60,6 +67,7 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
     """The endpoint, its buckets opened (created if missing)."""
     tokens = await TokenStore.open(client)
     records = await SessionRecords.open(client)
+    slots = await SessionSlots.open(client, door.max_sessions_per_token, door.session_slot_s)
     binding = Binding(client, records, BUS_TIMEOUT_S)
     tools = ToolHandlers(
         client,
@@ -83,16 +91,20 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
     manager = DoorManager(
         server,
         records=records,
+        slots=slots,
         ended=binding.end,
         replica=secrets.token_hex(4),
         idle_timeout_s=door.session_idle_s,
         max_request_bytes=door.mcp_max_request_bytes,
     )
     return McpEndpoint(
-        # the agent known first, then the body bounded, then its request ids held while it runs
+        # the agent known first, then the body bounded, then an initialize cut to what is
+        # kept, then a request's id held while it runs
         app=McpGuard(
             BodyLimit(
-                InFlight(manager.handle_request), door.mcp_max_request_bytes, door.mcp_body_read_s
+                Opening(InFlight(manager.handle_request)),
+                door.mcp_max_request_bytes,
+                door.mcp_body_read_s,
             ),
             door,
             tokens,
@@ -106,4 +118,5 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
             binding,
             NoticeTimes(gather_s=door.task_end_gather_s, every_s=door.task_end_every_s),
         ),
+        slots=slots,
     )
