@@ -113,10 +113,6 @@ class Binding:
             ),
         )
 
-    async def token_revoked(self, token_hash: str) -> None:
-        """Close the stateless session of a token that was just revoked."""
-        await self.end(stateless_key(token_hash))
-
     async def end(self, key: str) -> None:
         """Close the Bastion session of the MCP session (or token) `key`; forget its record."""
         self._known.pop(key, None)

@@ -20,6 +20,7 @@ from bastion.mcp.frontdoor.inflight import InFlight
 from bastion.mcp.frontdoor.manager import DoorManager
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.resources import ResourceHandlers
+from bastion.mcp.frontdoor.revoking import Revocations, TokenCalls
 from bastion.mcp.frontdoor.taskends import NoticeTimes, TaskNotices
 from bastion.mcp.frontdoor.tokens import TokenStore
 from bastion.mcp.frontdoor.tools import ToolHandlers
@@ -47,12 +48,13 @@ class McpEndpoint:
     tokens: TokenStore
     binding: Binding
     notices: TaskNotices
+    revocations: Revocations
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The manager's task group and the task notices, for as long as the HTTP app runs
-        (its lifespan)."""
-        async with self.manager.run(), self.notices.running():
+        """The manager's task group, the task notices and the revoked tokens' ends, for as
+        long as the HTTP app runs (its lifespan)."""
+        async with self.manager.run(), self.notices.running(), self.revocations.running():
             yield
 
 
@@ -61,12 +63,14 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
     tokens = await TokenStore.open(client)
     records = await SessionRecords.open(client)
     binding = Binding(client, records, BUS_TIMEOUT_S)
+    calls = TokenCalls()
     tools = ToolHandlers(
         client,
         binding,
         Asking(client, BUS_TIMEOUT_S, door.approval_wait_s),
         door.call_timeout_s,
         door.progress_every_s,
+        calls,
     )
     resources = ResourceHandlers(client, binding, records)
     server: Server[object] = Server(
@@ -105,5 +109,14 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
             manager,
             binding,
             NoticeTimes(gather_s=door.task_end_gather_s, every_s=door.task_end_every_s),
+        ),
+        revocations=Revocations(
+            client=client,
+            tokens=tokens,
+            records=records,
+            binding=binding,
+            manager=manager,
+            calls=calls,
+            sweep_s=door.revoked_sweep_s,
         ),
     )
