@@ -5,6 +5,7 @@ they are ended, and the states that say they were (the processes gone, the tasks
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -32,6 +33,8 @@ __all__ = [
 
 WAIT_S = 90.0
 """The bound on each wait for a state (the machine may be loaded; nothing is timed)."""
+
+logger = logging.getLogger(__name__)
 
 
 def running_commands(marker: str) -> list[int]:
@@ -91,6 +94,9 @@ async def until(check: Callable[[], bool | Awaitable[bool]], what: str) -> None:
                     return
                 await anyio.sleep(0.1)
     except TimeoutError:
+        # Logged too: raised inside the services' task groups, the error is nested deeper
+        # than a traceback shows.
+        logger.error("still not so after %g s: %s", WAIT_S, what)
         raise AssertionError(f"still not so after {WAIT_S:g} s: {what}") from None
 
 
