@@ -5,14 +5,11 @@ SDK as the client, a real orchestrator and sandbox service (bubblewrap)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 
 import anyio
 import httpx2
-from mcp import Client
 
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.tokens import hash_of
@@ -21,7 +18,7 @@ from bastion.proto.frontdoor import ListTokens, RevokeToken, TokenList, TokenRev
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
 from tests.helpers.bus import Plane
-from tests.helpers.front_door import DoorOf, mcp_client, new_token
+from tests.helpers.front_door import DoorOf, new_token
 from tests.helpers.revoked import (
     closed,
     long_call,
@@ -30,21 +27,11 @@ from tests.helpers.revoked import (
     running_commands,
     sleeper,
     tasks_stopped,
+    two_sessions,
     until,
 )
 
 ACCEPT = "application/json, text/event-stream"
-
-
-@asynccontextmanager
-async def two_sessions(url_a: str, url_b: str, token: str) -> AsyncIterator[dict[str, Client]]:
-    """One MCP session of `token` on each front door (not deleted on leaving: the token is
-    revoked by then)."""
-    async with AsyncExitStack() as stack:
-        yield {
-            name: await stack.enter_async_context(mcp_client(url, token, delete_on_exit=False))
-            for name, url in (("a", url_a), ("b", url_b))
-        }
 
 
 async def test_a_revoked_tokens_tasks_calls_and_sessions_end_on_every_replica(

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -17,7 +18,7 @@ from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tasks import TaskList, TaskListing
 from bastion.shared.bus import Client as Bus
 from bastion.shared.bus import request
-from tests.helpers.front_door import text_of
+from tests.helpers.front_door import mcp_client, text_of
 
 __all__ = [
     "WAIT_S",
@@ -28,6 +29,7 @@ __all__ = [
     "running_commands",
     "sleeper",
     "tasks_stopped",
+    "two_sessions",
     "until",
 ]
 
@@ -121,3 +123,14 @@ async def long_call(mcp: Client, name: str, ended: dict[str, str | Exception]) -
         ended[name] = error
     else:
         ended[name] = text_of(answered)
+
+
+@asynccontextmanager
+async def two_sessions(url_a: str, url_b: str, token: str) -> AsyncIterator[dict[str, Client]]:
+    """One MCP session of `token` on each front door (not deleted on leaving: the token is
+    revoked by then)."""
+    async with AsyncExitStack() as stack:
+        yield {
+            name: await stack.enter_async_context(mcp_client(url, token, delete_on_exit=False))
+            for name, url in (("a", url_a), ("b", url_b))
+        }
