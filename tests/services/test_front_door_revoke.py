@@ -99,3 +99,37 @@ async def test_a_token_deleted_without_its_revokes_ending_is_ended_by_the_sweep(
         await until(partial(no_process, sleeper("a")), "the call's command ended")
         assert no_process("loop-a")
         assert await records.of_token(hash_of(token)) == []
+
+
+async def test_a_session_whose_close_failed_at_the_revoke_is_closed_by_a_later_sweep(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    async with door_of(mcp_revoked_sweep_s=0.5) as url:
+        async with plane_of():
+            token = await new_token(client, workspace, autonomy="L3", shell=True)
+            [info] = (
+                await request(
+                    client, subjects.FRONTDOOR_TOKEN_LIST, ListTokens(), TokenList, timeout_s=10
+                )
+            ).tokens
+            async with mcp_client(url, token, delete_on_exit=False) as mcp:
+                session_id = await looping(mcp, "a")
+        # No orchestrator answers the revoke's close: the record stays for the sweep.
+        await request(
+            client,
+            subjects.FRONTDOOR_TOKEN_REVOKE,
+            RevokeToken(token_id=info.token_id),
+            TokenRevoked,
+            timeout_s=60,
+        )
+        records = await SessionRecords.open(client)
+        assert [r.bastion_session_id for r in await records.of_token(hash_of(token))] == [
+            session_id
+        ]
+        async with plane_of():
+            await until(partial(closed, client, session_id), "the session closed")
+            await until(partial(forgotten, records, hash_of(token)), "its record forgotten")
+
+
+async def forgotten(records: SessionRecords, token_hash: str) -> bool:
+    return await records.of_token(token_hash) == []

@@ -154,9 +154,9 @@ class Revocations:
 
     async def _end(self, key: str) -> None:
         try:
-            await self.binding.end(key)
+            await self.binding.end(key, until_closed=True)
         except BastionError as error:
-            # The next sweep, of any replica, ends it.
+            # The record is kept: the next sweep, of any replica, ends it.
             logger.warning(
                 "a revoked token's MCP session was not ended", extra={"code": error.code}
             )
