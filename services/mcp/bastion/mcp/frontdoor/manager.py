@@ -8,7 +8,8 @@ initialized from the stored client params — instead of answering 404. Stateles
 of the 2026-07-28 era never reach this code: the SDK serves each on its own.
 
 A session ends for everyone when its client sends DELETE, or when the replica that last
-served it finds it idle; a replica shutting down only lets go of its sessions.
+served it finds it idle; a replica shutting down only lets go of its sessions. A revoked
+token's sessions are let go of on every replica (`bastion.mcp.frontdoor.revoking`).
 """
 
 from __future__ import annotations
