@@ -514,6 +514,7 @@ SAMPLES: dict[type[msgspec.Struct], msgspec.Struct] = {
     frontdoor.TokenRevoked: frontdoor.TokenRevoked(
         token_id="0123456789abcdef", agent="claude", tenant="acme"
     ),
+    frontdoor.TokenWithdrawn: frontdoor.TokenWithdrawn(token_hash="ab" * 32),
     frontdoor.McpSessionRecord: frontdoor.McpSessionRecord(
         mcp_session_id="9f" * 16,
         token_hash="ab" * 32,
@@ -738,6 +739,7 @@ TAGS: dict[type[msgspec.Struct], str] = {
     frontdoor.TokenList: "frontdoor.token_list",
     frontdoor.RevokeToken: "frontdoor.token_revoke",
     frontdoor.TokenRevoked: "frontdoor.token_revoked",
+    frontdoor.TokenWithdrawn: "frontdoor.token_withdrawn",
     frontdoor.McpSessionRecord: "frontdoor.mcp_session",
     frontdoor.McpSessionSlots: "frontdoor.mcp_session_slots",
     stubs.LeaseRequest: "vault.lease",

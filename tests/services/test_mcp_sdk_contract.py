@@ -26,7 +26,11 @@ import pytest
 from mcp.server.connection import Connection
 from mcp.server.lowlevel.server import Server
 from mcp.server.runner import serve_connection
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.streamable_http import (
+    GET_STREAM_KEY,
+    MCP_SESSION_ID_HEADER,
+    StreamableHTTPServerTransport,
+)
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from starlette.types import Receive, Scope, Send
@@ -94,9 +98,13 @@ def test_the_pieces_door_manager_builds_a_session_from_take_the_arguments_it_giv
         "retry_interval",
         "idle_timeout",
     ]
-    assert {"connect", "handle_request", "idle_scope", "mcp_session_id"} <= set(
+    assert {"connect", "handle_request", "idle_scope", "mcp_session_id", "terminate"} <= set(
         dir(StreamableHTTPServerTransport(mcp_session_id="x"))
     )
+    # A revoked token's transport is ended once its POSTs were answered: the streams open
+    # are read, the standing GET stream's key told apart (`DoorManager.let_go_of_token`).
+    assert StreamableHTTPServerTransport(mcp_session_id="x")._request_streams == {}
+    assert isinstance(GET_STREAM_KEY, str)
     assert "inline_methods" in _params(JSONRPCDispatcher.__init__)
     assert {"connection", "lifespan_state"} <= set(_params(serve_connection))
     assert {"protocol_version", "session_id", "client_params"} <= set(_params(Connection.__init__))

@@ -508,6 +508,40 @@ async def test_the_sandbox_tells_a_tasks_end_and_the_front_door_hears_it(
     assert received == [b"ended"] and sandbox.errors == [] and door.errors == []
 
 
+async def test_only_the_front_door_tells_and_hears_a_revoked_token(secured: Secured) -> None:
+    """`frontdoor.tokens.revoked` names a token's hash: told by an mcp replica to every
+    other, and no other user may publish or read it (the operator, who reads every event,
+    included)."""
+    revoked = subjects.FRONTDOOR_TOKEN_REVOKED
+    for user in GRANTS:
+        perms = permissions(user)
+        assert (revoked in perms.publish) == (user == "mcp"), user
+        assert (revoked in perms.subscribe) == (user == "mcp"), user
+    received: list[bytes] = []
+
+    async def keep(message: nats.aio.msg.Msg) -> None:
+        received.append(message.data)
+
+    for user in (u for u in GRANTS if u != "mcp"):
+        assert await refused_subscription(secured, user, revoked), user
+        async with as_user(secured, user) as other:
+            await other.client.publish(revoked, user.encode())
+            with anyio.fail_after(5):
+                while not any("permissions violation for publish" in e for e in other.errors):
+                    await other.client.flush()
+                    await anyio.sleep(0.05)
+    async with as_user(secured, "mcp") as hearing, as_user(secured, "mcp") as telling:
+        await hearing.client.subscribe(revoked, cb=keep)
+        await round_trip(hearing.client)
+        await telling.client.publish(revoked, b"revoked")
+        await telling.client.flush()
+        with anyio.fail_after(5):
+            while not received:
+                await hearing.client.flush()
+                await anyio.sleep(0.01)
+    assert received == [b"revoked"] and hearing.errors == [] and telling.errors == []
+
+
 async def test_only_the_sandbox_service_serves_and_asks_a_replicas_own_task_subjects(
     secured: Secured,
 ) -> None:

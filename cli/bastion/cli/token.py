@@ -89,7 +89,8 @@ def revoke(args: argparse.Namespace) -> int:
     revoked = _ask(args, subjects.FRONTDOOR_TOKEN_REVOKE, asked, TokenRevoked)
     sys.stdout.write(
         f"revoked token {revoked.token_id} of agent {revoked.agent}: requests carrying it are "
-        "refused from now on\n"
+        "refused from now on, and its MCP sessions are ended (their calls cancelled, their "
+        "background tasks stopped)\n"
     )
     return 0
 
@@ -106,7 +107,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("--tenant", default=None, help="only this tenant's")
     listing.set_defaults(handler=list_tokens)
 
-    revoking = verbs.add_parser("revoke", help="refuse a token from now on")
+    revoking = verbs.add_parser("revoke", help="refuse a token from now on and end its sessions")
     revoking.add_argument(
         "token_id", type=token_id, help="the token's id, from `bastion token list`"
     )

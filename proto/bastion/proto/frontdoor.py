@@ -31,6 +31,7 @@ __all__ = [
     "TokenInfo",
     "TokenList",
     "TokenRevoked",
+    "TokenWithdrawn",
 ]
 
 TokenId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
@@ -112,6 +113,14 @@ class TokenRevoked(Message, frozen=True, kw_only=True, tag="frontdoor.token_revo
     token_id: str
     agent: str
     tenant: str
+
+
+class TokenWithdrawn(Message, frozen=True, kw_only=True, tag="frontdoor.token_withdrawn"):
+    """A token was revoked (told on `frontdoor.tokens.revoked`, to every front-door replica):
+    each ends what it holds of it, its calls in flight and its MCP sessions' transports.
+    `token_hash` is the token's key in `bastion_agent_tokens` (its SHA-256, never the token)."""
+
+    token_hash: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 
 
 class McpSessionRecord(Message, frozen=True, kw_only=True, tag="frontdoor.mcp_session"):

@@ -106,6 +106,7 @@ MESSAGES: dict[str, Any] = {
     "TokenList": frontdoor.TokenList,
     "RevokeToken": frontdoor.RevokeToken,
     "TokenRevoked": frontdoor.TokenRevoked,
+    "TokenWithdrawn": frontdoor.TokenWithdrawn,
     "TokenInfo": frontdoor.TokenInfo,
     "McpSessionRecord": frontdoor.McpSessionRecord,
     "McpSessionSlots": frontdoor.McpSessionSlots,

@@ -26,6 +26,7 @@ __all__ = [
     "FRONTDOOR_TOKEN_CREATE",
     "FRONTDOOR_TOKEN_LIST",
     "FRONTDOOR_TOKEN_REVOKE",
+    "FRONTDOOR_TOKEN_REVOKED",
     "HOOKS_BUCKET",
     "JOURNAL_BUCKET",
     "MCP_ADD",
@@ -186,6 +187,9 @@ FRONTDOOR_TOKEN_CREATE: Final = f"{PREFIX}.frontdoor.tokens.create"
 FRONTDOOR_TOKEN_LIST: Final = f"{PREFIX}.frontdoor.tokens.list"
 FRONTDOOR_TOKEN_REVOKE: Final = f"{PREFIX}.frontdoor.tokens.revoke"
 """Operator operations on agents' front-door tokens: mint one, list them, revoke one."""
+FRONTDOOR_TOKEN_REVOKED: Final = f"{PREFIX}.frontdoor.tokens.revoked"
+"""A token was revoked (`TokenWithdrawn`): every mcp replica ends its calls and MCP sessions
+there (a broadcast among front doors, no answer)."""
 FRONTDOOR_TOKENS_BUCKET: Final = "bastion_agent_tokens"
 """The JetStream KV bucket of agents' tokens (key: the token's SHA-256, hex; never the token)."""
 FRONTDOOR_SESSIONS_BUCKET: Final = "bastion_mcp_sessions"

@@ -205,9 +205,11 @@ GRANTS: Final[dict[str, Grant]] = {
             MCP_ELICIT_ANY,
             MCP_SAMPLE_ANY,
             *FRONTDOOR_TOKEN_ENDPOINTS,  # the HTTP API's token routes ask the bus endpoints
+            s.FRONTDOOR_TOKEN_REVOKED,  # a revoked token, told to every front door
         ),
         # the front door reads the output of the calls it streams; no other user may
         listens=(
+            s.FRONTDOOR_TOKEN_REVOKED,
             s.event("session_closed", "*"),
             s.event("task_ended", "*"),  # told to the MCP client whose session ran the task
             s.CALLS_OUTPUT_ANY,

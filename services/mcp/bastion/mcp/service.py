@@ -108,7 +108,7 @@ async def mcp_service(client: Client, settings: McpSettings) -> AsyncIterator[Se
             client,
             endpoint.tokens,
             gateway.check_offerable,
-            endpoint.binding.token_revoked,
+            endpoint.revocations.revoked,
         )
         try:
             async with serving_http(app, door.host, door.port, settings.drain_timeout_s) as port:

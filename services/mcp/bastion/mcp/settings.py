@@ -78,3 +78,8 @@ class McpSettings(BusSettings, frozen=True, kw_only=True):
     mcp_task_end_every_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 10.0
     """`BASTION_MCP_TASK_END_EVERY_S`: an MCP client is told of its tasks' ends at most once
     this often; ends in between wait for the next message (none is dropped)."""
+    mcp_revoked_sweep_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
+    """`BASTION_MCP_REVOKED_SWEEP_S`: how often each front door looks for what a revoked
+    token still has that its revoke did not end (its broadcast missed, the revoking replica
+    gone): calls cancelled, MCP sessions ended, Bastion sessions closed. Each sweep reads
+    every MCP session record, and the token of each."""

@@ -30,6 +30,7 @@ from bastion.mcp.frontdoor.asking import declares_form_elicitation
 from bastion.mcp.frontdoor.guard import Agent
 from bastion.mcp.frontdoor.records import SessionRecords, stateless_key
 from bastion.mcp.frontdoor.tokens import opening_of
+from bastion.proto import errors as codes
 from bastion.proto import subjects
 from bastion.proto.frontdoor import McpSessionRecord
 from bastion.proto.hooks import RunMark
@@ -113,26 +114,28 @@ class Binding:
             ),
         )
 
-    async def token_revoked(self, token_hash: str) -> None:
-        """Close the stateless session of a token that was just revoked."""
-        await self.end(stateless_key(token_hash))
-
-    async def end(self, key: str) -> None:
-        """Close the Bastion session of the MCP session (or token) `key`; forget its record."""
+    async def end(self, key: str, *, until_closed: bool = False) -> None:
+        """Close the Bastion session of the MCP session (or token) `key`; forget its record.
+        `until_closed`: the record is forgotten only once the close succeeded, so a later
+        `end` tries again (a revoked token's, which no request can use any more)."""
         self._known.pop(key, None)
         record = await self._records.get(key)
-        await self._records.forget(key)
+        if not until_closed:
+            await self._records.forget(key)
         if record is not None and record.bastion_session_id:
             await mark_run(
                 self._bus.client,
                 RunMark(session_id=record.bastion_session_id, event="run_end", ended="done"),
                 self._bus.timeout_s,
             )
-            await self._close(record.bastion_session_id)
+            if not await self._close(record.bastion_session_id):
+                return
             logger.info(
                 "MCP session ended: its Bastion session is closed",
                 extra={"session": record.bastion_session_id},
             )
+        if until_closed:
+            await self._records.forget(key)
 
     async def _find_or_open(self, key: str, agent: Agent, mcp_session_id: str | None) -> str:
         record = await self._records.get(key)
@@ -199,16 +202,21 @@ class Binding:
             )
         return session_id
 
-    async def _close(self, session_id: str) -> None:
+    async def _close(self, session_id: str) -> bool:
+        """Close the session; whether it is closed now (or never was: it is unknown)."""
         try:
             await self._bus.ask(
                 subjects.SESSION_CLOSE, SessionRef(session_id=session_id), SessionInfo
             )
         except BastionError as error:
+            if error.code == codes.NOT_FOUND:
+                return True
             logger.warning(
                 "a Bastion session was not closed",
                 extra={"session": session_id, "code": error.code},
             )
+            return False
+        return True
 
     @asynccontextmanager
     async def _lock(self, key: str) -> AsyncIterator[None]:

@@ -38,6 +38,7 @@ class FrontDoor:
     progress_every_s: float = 2.0
     task_end_gather_s: float = 2.0
     task_end_every_s: float = 10.0
+    revoked_sweep_s: float = 30.0
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -86,4 +87,5 @@ def front_door_of(settings: McpSettings) -> FrontDoor:
         progress_every_s=settings.mcp_progress_every_s,
         task_end_gather_s=settings.mcp_task_end_gather_s,
         task_end_every_s=settings.mcp_task_end_every_s,
+        revoked_sweep_s=settings.mcp_revoked_sweep_s,
     )

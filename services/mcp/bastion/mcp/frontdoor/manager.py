@@ -10,7 +10,8 @@ of the 2026-07-28 era never reach this code: the SDK serves each on its own.
 A session ends for everyone when its client sends DELETE, or when the replica that last
 served it finds it idle; a replica shutting down only lets go of its sessions. Each session
 holds a slot of its token (`bastion.mcp.frontdoor.slots`) from before its `initialize` is
-read until it ends; a token with none free is refused another session (429).
+read until it ends; a token with none free is refused another session (429). A revoked
+token's sessions are let go of on every replica (`bastion.mcp.frontdoor.revoking`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ from anyio.abc import TaskStatus
 from mcp.server.connection import Connection
 from mcp.server.lowlevel.server import Server
 from mcp.server.runner import serve_connection
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.streamable_http import (
+    GET_STREAM_KEY,
+    MCP_SESSION_ID_HEADER,
+    StreamableHTTPServerTransport,
+)
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
@@ -51,6 +56,7 @@ logger = logging.getLogger(__name__)
 
 Ended = Callable[[str], Awaitable[None]]
 ConnectionOf = Callable[[JSONRPCDispatcher[TransportContext]], Connection]
+_ANSWERED_POLL_S = 0.05
 
 
 class DoorManager(StreamableHTTPSessionManager):
@@ -100,6 +106,24 @@ class DoorManager(StreamableHTTPSessionManager):
     def held(self) -> dict[str, str]:
         """The session-based sessions this replica serves, each with its token's hash."""
         return dict(self._token_of)
+
+    def tokens_here(self) -> set[str]:
+        """The hashes of the tokens whose sessions this replica holds transports of."""
+        return set(self._token_of.values())
+
+    async def let_go_of_token(self, token_hash: str, answers_s: float) -> list[str]:
+        """End this replica's transports of the sessions of `token_hash` (revoked): their
+        streams close and later requests are not served here, as after a DELETE. A POST
+        still being answered is given up to `answers_s` to send its answer first. The
+        sessions' ids; their records and Bastion sessions are the caller's to end."""
+        ended = [sid for sid, owner in self._token_of.items() if owner == token_hash]
+        for session_id in ended:
+            transport = self._server_instances.get(session_id)
+            if transport is not None:
+                with anyio.move_on_after(answers_s):
+                    await _answered(transport)
+                await transport.terminate()
+        return ended
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         agent = agent_of(scope)
@@ -303,6 +327,14 @@ class DoorManager(StreamableHTTPSessionManager):
             retry_interval=self.retry_interval,
             idle_timeout=self.session_idle_timeout,
         )
+
+
+async def _answered(transport: StreamableHTTPServerTransport) -> None:
+    """Return once the transport has no POST open: only its standing GET stream, if any."""
+    while True:
+        if all(key == GET_STREAM_KEY for key in transport._request_streams):
+            return
+        await anyio.sleep(_ANSWERED_POLL_S)
 
 
 def _owned_by(record: McpSessionRecord, replica: str) -> McpSessionRecord:

@@ -46,11 +46,16 @@ class SessionRecords:
 
     async def of_token(self, token_hash: str) -> list[McpSessionRecord]:
         """Every record of the token `token_hash`."""
-        return [
-            entry.value
-            async for entry in self._bucket.iterate()
-            if _key(entry.key) is not None and entry.value.token_hash == token_hash
-        ]
+        return [record for record in await self.every() if record.token_hash == token_hash]
+
+    async def every(self) -> list[McpSessionRecord]:
+        """Every record, of every token."""
+        try:
+            return [
+                entry.value async for entry in self._bucket.iterate() if _key(entry.key) is not None
+            ]
+        except (nats.errors.Error, TimeoutError):
+            raise Unavailable("the MCP sessions could not be read from NATS: retry") from None
 
     async def put(self, record: McpSessionRecord) -> None:
         key = _key(record.mcp_session_id)

@@ -21,6 +21,7 @@ from bastion.mcp.frontdoor.manager import DoorManager
 from bastion.mcp.frontdoor.opening import Opening
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.resources import ResourceHandlers
+from bastion.mcp.frontdoor.revoking import Revocations, TokenCalls
 from bastion.mcp.frontdoor.slots import SessionSlots
 from bastion.mcp.frontdoor.taskends import NoticeTimes, TaskNotices
 from bastion.mcp.frontdoor.tokens import TokenStore
@@ -50,15 +51,17 @@ class McpEndpoint:
     binding: Binding
     notices: TaskNotices
     slots: SessionSlots
+    revocations: Revocations
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The manager's task group, the task notices and the renewal of the sessions'
-        slots, for as long as the HTTP app runs (its lifespan)."""
+        """The manager's task group, the task notices, the renewal of the sessions' slots
+        and the revoked tokens' ends, for as long as the HTTP app runs (its lifespan)."""
         async with (
             self.manager.run(),
             self.notices.running(),
             self.slots.renewing(self.manager.held),
+            self.revocations.running(),
         ):
             yield
 
@@ -69,12 +72,14 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
     records = await SessionRecords.open(client)
     slots = await SessionSlots.open(client, door.max_sessions_per_token, door.session_slot_s)
     binding = Binding(client, records, BUS_TIMEOUT_S)
+    calls = TokenCalls()
     tools = ToolHandlers(
         client,
         binding,
         Asking(client, BUS_TIMEOUT_S, door.approval_wait_s),
         door.call_timeout_s,
         door.progress_every_s,
+        calls,
     )
     resources = ResourceHandlers(client, binding, records)
     server: Server[object] = Server(
@@ -119,4 +124,13 @@ async def open_mcp_endpoint(client: Client, door: FrontDoor) -> McpEndpoint:
             NoticeTimes(gather_s=door.task_end_gather_s, every_s=door.task_end_every_s),
         ),
         slots=slots,
+        revocations=Revocations(
+            client=client,
+            tokens=tokens,
+            records=records,
+            binding=binding,
+            manager=manager,
+            calls=calls,
+            sweep_s=door.revoked_sweep_s,
+        ),
     )

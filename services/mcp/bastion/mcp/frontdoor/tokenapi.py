@@ -42,7 +42,7 @@ def add_token_endpoints(
     """Serve the token operations on `service`. A token is minted only once its profile
     passed the checks a session's opening makes: the orchestrator's (`session.check`, the
     sandbox's included) and `servers`'. `revoked(token_hash)` is awaited after a token is
-    revoked (it closes the token's stateless session)."""
+    revoked (it ends every MCP session of the token: `bastion.mcp.frontdoor.revoking`)."""
 
     async def create(ask: CreateToken, _context: RequestContext) -> TokenCreated:
         await request(

@@ -79,6 +79,13 @@ class TokenStore:
             raise Unavailable("the agent tokens could not be read from NATS: retry") from None
         return None if found is None else (digest, found.value)
 
+    async def live(self, token_hash: str) -> bool:
+        """Whether the token whose hash is `token_hash` is still live (not revoked)."""
+        try:
+            return await self._bucket.find(token_hash) is not None
+        except (nats.errors.Error, TimeoutError):
+            raise Unavailable("the agent tokens could not be read from NATS: retry") from None
+
     async def every(self, tenant: str | None = None) -> list[TokenInfo]:
         """Every live token (of `tenant`, when given), oldest first."""
         found = [

@@ -11,7 +11,7 @@ the call id (`bastion.mcp.frontdoor.callids`: a retried request keeps its call i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
@@ -37,6 +37,7 @@ from bastion.mcp.frontdoor.callids import call_id_of
 from bastion.mcp.frontdoor.cancelling import cancel_call, peer_cancelled
 from bastion.mcp.frontdoor.guard import Agent, agent_of
 from bastion.mcp.frontdoor.relay import relaying
+from bastion.mcp.frontdoor.revoking import TokenCalls
 from bastion.mcp.frontdoor.streaming import reporting, wants_progress
 from bastion.proto import errors as codes
 from bastion.proto import subjects
@@ -142,6 +143,8 @@ class ToolHandlers:
     call_timeout_s: float
     progress_every_s: float = 2.0
     """How often a client that asked for progress is told a call still runs."""
+    calls: TokenCalls = field(default_factory=TokenCalls)
+    """The calls running here, by token: a revoked token's are cancelled."""
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], _params: PaginatedRequestParams | None
@@ -227,20 +230,21 @@ class ToolHandlers:
     async def _call(
         self, ctx: ServerRequestContext[Any, Any], agent: Agent, session_id: str, call: ToolCall
     ) -> CallResult | InputRequiredResult:
+        assert call.call_id is not None
         try:
             # The SDK's OpenTelemetryMiddleware made this request's span (continuing the
             # `traceparent` of the request's `_meta`, else a new trace): the call's root.
             annotate(session_id=session_id, tool=call.tool)
-            result: CallResult = await request(
-                self.client,
-                subjects.session_call(session_id),
-                call,
-                CallResult,
-                timeout_s=self.call_timeout_s,
-            )
+            with self.calls.holding(agent.token_hash, session_id, call.call_id):
+                result: CallResult = await request(
+                    self.client,
+                    subjects.session_call(session_id),
+                    call,
+                    CallResult,
+                    timeout_s=self.call_timeout_s,
+                )
         except anyio.get_cancelled_exc_class():
             if peer_cancelled(ctx):  # the client's `notifications/cancelled`, not a hang-up
-                assert call.call_id is not None
                 with anyio.CancelScope(shield=True):
                     await cancel_call(
                         self.client, session_id, call.call_id, f"mcp:{agent.info.agent}"
