@@ -44,6 +44,11 @@ class TaskLog:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
 
+    @property
+    def held(self) -> int:
+        """Characters held back, to be cut with the next chunk."""
+        return len(self._carry)
+
     def feed(self, chunk: bytes) -> None:
         """Take a chunk of output; what is safe to redact now goes to the log."""
         self._carry += self._decoder.decode(chunk)

@@ -8,6 +8,7 @@ tasks")."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -39,8 +40,8 @@ from bastion.proto.toolinput import BgOutputInput
 from bastion.sandbox.tasks.holders import Holders
 from bastion.sandbox.tasks.log import QUIET_S, TaskLog, read_log
 from bastion.sandbox.tasks.store import TaskStore, new_task_id
+from bastion.shared.cutturns import Cutter
 from bastion.shared.errors import BastionError, NoResponders, NotFound, Unavailable
-from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing.task import SandboxTask
 
 __all__ = ["STOP_GRACE_S", "STOP_TAKES_S", "TaskLimits", "Tasks"]
@@ -188,7 +189,7 @@ class Tasks:
         command: str,
         label: str,
         timeout_ms: int,
-        redactor: Redactor | None,
+        cutter: Cutter,
         starter: Starter,
     ) -> TaskStarted:
         """Count, record and start a task, and follow it to its end.
@@ -212,7 +213,7 @@ class Tasks:
             started_at=time.time(),
         )
         await self._forget_oldest(tenant, session_id)
-        log = TaskLog(self.log_path(record), self.limits.max_output_bytes, redactor)
+        log = TaskLog(self.log_path(record), self.limits.max_output_bytes, cutter.redactor)
         try:
             await self._store.admit(
                 record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
@@ -239,7 +240,7 @@ class Tasks:
             os.close(write_end)
         running = _Running(record, handle)
         self._running[record.id] = running
-        self._group.start_soon(self._follow, running, log, read_end)
+        self._group.start_soon(self._follow, running, log, read_end, cutter)
         return TaskStarted(
             id=record.id,
             label=record.label,
@@ -254,12 +255,12 @@ class Tasks:
             ),
         )
 
-    async def _follow(self, running: _Running, log: TaskLog, read_end: int) -> None:
+    async def _follow(self, running: _Running, log: TaskLog, read_end: int, cutter: Cutter) -> None:
         """Log the task's output, stop it when its time runs out, and record its end."""
         status: int | None = None
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(_drain, read_end, log)
+                group.start_soon(_drain, read_end, log, cutter)
                 async with anyio.create_task_group() as clocked:
                     clocked.start_soon(self._clock, running)
                     status = await running.handle.wait()
@@ -390,7 +391,7 @@ class Tasks:
         shown = [_view(r) for r in records if wanted is None or r.status == wanted]
         return TaskListing(tasks=tuple(shown[: request.input.limit]))
 
-    async def read(self, request: TaskRead, redactor: Redactor | None) -> TaskOutput:
+    async def read(self, request: TaskRead, cutter: Cutter) -> TaskOutput:
         """`bg_output`, answered by the replica that runs (or ran) the task, which keeps its
         log.
 
@@ -401,13 +402,13 @@ class Tasks:
         record = await self._store.get(request.tenant, request.session_id, request.input.id)
         holders = self._elsewhere(record)
         if holders is None:
-            return await self.read_here(request, redactor)
+            return await self.read_here(request, cutter)
         try:
             return await holders.output(record.replica, request)
         except NoResponders:
             lost = await self._store.change(record, _gone)
         if record.owner == self._owner:  # the same state dir: the log is here too
-            return await self.read_here(request, redactor)
+            return await self.read_here(request, cutter)
         raise NotFound(
             f"background task {record.id} ran on a sandbox replica that is gone (stopped or "
             "restarted), and its output went with it"
@@ -415,7 +416,7 @@ class Tasks:
             + "; start the command again with bg_run if it is still needed"
         )
 
-    async def read_here(self, request: TaskRead, redactor: Redactor | None) -> TaskOutput:
+    async def read_here(self, request: TaskRead, cutter: Cutter) -> TaskOutput:
         """`bg_output` from this replica's log: from the asked offset, at most the asked
         limit."""
         given = request.input
@@ -431,7 +432,7 @@ class Tasks:
             id=record.id,
             status=record.status,
             exit_code=record.exit_code,
-            text=redactor.redact(text) if redactor else text,
+            text=await cutter.cut(text),
             next_offset=next_offset,
             eof=ended and next_offset >= size,
             output_truncated=size > self.limits.max_output_bytes,
@@ -468,8 +469,10 @@ class Tasks:
         return True
 
 
-async def _drain(fd: int, log: TaskLog) -> None:
-    """Feed `log` from the pipe `fd` until every writer has closed it."""
+async def _drain(fd: int, log: TaskLog, cutter: Cutter) -> None:
+    """Feed `log` from the pipe `fd` until every writer has closed it: a large chunk in a
+    worker thread, in the tenant's turn, and whole (a chunk read is never lost to a
+    cancel)."""
     os.set_blocking(fd, False)
     while True:
         with anyio.move_on_after(QUIET_S) as quiet:
@@ -483,4 +486,5 @@ async def _drain(fd: int, log: TaskLog) -> None:
             continue
         if not chunk:
             return
-        log.feed(chunk)
+        with anyio.CancelScope(shield=True):
+            await cutter.run(len(chunk) + log.held, functools.partial(log.feed, chunk))
