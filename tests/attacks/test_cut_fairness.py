@@ -3,7 +3,7 @@ the sandbox service with reads of a 256 KiB file (each answer cut of every form 
 value), and another tenant's read, asked once the first of them is answered (the others
 being cut), is answered before most of them.
 
-An attack review (issue 21) found the cuts made on the service's event loop, each costing
+An attack review found the cuts made on the service's event loop, each costing
 the text's size times the tenant's forms (~250 ms for 256 KiB and ten values): six such
 reads took another tenant's `shell echo` from 0.05 s to 1.26 s. Nothing here is timed: the
 answers' order is the evidence.
