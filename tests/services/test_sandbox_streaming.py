@@ -22,6 +22,7 @@ from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.streaming import OutputStreams, StreamBounds
 from bastion.shared.bus import Client, request, round_trip
 from bastion.shared.codec import decode
+from bastion.shared.cutturns import Cutter, CutTurns
 from bastion.shared.errors import RemoteError
 from bastion.shared.redaction import Redactor
 from bastion.shared.settings import BusSettings
@@ -32,6 +33,10 @@ pytestmark = pytest.mark.anyio
 SESSION = "0123456789abcdef"
 BOUNDS = StreamBounds(interval_s=0.01, chunk_bytes=1024, total_bytes=4096)
 VALUE = "Tok-9f8e7d6c5b4a39281706"
+
+
+def _cutter(redactor: Redactor | None = None) -> Cutter:
+    return Cutter(redactor, "default", CutTurns())
 
 
 def _request(call_id: str = "call-1", stream: bool = True) -> ExecRequest:
@@ -77,7 +82,7 @@ async def test_a_flood_is_sent_in_bounded_chunks_then_capped_and_nothing_after(
 ) -> None:
     burst = b"y\n" * 32 * 1024
     async with receiving(client) as received:
-        async with OutputStreams(client, BOUNDS).opened(_request(), None) as tap:
+        async with OutputStreams(client, BOUNDS).opened(_request(), _cutter()) as tap:
             assert tap is not None
             for _ in range(20):
                 for _ in range(16):
@@ -105,7 +110,7 @@ async def test_a_secret_split_across_chunks_is_cut_and_no_part_of_it_is_sent(
     redactor = Redactor([("TOKEN", VALUE)])
     filler = "." * 900 + "\n"
     async with receiving(client) as received:
-        async with OutputStreams(client, BOUNDS).opened(_request(), redactor) as tap:
+        async with OutputStreams(client, BOUNDS).opened(_request(), _cutter(redactor)) as tap:
             assert tap is not None
             tap("stdout", f"{filler}token={VALUE[:7]}".encode())
             first = await received.next()
@@ -131,7 +136,7 @@ async def test_a_secret_split_across_chunks_is_cut_and_no_part_of_it_is_sent(
 async def test_a_call_that_asked_for_no_stream_or_names_no_subject_token_gets_no_tap(
     client: Client, call_id: str, stream: bool
 ) -> None:
-    async with OutputStreams(client, BOUNDS).opened(_request(call_id, stream), None) as tap:
+    async with OutputStreams(client, BOUNDS).opened(_request(call_id, stream), _cutter()) as tap:
         assert tap is None
 
 

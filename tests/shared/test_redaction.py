@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import base64
 import random
+import re
 import string
+import sys
 import urllib.parse
 
 import pytest
 
 from bastion.shared.hostcuts import MIN_FRAGMENT_BYTES, DigestCutter, form_digests, new_salt
-from bastion.shared.redaction import Redactor, forms
+from bastion.shared.redaction import Redactor, folded, forms
 
 ALPHABET = string.ascii_letters + string.digits + "-_.~+/=!@#$%^&*"
 TRIALS = 300
@@ -166,3 +168,74 @@ def test_a_value_reversed_or_spaced_out_is_cut() -> None:
     redactor = Redactor([("PYPI_TOKEN", value)])
     assert redactor.redact(f"REV {value[::-1]}") == "REV [secret PYPI_TOKEN]"
     assert redactor.redact(f"SPACED {' '.join(value)} end") == "SPACED [secret PYPI_TOKEN] end"
+
+
+def one_pattern_per_form(pairs: list[tuple[str, str]], text: str) -> set[int]:
+    """What cutting used to cut (one case-blind pattern per form, a line break or a dot
+    allowed between any two characters): the indexes of `text` it covered."""
+    covered: set[int] = set()
+    for _, value in pairs:
+        for form in forms(value):
+            pattern = r"(?:\r?\n|\.)?".join(re.escape(char) for char in form)
+            for found in re.finditer(pattern, text, re.IGNORECASE):
+                covered.update(range(found.start(), found.end()))
+    return covered
+
+
+def shown_as(rng: random.Random, form: str) -> str:
+    """`form` as a program may print it: letters in either case, a break here and there."""
+    out = []
+    for char in form:
+        out.append(char.upper() if rng.random() < 0.3 else char)
+        if rng.random() < 0.1:
+            out.append(rng.choice(("\n", "\r\n", ".")))
+    return "".join(out)
+
+
+def test_one_pass_cuts_all_that_a_pattern_per_form_cut() -> None:
+    """The automaton over all forms at once cuts every character the patterns did (it may
+    cut more: several breaks in a row, a value's dot left out)."""
+    rng = random.Random(17)
+    alphabet = ALPHABET + "\u00e9\u00df\u03c3\u017f\u0130\n"
+    for _ in range(60):  # each trial compiles some sixty patterns
+        pairs = [(f"S{i}", random_secret(rng) + rng.choice(alphabet)) for i in range(3)]
+        noise = [rng.choice(alphabet + "  ") for _ in range(rng.randint(0, 60))]
+        parts = ["".join(noise)]
+        for _ in range(rng.randint(1, 4)):
+            shown = rng.choice(sorted(forms(rng.choice(pairs)[1])))
+            parts += [shown_as(rng, shown), "".join(rng.sample(noise, k=len(noise) // 2))]
+        text = "".join(parts)
+        cut = Redactor(pairs).spans(text)
+        covered = {at for start, end, _ in cut for at in range(start, end)}
+        assert one_pattern_per_form(pairs, text) <= covered, (pairs, text)
+
+
+def test_one_case_is_what_a_case_blind_pattern_matches() -> None:
+    """Two characters a case-blind pattern matches to each other fold to one, for every
+    character Python knows (a new Unicode version may add pairs)."""
+    cased = [
+        chr(point)
+        for point in range(sys.maxunicode + 1)
+        if not 0xD800 <= point < 0xE000
+        and (chr(point).casefold() != chr(point) or chr(point).upper() != chr(point))
+    ]
+    full_fold: dict[str, set[str]] = {}
+    for char in cased:
+        full_fold.setdefault(char.casefold(), set()).add(char)
+    missed = []
+    for char in cased:
+        others = {char.lower(), char.upper(), char.title(), char.upper().lower()}
+        for other in (others | full_fold[char.casefold()]) - {char}:
+            alike = len(other) == 1 and re.fullmatch(re.escape(char), other, re.IGNORECASE)
+            if alike and folded(char) != folded(other):
+                missed.append((char, other))
+    assert not missed
+
+
+def test_a_value_holding_a_dot_is_cut_printed_without_it_too() -> None:
+    """What the one pass cuts beyond the forms (secrets.md): the breaks are dropped from the
+    forms as from the text, so a value's own dot may be left out, or doubled."""
+    redactor = Redactor([("JWT", "eyJhbGci.eyJzdWIi.c2lnbmF0dXJl")])
+    for shown in ("eyJhbGci.eyJzdWIi.c2lnbmF0dXJl", "eyJhbGcieyJzdWIic2lnbmF0dXJl"):
+        assert redactor.redact(f"token {shown} end") == "token [secret JWT] end"
+    assert redactor.redact("eyJhbGci..\n.eyJzdWIi.c2lnbmF0dXJl") == "[secret JWT]"

@@ -13,24 +13,53 @@ surrounds it (base32 likewise, in 5-byte groups). Every form is matched in any l
 (a line break or a dot between any two characters), as `fold`, a base64 tool wrapping at
 76 columns, or a value spread over a host name's labels leaves it. Each stretch found
 becomes `[secret NAME]`; stretches that overlap are cut as one.
+
+One pass over the text finds every form of every value: the text is folded to one letter
+case character for character and its line breaks and dots are dropped (where they were is
+kept, to map what is found back), and one Aho-Corasick automaton of all the forms, folded
+and dropped alike, runs over it (`ahocorasick_rs`, which lets go of the GIL while it
+searches). So the cost is linear in the text, whatever the number of values. Dropping every
+break may cut a little more than a form (a value holding a dot is also cut where it is
+printed without it, or with several breaks between two characters), never less. The rare
+form that starts or ends with a break character, or has fewer than `MIN_FORM_LENGTH`
+characters that are not breaks, is looked for with a pattern of its own instead.
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 import re
 import urllib.parse
 from collections.abc import Iterable
+from itertools import accumulate
 from typing import Final
 
-__all__ = ["MIN_FORM_LENGTH", "Redactor", "cut_spans", "forms", "fragment_forms", "whole_forms"]
+import ahocorasick_rs
+
+__all__ = [
+    "MIN_FORM_LENGTH",
+    "Redactor",
+    "cut_spans",
+    "folded",
+    "forms",
+    "fragment_forms",
+    "whole_forms",
+]
 
 MIN_FORM_LENGTH: Final = 4
 """A form shorter than this (a 6-byte value's base64 at one alignment is 4) is not looked
 for: it would match unrelated text."""
 
 _BREAK: Final = r"(?:\r?\n|\.)?"
+_BREAKS: Final = re.compile(r"[\r\n.]")
+_DROP_BREAKS: Final = dict.fromkeys(map(ord, "\r\n."))
+_DOTTED_CAPITAL_I: Final = "\u0130"
+"""The one character whose lower case is two characters (`i` and a combining dot)."""
+_SAME_CASE: Final = {"\u1fd3": "\u0390", "\u1fe3": "\u03b0", "\ufb05": "\ufb06"}
+"""Characters a case-blind pattern matches to another although neither's upper case is one
+character (they fold alike in full): each as the one it matches."""
 
 
 def fragment_forms(raw: bytes, min_bytes: int = 1) -> set[str]:
@@ -81,6 +110,55 @@ def forms(value: str) -> set[str]:
     return {form for form in found if len(form) >= MIN_FORM_LENGTH}
 
 
+def _fold_char(char: str) -> str:
+    """One lower-case character as the others of its letter case fold to (`ſ` as `s`,
+    `ς` as `σ`): the lower case of its upper case, when both are one character."""
+    upper = char.upper()
+    folded = upper.lower() if len(upper) == 1 else char
+    return _SAME_CASE.get(char, folded if len(folded) == 1 else char)
+
+
+def folded(text: str) -> str:
+    """`text` in one letter case, character for character: each character matches another
+    in any case (as a case-blind pattern does) just when both fold to the same one."""
+    if text.isascii():
+        return text.lower()
+    lowered = text.replace(_DOTTED_CAPITAL_I, "i").lower()
+    odd = {ord(c): f for c in set(lowered) if not c.isascii() and (f := _fold_char(c)) != c}
+    return lowered.translate(odd) if odd else lowered
+
+
+def _kept(form: str) -> str:
+    """A form as the automaton looks for it: folded, without break characters."""
+    return folded(form).translate(_DROP_BREAKS)
+
+
+def _searchable(form: str) -> bool:
+    """Whether the automaton can look for `form`: it neither starts nor ends with a break
+    character (a stretch found starts and ends on one that is not) and keeps enough."""
+    return not (_BREAKS.match(form[0]) or _BREAKS.match(form[-1])) and (
+        len(_kept(form)) >= MIN_FORM_LENGTH
+    )
+
+
+class _Places:
+    """Where each character of a text with its break characters dropped was in the text."""
+
+    def __init__(self, text: str) -> None:
+        pieces = _BREAKS.split(text)
+        self._breaks = list(accumulate(map(len, pieces[:-1])))
+        """For each break, how many characters that are not breaks come before it."""
+
+    def of(self, start: int, end: int) -> tuple[int, int]:
+        """Where the stretch [start, end) of the dropped text is in the text: from its first
+        character to its last (not the breaks around it)."""
+        last = end - 1
+        return (
+            start + bisect.bisect_right(self._breaks, start),
+            last + bisect.bisect_right(self._breaks, last) + 1,
+        )
+
+
 def _pattern(form: str) -> str:
     return _BREAK.join(re.escape(char) for char in form)
 
@@ -109,28 +187,48 @@ class Redactor:
     """Cuts a fixed set of (name, value) pairs out of any text it is given."""
 
     def __init__(self, secrets: Iterable[tuple[str, str]]) -> None:
+        self._names: list[str] = []
+        """The name of each of the automaton's forms, by its index."""
         self._patterns: list[tuple[str, re.Pattern[str]]] = []
+        """The forms the automaton cannot look for, each a case-blind pattern."""
         self.longest = 0
-        """The most characters one stretch it cuts can span (a form with a line break
-        between each two of its characters): text that may end inside a stretch is held
-        back by so much less one (`bastion.shared.streamcuts`)."""
+        """The most characters one stretch of a form with at most one break between each
+        two of its characters spans: text that may end inside a stretch is held back by so
+        much less one (`bastion.shared.streamcuts`)."""
+        kept: dict[str, str] = {}
         for name, value in secrets:
             for form in sorted(forms(value), key=len, reverse=True):
-                self._patterns.append((name, re.compile(_pattern(form), re.IGNORECASE)))
                 self.longest = max(self.longest, 3 * len(form) - 2)
+                if _searchable(form):
+                    kept.setdefault(_kept(form), name)
+                else:
+                    self._patterns.append((name, re.compile(_pattern(form), re.IGNORECASE)))
+        self._names = list(kept.values())
+        self._automaton = (
+            ahocorasick_rs.AhoCorasick(kept, implementation=ahocorasick_rs.Implementation.DFA)
+            if kept
+            else None
+        )
 
     def __bool__(self) -> bool:
-        return bool(self._patterns)
+        return self._automaton is not None or bool(self._patterns)
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """Each (start, end, name) stretch of `text` holding a form of a value."""
         found: list[tuple[int, int, str]] = []
+        if self._automaton is not None:
+            one_case = folded(text)
+            dropped = one_case.translate(_DROP_BREAKS)
+            matches = self._automaton.find_matches_as_indexes(dropped, overlapping=True)
+            if matches:
+                places = _Places(one_case)
+                found += [(*places.of(start, end), self._names[i]) for i, start, end in matches]
         for name, pattern in self._patterns:
             found.extend((m.start(), m.end(), name) for m in pattern.finditer(text))
         return found
 
     def redact(self, text: str) -> str:
         """`text` with every form of every value replaced by `[secret NAME]`."""
-        if not self._patterns or not text:
+        if not self or not text:
             return text
         return cut_spans(text, self.spans(text))

@@ -15,6 +15,9 @@ replies cuts out:
   vault gives sealed to this service's key (`vault.redaction`), asked again at most every
   `refresh_s` seconds. When the vault cannot answer, what it gave before (and the two
   above) is used, and it is asked again after `RETRY_S`.
+
+A large text is cut in a worker thread, in its tenant's turn (`bastion.shared.cutturns`):
+`cutter` gives a session's redactor with the turns it waits for.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Final, TypeVar
 
 import anyio
 
+from bastion.shared.cutturns import Cutter, CutTurns
 from bastion.shared.errors import BastionError
 from bastion.shared.leasing import LeaseClient
 from bastion.shared.redaction import Redactor
@@ -67,6 +71,8 @@ class SecretCuts:
         self._vault: OrderedDict[str, tuple[float, frozenset[Pair]]] = OrderedDict()
         self._locks: OrderedDict[str, anyio.Lock] = OrderedDict()
         self._redactors: OrderedDict[frozenset[Pair], Redactor] = OrderedDict()
+        self.turns = CutTurns()
+        """Every tenant's turns at cutting large texts."""
 
     def remember(self, tenant: str, session_id: str, pairs: list[Pair]) -> None:
         """Keep what a call of `session_id` just leased, for it and for its tenant."""
@@ -95,6 +101,11 @@ class SecretCuts:
             redactor = Redactor(sorted(found))
         _bounded_put(self._redactors, found, redactor, MAX_REDACTORS)
         return redactor
+
+    async def cutter(self, tenant: str, session_id: str, extra: Iterable[Pair] = ()) -> Cutter:
+        """The cuts of `session_id`'s replies (and of the `extra` pairs), in `tenant`'s
+        turns."""
+        return Cutter(await self.redactor(tenant, session_id, extra), tenant, self.turns)
 
     def forget(self, session_id: str) -> None:
         """The session is closed: what it leased stays cut for its tenant only."""

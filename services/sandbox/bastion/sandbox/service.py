@@ -5,7 +5,8 @@ this replica alone, `sandbox.tasks.<replica>.output|stop|release` for the tasks 
 (what another replica forwards to it).
 
 Everything a command or a file tool answers, its errors too, leaves with every value of
-the tenant's secrets cut out (`bastion.shared.secretcuts`); a call that reaches declared
+the tenant's secrets cut out (`bastion.shared.secretcuts`; a large text in a worker thread,
+in its tenant's turn: `bastion.shared.cutturns`); a call that reaches declared
 hosts gets a grant carrying only digests of those values' forms, so the egress service
 can cut them from what it records without holding them.
 """
@@ -96,10 +97,10 @@ from bastion.sandbox.workspace import (
 from bastion.shared.bus import Client, request
 from bastion.shared.cancelling import Running, listen
 from bastion.shared.codec import encode
+from bastion.shared.cutturns import Cutter
 from bastion.shared.errors import BastionError, InvalidInput, NotImplementedYet
 from bastion.shared.leasing import LeaseClient, lease_key
 from bastion.shared.metrics import sandboxes_running
-from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing import (
     BwrapBackend,
     ContainerLimits,
@@ -181,17 +182,22 @@ def output_cap(max_payload: int) -> int:
     return max(1024, (max_payload - 16 * 1024) // 6)
 
 
-def redacted(result: ExecResult, redactor: Redactor | None) -> ExecResult:
+async def redacted(result: ExecResult, cutter: Cutter) -> ExecResult:
     """`result` with the session's leased values cut out of both streams and its
-    connection line."""
+    connection line (off the event loop when they are large, in the tenant's turn)."""
+    redactor = cutter.redactor
     if redactor is None:
         return result
-    return msgspec.structs.replace(
-        result,
-        stdout=redactor.redact(result.stdout),
-        stderr=redactor.redact(result.stderr),
-        connections=redactor.redact(result.connections),
-    )
+
+    def cut() -> ExecResult:
+        return msgspec.structs.replace(
+            result,
+            stdout=redactor.redact(result.stdout),
+            stderr=redactor.redact(result.stderr),
+            connections=redactor.redact(result.connections),
+        )
+
+    return await cutter.run(len(result.stdout) + len(result.stderr), cut)
 
 
 async def _relayed(
@@ -366,9 +372,9 @@ class Sandboxes:
 
     async def _cut_error(self, error: BastionError, tenant: str, session_id: str) -> None:
         """Cut the tenant's values out of an error's message (a file's lines it quotes)."""
-        redactor = await self.secrets.redactor(tenant, session_id)
-        if redactor:
-            error.message = redactor.redact(error.message)
+        cutter = await self.secrets.cutter(tenant, session_id)
+        if cutter.redactor:
+            error.message = await cutter.cut(error.message)
             error.args = (error.message,)
 
     async def _exec(
@@ -406,9 +412,9 @@ class Sandboxes:
                         result = await backend.run(spec, command)
             finally:
                 sandboxes_running.add(-1, running)
-        return redacted(
+        return await redacted(
             self._noted(result, room),
-            await self.secrets.redactor(request.tenant, request.session_id),
+            await self.secrets.cutter(request.tenant, request.session_id),
         )
 
     @asynccontextmanager
@@ -418,8 +424,8 @@ class Sandboxes:
         if self._streams is None or not request.stream:
             yield None
             return
-        redactor = await self.secrets.redactor(request.tenant, request.session_id)
-        async with self._streams.opened(request, redactor) as tap:
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        async with self._streams.opened(request, cutter) as tap:
             yield tap
 
     async def _leased(self, request: ExecRequest, spec: SandboxSpec) -> SandboxSpec:
@@ -472,7 +478,7 @@ class Sandboxes:
                 command=given.command,
                 label=request.label,
                 timeout_ms=tasks.timeout_ms(request.timeout_ms),
-                redactor=await self.secrets.redactor(
+                cutter=await self.secrets.cutter(
                     given.tenant, given.session_id, spec.secret_environment
                 ),
                 starter=lambda output: backend.start_task(leased, given.command, output, cwd),
@@ -488,8 +494,8 @@ class Sandboxes:
 
     async def task_output(self, request: TaskRead, _context: RequestContext) -> TaskOutput:
         """`bg_output`: a stretch of one of the session's tasks' output."""
-        redactor = await self.secrets.redactor(request.tenant, request.session_id)
-        return await self._tasks().read(request, redactor)
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        return await self._tasks().read(request, cutter)
 
     async def task_stop(self, request: TaskStop, _context: RequestContext) -> TaskView:
         """`bg_stop`: stop one of the session's tasks; the task as it is then."""
@@ -497,8 +503,8 @@ class Sandboxes:
 
     async def held_output(self, request: TaskRead, _context: RequestContext) -> TaskOutput:
         """`bg_output` forwarded by another replica: read from this replica's log."""
-        redactor = await self.secrets.redactor(request.tenant, request.session_id)
-        return await self._tasks().read_here(request, redactor)
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        return await self._tasks().read_here(request, cutter)
 
     async def held_stop(self, request: TaskStop, _context: RequestContext) -> TaskView:
         """`bg_stop` forwarded by another replica: the task stopped here."""
@@ -643,7 +649,7 @@ class Sandboxes:
                     result = await _relayed(backend, spec, asked.code, ask)
             finally:
                 sandboxes_running.add(-1, running)
-        return redacted(result, await self.secrets.redactor(asked.tenant, asked.session_id))
+        return await redacted(result, await self.secrets.cutter(asked.tenant, asked.session_id))
 
     async def skill_write(self, request: WriteSkill, _context: RequestContext) -> FileResult:
         """Write a skill's SKILL.md with only its name, description and instructions."""
@@ -673,8 +679,8 @@ class Sandboxes:
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)
             raise
-        redactor = await self.secrets.redactor(request.tenant, request.session_id)
-        return FileResult(text=redactor.redact(text) if redactor else text)
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        return FileResult(text=await cutter.cut(text))
 
     def _write(self, tool: _FileTool, workspace: Path, given: Any) -> str:
         """A writing tool's whole work, in one worker thread: the workspace's bound checked,
@@ -771,8 +777,8 @@ class Sandboxes:
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)
             raise
-        redactor = await self.secrets.redactor(request.tenant, request.session_id)
-        return CodeReport(program=program, text=redactor.redact(text) if redactor else text)
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        return CodeReport(program=program, text=await cutter.cut(text))
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:
         """Run `true` in the sandbox a session would get; `sandbox_failed` if it does not.

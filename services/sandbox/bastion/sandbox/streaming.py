@@ -11,7 +11,8 @@ each chunk its command writes taken as it is read (`SandboxSpec.tap`) and publis
 - at most `total_bytes` for the whole call, then one chunk saying so (`capped`) and no
   more: the result keeps its own output limits;
 - every value the result would have cut is cut from each chunk, a value split across two
-  chunks too (`bastion.shared.streamcuts`).
+  chunks too (`bastion.shared.streamcuts`); a large chunk in a worker thread, in the
+  tenant's turn (`bastion.shared.cutturns`).
 
 Nothing is published for a call that did not ask; a publish that fails ends the stream,
 never the command.
@@ -35,6 +36,7 @@ from bastion.proto import subjects
 from bastion.proto.sandbox import ExecRequest, OutputChunk
 from bastion.shared.bus import Client
 from bastion.shared.codec import encode
+from bastion.shared.cutturns import Cutter
 from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing.output import OutputTap
 from bastion.shared.streamcuts import HeldCuts
@@ -88,12 +90,12 @@ class _Lane:
 class _Stream:
     """One call's stream: taps its command's output, and publishes it in bounded chunks."""
 
-    def __init__(
-        self, client: Client, subject: str, redactor: Redactor | None, bounds: StreamBounds
-    ) -> None:
+    def __init__(self, client: Client, subject: str, cutter: Cutter, bounds: StreamBounds) -> None:
         self._client = client
         self._subject = subject
         self._bounds = bounds
+        self._cutter = cutter
+        redactor = cutter.redactor
         self._lanes: dict[Stream, _Lane] = {"stdout": _Lane(redactor), "stderr": _Lane(redactor)}
         hold = self._lanes["stdout"].cuts.hold
         self._keep = bounds.chunk_bytes + _WIDEST_CHAR * (2 * hold + 1)
@@ -129,11 +131,15 @@ class _Stream:
             for lane in self._lanes.values():
                 lane.raw.clear()
                 lane.left_out = 0
+        size = sum(len(raw) + lane.cuts.hold for lane, raw, _ in taken)
+        with anyio.CancelScope(shield=True):  # what was taken is cut, whatever comes
+            cut = await self._cutter.run(
+                size, lambda: [lane.text(raw, left_out, final) for lane, raw, left_out in taken]
+            )
         room = min(self._bounds.chunk_bytes, self._bounds.total_bytes - self._sent)
         texts: list[str] = []
         more = 0
-        for lane, raw, left_out in taken:
-            text, unshown = lane.text(raw, left_out, final)
+        for text, unshown in cut:
             more += unshown
             shown = text.encode()
             if len(shown) > room:
@@ -168,9 +174,7 @@ class OutputStreams:
         self._bounds = bounds
 
     @asynccontextmanager
-    async def opened(
-        self, request: ExecRequest, redactor: Redactor | None
-    ) -> AsyncIterator[OutputTap | None]:
+    async def opened(self, request: ExecRequest, cutter: Cutter) -> AsyncIterator[OutputTap | None]:
         """The tap of `request`'s stream while the block runs (None: it asked for none);
         what is left is published as the block ends, before its result is answered (not
         when it fails: its error is raised as it was)."""
@@ -180,7 +184,7 @@ class OutputStreams:
         stream = _Stream(
             self._client,
             subjects.call_output(request.session_id, request.call_id),
-            redactor,
+            cutter,
             self._bounds,
         )
         failed: Exception | None = None

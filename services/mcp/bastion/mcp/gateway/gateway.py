@@ -567,10 +567,11 @@ class Gateway:
     async def _redacted(self, tenant: str, server: str, session_id: str, text: str) -> str:
         """`text` with the values the server was given cut out, and every value of the
         tenant's: a server that echoes its token (an error page quoting a header), or reads
-        a file a command of the tenant wrote a value into, never shows it to the model."""
+        a file a command of the tenant wrote a value into, never shows it to the model. A
+        large text is cut in a worker thread, in the tenant's turn."""
         given = self._given.get((tenant, server, session_id), ())
-        redactor = await self._cuts.redactor(tenant, session_id or secrets.token_hex(8), given)
-        return redactor.redact(text) if redactor else text
+        cutter = await self._cuts.cutter(tenant, session_id or secrets.token_hex(8), given)
+        return await cutter.cut(text)
 
     def session_closed(self, session_id: str) -> None:
         self._can_ask.pop(session_id, None)

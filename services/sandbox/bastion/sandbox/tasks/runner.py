@@ -8,6 +8,7 @@ tasks")."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -42,6 +43,7 @@ from bastion.sandbox.sharedslots import SharedSlots
 from bastion.sandbox.tasks.holders import Holders
 from bastion.sandbox.tasks.log import TaskLog, read_page
 from bastion.sandbox.tasks.store import TaskClaim, TaskStore, new_task_id
+from bastion.shared.cutturns import Cutter
 from bastion.shared.errors import (
     BastionError,
     NoResponders,
@@ -229,7 +231,7 @@ class Tasks:
         command: str,
         label: str,
         timeout_ms: int,
-        redactor: Redactor | None,
+        cutter: Cutter,
         starter: Starter,
         call_id: str = "",
     ) -> TaskStarted:
@@ -267,12 +269,12 @@ class Tasks:
         try:
             await self._forget_oldest(tenant, session_id)
             started: TaskStarted = await self._group.start(
-                self._run, record, redactor, starter, call_id
+                self._run, record, cutter, starter, call_id
             )
         except BastionError as error:
             if call_id:
                 with anyio.CancelScope(shield=True):
-                    await self._settle_claim(record, call_id, _refusal(error, redactor))
+                    await self._settle_claim(record, call_id, _refusal(error, cutter.redactor))
             raise
         except BaseException:
             if call_id:
@@ -345,7 +347,7 @@ class Tasks:
     async def _run(
         self,
         record: TaskRecord,
-        redactor: Redactor | None,
+        cutter: Cutter,
         starter: Starter,
         call_id: str,
         *,
@@ -354,7 +356,7 @@ class Tasks:
         """Take a sandbox slot, count, record and start the task, answer it started, and
         follow it to its end; the slot is given back once its processes are gone."""
         async with self._slot(record.tenant):
-            log = TaskLog(self.log_path(record), self.limits.max_output_bytes, redactor)
+            log = TaskLog(self.log_path(record), self.limits.max_output_bytes, cutter.redactor)
             try:
                 await self._store.admit(
                     record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
@@ -393,7 +395,7 @@ class Tasks:
                     note=_NOTE,
                 )
             )
-            await self._follow(running, log, read_end)
+            await self._follow(running, log, read_end, cutter)
 
     async def _claim_started(self, record: TaskRecord, call_id: str) -> None:
         """Say on the call's claim that its task started; a failure is logged, never
@@ -406,12 +408,12 @@ class Tasks:
                 extra={"session": record.session_id, "error_type": type(error).__name__},
             )
 
-    async def _follow(self, running: _Running, log: TaskLog, read_end: int) -> None:
+    async def _follow(self, running: _Running, log: TaskLog, read_end: int, cutter: Cutter) -> None:
         """Log the task's output, stop it when its time runs out, and record its end."""
         status: int | None = None
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(_drain, read_end, log)
+                group.start_soon(_drain, read_end, log, cutter)
                 async with anyio.create_task_group() as clocked:
                     clocked.start_soon(self._clock, running)
                     status = await running.handle.wait()
@@ -582,7 +584,7 @@ class Tasks:
         shown = [_view(r) for r in records if wanted is None or r.status == wanted]
         return TaskListing(tasks=tuple(shown[: request.input.limit]))
 
-    async def read(self, request: TaskRead, redactor: Redactor | None) -> TaskOutput:
+    async def read(self, request: TaskRead, cutter: Cutter) -> TaskOutput:
         """`bg_output`, answered by the replica that runs (or ran) the task, which keeps its
         log.
 
@@ -593,13 +595,13 @@ class Tasks:
         record = await self._store.get(request.tenant, request.session_id, request.input.id)
         holders = self._elsewhere(record)
         if holders is None:
-            return await self.read_here(request, redactor)
+            return await self.read_here(request, cutter)
         try:
             return await holders.output(record.replica, request)
         except NoResponders:
             lost = await self._store.change(record, _gone)
         if record.owner == self._owner:  # the same state dir: the log is here too
-            return await self.read_here(request, redactor)
+            return await self.read_here(request, cutter)
         raise NotFound(
             f"background task {record.id} ran on a sandbox replica that is gone (stopped or "
             "restarted), and its output went with it"
@@ -607,14 +609,16 @@ class Tasks:
             + "; start the command again with bg_run if it is still needed"
         )
 
-    async def read_here(self, request: TaskRead, redactor: Redactor | None) -> TaskOutput:
+    async def read_here(self, request: TaskRead, cutter: Cutter) -> TaskOutput:
         """`bg_output` from this replica's log: from the asked offset, at most the asked
         limit (more only to end after a value's form that starts there, `read_page`)."""
         given = request.input
         record = await self._store.get(request.tenant, request.session_id, given.id)
         ended = record.status not in LIVE_STATUSES
-        text, read, size = await anyio.to_thread.run_sync(
-            read_page, self.log_path(record), given.offset, given.limit, redactor
+        text, read, size = await cutter.in_thread(
+            functools.partial(
+                read_page, self.log_path(record), given.offset, given.limit, cutter.redactor
+            )
         )
         next_offset = min(given.offset, size) + read
         running = self._running.get(record.id)
@@ -667,8 +671,10 @@ class Tasks:
         return True
 
 
-async def _drain(fd: int, log: TaskLog) -> None:
-    """Feed `log` from the pipe `fd` until every writer has closed it."""
+async def _drain(fd: int, log: TaskLog, cutter: Cutter) -> None:
+    """Feed `log` from the pipe `fd` until every writer has closed it: a large chunk in a
+    worker thread, in the tenant's turn, and whole (a chunk read is never lost to a
+    cancel)."""
     os.set_blocking(fd, False)
     while True:
         await anyio.wait_readable(fd)
@@ -678,4 +684,5 @@ async def _drain(fd: int, log: TaskLog) -> None:
             continue
         if not chunk:
             return
-        log.feed(chunk)
+        with anyio.CancelScope(shield=True):
+            await cutter.run(len(chunk) + log.holds, functools.partial(log.feed, chunk))

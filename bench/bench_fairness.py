@@ -1,0 +1,214 @@
+"""Fairness of cutting secrets: one tenant's `shell echo` alone, and while another tenant
+floods the sandbox service with output to cut, without secrets and with ten.
+
+It first times, in this process, one cut of a 256 KiB text with ten values (every form of
+each: `bastion.shared.redaction`). Then it starts `bastion up` on a temporary state dir,
+gives the tenant `secrets` ten values in the vault (the tenant `plain` has none), and times
+the tenant `quiet`'s `shell echo` calls: alone; while `plain` floods; while `secrets`
+floods the same way. A flood is three `bg_run "yes aaaa…"` (their logs cut as they come)
+and six sessions reading a 256 KiB file, each again as soon as it is answered (each answer
+cut). It prints the median and p99 of each in milliseconds, each median over the alone one
+(goal ≤ 1.5×) and over the flood without secrets (what the ten values add), what each
+flood got done (tasks started, reads answered and refused), and the CPU time the sandbox
+and orchestrator services spent meanwhile.
+Usage: python -m bench.bench_fairness [--calls N]   (from the repository root)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from bastion.proto import subjects
+from bastion.proto.session import OpenSession, SessionInfo, SessionRef
+from bastion.proto.tools import CallResult, ToolCall, ToolOutput
+from bastion.proto.vault import AddSecret, SecretAdded, VaultKey, VaultKeyQuery
+from bastion.shared.bus import Client, connect, request
+from bastion.shared.errors import BastionError
+from bastion.shared.redaction import Redactor
+from bastion.shared.sealing import seal
+from bastion.shared.settings import BusSettings
+from bench.common import bastion_up, call, cpu_ms, percentile, sandbox_workspace
+
+QUIET, PLAIN, SECRETS = "quiet", "plain", "secrets"
+VALUES = 10
+LARGE = 256 * 1024
+TASKS = 3
+READS = 6
+YES = "yes " + "a" * 200
+
+
+@dataclass
+class Phase:
+    """One measure: the quiet tenant's calls, and what a flooding tenant got done."""
+
+    name: str
+    samples: list[float]
+    tasks: int = 0
+    reads: int = 0
+    refused: int = 0
+    cpu: dict[str, float] | None = None
+
+
+def values() -> list[tuple[str, str]]:
+    return [(f"TOKEN_{n}", f"Tok-{secrets.token_urlsafe(24)}") for n in range(VALUES)]
+
+
+def large_text() -> str:
+    line = "x" * 60 + " a line of a large file, with no value in it at all\n"
+    return (line * (LARGE // len(line) + 1))[:LARGE]
+
+
+def one_cut_ms(rounds: int = 20) -> float:
+    """The median time of one cut of a 256 KiB text with ten values, in this process."""
+    redactor, text = Redactor(values()), large_text()
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        redactor.redact(text)
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+async def add_secret(client: Client, name: str, value: str) -> None:
+    key: VaultKey = await request(
+        client, subjects.VAULT_KEY, VaultKeyQuery(), VaultKey, timeout_s=30
+    )
+    sealed = seal(key.public_key, value.encode(), f"add {SECRETS} {name}".encode())
+    await request(
+        client,
+        subjects.VAULT_ADD,
+        AddSecret(tenant=SECRETS, name=name, sealed_value=sealed),
+        SecretAdded,
+        timeout_s=30,
+    )
+
+
+async def opened(client: Client, workspace: Path, tenant: str) -> str:
+    session: SessionInfo = await request(
+        client,
+        subjects.SESSION_OPEN,
+        OpenSession(
+            agent="bench", tenant=tenant, workspace=str(workspace), shell=True, autonomy="L3"
+        ),
+        SessionInfo,
+        timeout_s=30,
+    )
+    return session.session_id
+
+
+async def echoes(client: Client, session_id: str, calls: int) -> list[float]:
+    await call(client, session_id, "shell", command="echo warm")
+    samples = []
+    for n in range(calls):
+        started = time.perf_counter()
+        await call(client, session_id, "shell", command=f"echo {n}")
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+async def ran(client: Client, session_id: str, tool: str, **given: object) -> bool:
+    """One call of a flood; whether it ran (a refusal, `rate_limited` say, is counted)."""
+    try:
+        result: CallResult = await request(
+            client,
+            subjects.session_call(session_id),
+            ToolCall(tool=tool, input=dict(given)),
+            CallResult,
+            timeout_s=300,
+        )
+    except BastionError:
+        return False
+    return isinstance(result, ToolOutput)
+
+
+async def flooded(
+    client: Client, workspace: Path, state: Path, tenant: str, quiet: str, calls: int
+) -> Phase:
+    """The quiet tenant's calls while `tenant` floods; its sessions closed after (which
+    stops its tasks)."""
+    phase = Phase(f"beside {tenant}'s flood", [])
+    sessions = [await opened(client, workspace, tenant) for _ in range(READS + TASKS)]
+    for session_id in sessions[READS:]:
+        phase.tasks += await ran(client, session_id, "bg_run", command=YES, timeout_ms=600_000)
+
+    async def reading(session_id: str) -> None:
+        while True:
+            if await ran(client, session_id, "read_file", path="large.txt", limit=9999):
+                phase.reads += 1
+            else:
+                phase.refused += 1
+
+    before = cpu_ms(state)
+    async with anyio.create_task_group() as group:
+        for session_id in sessions[:READS]:
+            group.start_soon(reading, session_id)
+        phase.samples = await echoes(client, quiet, calls)
+        group.cancel_scope.cancel()
+    after = cpu_ms(state)
+    phase.cpu = {name: after[name] - before[name] for name in ("sandbox", "orchestrator")}
+    for session_id in sessions:
+        ref = SessionRef(session_id=session_id)
+        await request(client, subjects.SESSION_CLOSE, ref, SessionInfo, timeout_s=60)
+    return phase
+
+
+async def measure(bus: BusSettings, workspace: Path, state: Path, calls: int) -> list[Phase]:
+    (workspace / "large.txt").write_text(large_text())
+    sandbox_workspace(workspace)
+    async with connect(bus, "bench") as client:
+        for name, value in values():
+            await add_secret(client, name, value)
+        quiet = await opened(client, workspace, QUIET)
+        return [
+            Phase("alone", await echoes(client, quiet, calls)),
+            await flooded(client, workspace, state, PLAIN, quiet, calls),
+            await flooded(client, workspace, state, SECRETS, quiet, calls),
+        ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=60, help="timed shell calls per measure")
+    args = parser.parse_args()
+    cut = one_cut_ms()
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = sandbox_workspace(Path(tmp) / "work")
+        state = Path(tmp) / "state"
+        with bastion_up(state) as bus:
+            alone, plain, secret = anyio.run(measure, bus, workspace, state, args.calls)
+    print(f"one {LARGE // 1024} KiB cut with {VALUES} values, in process: {cut:.2f} ms")
+    print(
+        f"{args.calls} shell calls each, after a warm-up call; a flood: {TASKS} bg_run yes "
+        f"and {READS} sessions reading {LARGE // 1024} KiB; load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'quiet tenant shell echo':<34} {'median ms':>10} {'p99 ms':>9} {'/ alone':>8} "
+        f"{'/ plain':>8}  flood's tasks, reads (refused), CPU ms sandbox/orchestrator"
+    )
+    for phase in (alone, plain, secret):
+        median = statistics.median(phase.samples)
+        print(
+            f"{phase.name:<34} {median:>10.2f} {percentile(phase.samples, 0.99):>9.2f} "
+            f"{median / statistics.median(alone.samples):>7.2f}x "
+            f"{median / statistics.median(plain.samples):>7.2f}x  "
+            + (
+                f"{phase.tasks}, {phase.reads} ({phase.refused}), "
+                f"{phase.cpu['sandbox']:.0f}/{phase.cpu['orchestrator']:.0f}"
+                if phase.cpu is not None
+                else ""
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
