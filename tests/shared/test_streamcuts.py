@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import base64
 import itertools
+import random
 
-from bastion.shared.redaction import Redactor
+from bastion.shared.redaction import Redactor, out_of_stretches
 from bastion.shared.streamcuts import HeldCuts
 
 VALUE = "Tok-4f9a1c2e7b3d5a60"
@@ -65,3 +66,44 @@ def test_what_is_held_at_a_gap_is_dropped_and_so_is_as_much_after_it() -> None:
     assert VALUE[:half] not in before and VALUE[half:] not in after + end
     assert cuts.dropped == 2 * cuts.hold
     assert len(shown) == 2000 + len(VALUE) - cuts.dropped
+
+
+def test_forms_overlapping_without_end_are_cut_as_they_come_and_what_is_held_stays_bounded() -> (
+    None
+):
+    """A value like `aaaaaaaa` is found at every character of a run of `a`: the stretch
+    never ends, so holding it whole would hold the whole stream (and look at it again at
+    every piece). It is cut as it comes instead, holding at most twice the hold."""
+    cuts = HeldCuts(Redactor([("RUN", "aaaaaaaa")]))
+    shown = []
+    for _ in range(50):
+        shown.append(cuts.take("a" * 4096))
+        assert cuts.holding <= 2 * cuts.hold
+    shown.append(cuts.take("a" * 4096 + " end\n") + cuts.end())
+    text = "".join(shown)
+    assert text.endswith(" end\n") and "aaaaaaaa" not in text
+    assert set(text[: -len(" end\n")].replace("[secret RUN]", "")) <= {"a"}
+
+
+def _moved_one_at_a_time(spans: list[tuple[int, int, str]], cut: int, forward: bool) -> int:
+    """`out_of_stretches` as a loop that moves the cut out of one stretch at a time."""
+    moved = True
+    while moved:
+        moved = False
+        for start, end, _ in spans:
+            if start < cut < end:
+                cut, moved = (end if forward else start), True
+    return cut
+
+
+def test_a_cut_moved_out_of_overlapping_stretches_lands_where_one_at_a_time_would() -> None:
+    chance = random.Random(7)
+    for _ in range(5000):
+        spans = [
+            (start := chance.randrange(60), start + chance.randrange(1, 15), "x")
+            for _ in range(chance.randrange(8))
+        ]
+        cut = chance.randrange(80)
+        for forward in (False, True):
+            expected = _moved_one_at_a_time(spans, cut, forward)
+            assert out_of_stretches(spans, cut, forward=forward) == expected, (spans, cut)

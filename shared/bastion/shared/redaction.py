@@ -45,6 +45,7 @@ __all__ = [
     "folded",
     "forms",
     "fragment_forms",
+    "out_of_stretches",
     "whole_forms",
 ]
 
@@ -181,6 +182,26 @@ def cut_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
         cut_start, cut_end, cut_name = start, end, name
     out += [text[at:cut_start], f"[secret {cut_name}]", text[cut_end:]]
     return "".join(out)
+
+
+def out_of_stretches(spans: list[tuple[int, int, str]], cut: int, *, forward: bool = False) -> int:
+    """`cut` moved out of the (start, end, name) stretches it falls inside, stretches that
+    overlap counting as one: back to where they start, or (`forward`) on to where they end.
+    One sort and one pass, however many stretches overlap (a value like `aaaaaaaa` in a run
+    of `a` is found at every character)."""
+    merged_start, merged_end = 0, 0
+    for start, end, _ in sorted(spans):
+        if start < merged_end:  # overlaps the stretch so far: one with it
+            merged_end = max(merged_end, end)
+            continue
+        if merged_start < cut < merged_end:
+            break
+        if start >= cut:
+            return cut
+        merged_start, merged_end = start, end
+    if merged_start < cut < merged_end:
+        return merged_end if forward else merged_start
+    return cut
 
 
 class Redactor:

@@ -2,14 +2,18 @@
 
 A command may print a value in two writes, so a piece may end inside one of its forms:
 what could be the start of a form (the redactor's longest stretch less one character) is
-held back until the next piece, or the end, says whether it is one. Where text is missing
-(left out to keep a stream bounded), what was held is dropped, and so are as many
-characters after the gap: either could be part of a value the gap holds the rest of.
+held back until the next piece, or the end, says whether it is one. A stretch of forms
+found across that line is held back whole, unless the forms overlap on for longer than the
+hold (a value like `aaaaaaaa` in a run of `a`): then it is cut up to where it ends, so at
+most twice the hold is ever held and each character is looked at a bounded number of
+times. Where text is missing (left out to keep a stream bounded), what was held is
+dropped, and so are as many characters after the gap: either could be part of a value the
+gap holds the rest of.
 """
 
 from __future__ import annotations
 
-from bastion.shared.redaction import Redactor, cut_spans
+from bastion.shared.redaction import Redactor, cut_spans, out_of_stretches
 
 __all__ = ["HeldCuts"]
 
@@ -26,6 +30,11 @@ class HeldCuts:
         self.dropped = 0
         """Characters dropped at gaps so far (held text, and text just after a gap)."""
 
+    @property
+    def holding(self) -> int:
+        """How many characters are held back now."""
+        return len(self._held)
+
     def take(self, text: str) -> str:
         """What can be shown now of the text so far, `text` its next piece, values cut."""
         if self._skip:
@@ -38,12 +47,15 @@ class HeldCuts:
             return whole
         spans = self._redactor.spans(whole)
         cut = max(0, len(whole) - self.hold)
-        moved = True
-        while moved:  # a stretch across the cut is held back whole
-            moved = False
-            for start, end, _ in spans:
-                if start < cut < end:
-                    cut, moved = start, True
+        held_from = out_of_stretches(spans, cut)  # a stretch across the cut is held whole
+        # ... unless it runs on so long that holding it would hold more than twice the bound
+        # (overlapping forms of a value like `aaaaaaaa` in a run of `a`): then it is cut up
+        # to where it ends, so what is held stays bounded and is never looked at again.
+        cut = (
+            held_from
+            if cut - held_from <= self.hold
+            else out_of_stretches(spans, cut, forward=True)
+        )
         self._held = whole[cut:]
         return cut_spans(whole[:cut], [span for span in spans if span[1] <= cut])
 

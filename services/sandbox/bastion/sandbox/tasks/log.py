@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from bastion.shared.redaction import Redactor
+from bastion.shared.redaction import Redactor, out_of_stretches
 from bastion.shared.streamcuts import HeldCuts
 
 __all__ = ["TAIL_BYTES", "TaskLog", "read_log", "read_page"]
@@ -134,30 +134,8 @@ def read_page(
         return redactor.redact(shown) if redactor else shown, len(page), size
     spans = redactor.spans(text)
     cut = len(page.decode())
-    cut = _before(spans, cut) or _after(spans, cut)
+    cut = out_of_stretches(spans, cut) or out_of_stretches(spans, cut, forward=True)
     return redactor.redact(text[:cut]), len(text[:cut].encode()), size
-
-
-def _before(spans: list[tuple[int, int, str]], cut: int) -> int:
-    """`cut` moved back to the start of each stretch it falls inside."""
-    moved = True
-    while moved:
-        moved = False
-        for start, end, _ in spans:
-            if start < cut < end:
-                cut, moved = start, True
-    return cut
-
-
-def _after(spans: list[tuple[int, int, str]], cut: int) -> int:
-    """`cut` moved on to the end of each stretch it falls inside."""
-    moved = True
-    while moved:
-        moved = False
-        for start, end, _ in spans:
-            if start < cut < end:
-                cut, moved = end, True
-    return cut
 
 
 def _length(lead: int) -> int:
