@@ -15,14 +15,16 @@ surrounds it (base32 likewise, in 5-byte groups). Every form is matched in any l
 becomes `[secret NAME]`; stretches that overlap are cut as one.
 
 One pass over the text finds every form of every value: the text is folded to one letter
-case character for character and its line breaks and dots are dropped (where they were is
-kept, to map what is found back), and one Aho-Corasick automaton of all the forms, folded
-and dropped alike, runs over it (`ahocorasick_rs`, which lets go of the GIL while it
-searches). So the cost is linear in the text, whatever the number of values. Dropping every
-break may cut a little more than a form (a value holding a dot is also cut where it is
-printed without it, or with several breaks between two characters), never less. The rare
-form that starts or ends with a break character, or has fewer than `MIN_FORM_LENGTH`
-characters that are not breaks, is looked for with a pattern of its own instead.
+case character for character, each run of up to `MAX_BREAKS` line-break characters and dots
+is dropped and a longer run becomes one barrier character (where they were is kept, to map
+what is found back), and one Aho-Corasick automaton of all the forms, folded and dropped
+alike, runs over it (`ahocorasick_rs`, which lets go of the GIL while it searches and while
+it is built). So the cost is linear in the text, whatever the number of values, and no
+pattern can backtrack. Dropping the breaks may cut a little more than a form (a value
+holding a dot is also cut where it is printed without it, or with up to `MAX_BREAKS` breaks
+between two characters), never less. A form is looked for by its characters that are not
+breaks: a dot or line break it starts or ends with is not cut with it, and a form with fewer
+than `MIN_FORM_LENGTH` such characters is not looked for (it would match unrelated text).
 """
 
 from __future__ import annotations
@@ -33,12 +35,12 @@ import json
 import re
 import urllib.parse
 from collections.abc import Iterable
-from itertools import accumulate
 from typing import Final
 
 import ahocorasick_rs
 
 __all__ = [
+    "MAX_BREAKS",
     "MIN_FORM_LENGTH",
     "Redactor",
     "cut_spans",
@@ -53,9 +55,15 @@ MIN_FORM_LENGTH: Final = 4
 """A form shorter than this (a 6-byte value's base64 at one alignment is 4) is not looked
 for: it would match unrelated text."""
 
-_BREAK: Final = r"(?:\r?\n|\.)?"
-_BREAKS: Final = re.compile(r"[\r\n.]")
-_DROP_BREAKS: Final = dict.fromkeys(map(ord, "\r\n."))
+MAX_BREAKS: Final = 16
+"""The most line-break characters and dots in a row a form may be broken by (a value's own
+dot with a CRLF on each side is five): a longer run is a barrier no form is found across,
+so a stream of blank lines is never held back."""
+
+_RUNS: Final = re.compile(r"[\r\n.]+")
+_LONG_RUNS: Final = re.compile(rf"[\r\n.]{{{MAX_BREAKS + 1},}}")
+_BARRIER: Final = "\uffff"
+"""What a run of more than `MAX_BREAKS` breaks becomes (a noncharacter: no form has it)."""
 _DOTTED_CAPITAL_I: Final = "\u0130"
 """The one character whose lower case is two characters (`i` and a combining dot)."""
 _SAME_CASE: Final = {"\u1fd3": "\u0390", "\u1fe3": "\u03b0", "\ufb05": "\ufb06"}
@@ -130,38 +138,45 @@ def folded(text: str) -> str:
 
 
 def _kept(form: str) -> str:
-    """A form as the automaton looks for it: folded, without break characters."""
-    return folded(form).translate(_DROP_BREAKS)
+    """A form as the automaton looks for it: folded, its breaks dropped as a text's are, and
+    without the breaks it starts or ends with."""
+    return _dropped(folded(form).strip("\r\n."))[0]
 
 
-def _searchable(form: str) -> bool:
-    """Whether the automaton can look for `form`: it neither starts nor ends with a break
-    character (a stretch found starts and ends on one that is not) and keeps enough."""
-    return not (_BREAKS.match(form[0]) or _BREAKS.match(form[-1])) and (
-        len(_kept(form)) >= MIN_FORM_LENGTH
-    )
+class _Removed:
+    """Where each character of a text with stretches taken out of it was in the text."""
+
+    def __init__(self) -> None:
+        self._at: list[int] = []
+        """For each stretch taken out, the index in the new text that follows it."""
+        self._shift: list[int] = []
+        """For each, how many characters were taken out up to it."""
+
+    def take(self, at: int, count: int) -> None:
+        """`count` characters were taken out just before index `at` of the new text."""
+        self._at.append(at)
+        self._shift.append((self._shift[-1] if self._shift else 0) + count)
+
+    def where(self, index: int) -> int:
+        """Where the new text's character `index` was in the text."""
+        taken = bisect.bisect_right(self._at, index)
+        return index + (self._shift[taken - 1] if taken else 0)
 
 
-class _Places:
-    """Where each character of a text with its break characters dropped was in the text."""
-
-    def __init__(self, text: str) -> None:
-        pieces = _BREAKS.split(text)
-        self._breaks = list(accumulate(map(len, pieces[:-1])))
-        """For each break, how many characters that are not breaks come before it."""
-
-    def of(self, start: int, end: int) -> tuple[int, int]:
-        """Where the stretch [start, end) of the dropped text is in the text: from its first
-        character to its last (not the breaks around it)."""
-        last = end - 1
-        return (
-            start + bisect.bisect_right(self._breaks, start),
-            last + bisect.bisect_right(self._breaks, last) + 1,
-        )
-
-
-def _pattern(form: str) -> str:
-    return _BREAK.join(re.escape(char) for char in form)
+def _dropped(text: str) -> tuple[str, _Removed, _Removed]:
+    """`text` with each run of breaks dropped, or a barrier for a long one, and where its
+    characters were: the barriers' removal, then the drop's."""
+    barred, long_runs, taken = text, _Removed(), 0
+    if _LONG_RUNS.search(text):
+        for run in _LONG_RUNS.finditer(text):  # a run becomes one barrier (as its last)
+            long_runs.take(run.start() - taken, len(run.group()) - 1)
+            taken += len(run.group()) - 1
+        barred = _LONG_RUNS.sub(_BARRIER, text)
+    runs, taken = _Removed(), 0
+    for run in _RUNS.finditer(barred):
+        runs.take(run.start() - taken, len(run.group()))
+        taken += len(run.group())
+    return _RUNS.sub("", barred), long_runs, runs
 
 
 def cut_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
@@ -208,45 +223,57 @@ class Redactor:
     """Cuts a fixed set of (name, value) pairs out of any text it is given."""
 
     def __init__(self, secrets: Iterable[tuple[str, str]]) -> None:
-        self._names: list[str] = []
-        """The name of each of the automaton's forms, by its index."""
-        self._patterns: list[tuple[str, re.Pattern[str]]] = []
-        """The forms the automaton cannot look for, each a case-blind pattern."""
         self.longest = 0
-        """The most characters one stretch of a form with at most one break between each
-        two of its characters spans: text that may end inside a stretch is held back by so
+        """The most characters one stretch of a form spans (`MAX_BREAKS` breaks between
+        each two of its characters): text that may end inside a stretch is held back by so
         much less one (`bastion.shared.streamcuts`)."""
         kept: dict[str, str] = {}
         for name, value in secrets:
             for form in sorted(forms(value), key=len, reverse=True):
-                self.longest = max(self.longest, 3 * len(form) - 2)
-                if _searchable(form):
-                    kept.setdefault(_kept(form), name)
-                else:
-                    self._patterns.append((name, re.compile(_pattern(form), re.IGNORECASE)))
+                looked_for = _kept(form)
+                if len(looked_for) >= MIN_FORM_LENGTH:
+                    kept.setdefault(looked_for, name)
+                    self.longest = max(self.longest, (MAX_BREAKS + 1) * len(form))
+        self.longest_kept = max(map(len, kept), default=0)
+        """The most characters that are not breaks one form has."""
         self._names = list(kept.values())
+        """The name of each of the automaton's forms, by its index."""
+        self.size = sum(map(len, kept))
+        """The characters of every form looked for: what the automaton is built of."""
         self._automaton = (
-            ahocorasick_rs.AhoCorasick(kept, implementation=ahocorasick_rs.Implementation.DFA)
+            ahocorasick_rs.AhoCorasick(
+                kept, implementation=ahocorasick_rs.Implementation.ContiguousNFA
+            )
             if kept
             else None
         )
 
     def __bool__(self) -> bool:
-        return self._automaton is not None or bool(self._patterns)
+        return self._automaton is not None
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """Each (start, end, name) stretch of `text` holding a form of a value."""
-        found: list[tuple[int, int, str]] = []
-        if self._automaton is not None:
-            one_case = folded(text)
-            dropped = one_case.translate(_DROP_BREAKS)
-            matches = self._automaton.find_matches_as_indexes(dropped, overlapping=True)
-            if matches:
-                places = _Places(one_case)
-                found += [(*places.of(start, end), self._names[i]) for i, start, end in matches]
-        for name, pattern in self._patterns:
-            found.extend((m.start(), m.end(), name) for m in pattern.finditer(text))
-        return found
+        return self.spans_and_tail(text)[0]
+
+    def spans_and_tail(self, text: str) -> tuple[list[tuple[int, int, str]], int]:
+        """`spans(text)`, and where the last `longest_kept - 1` characters of `text` that
+        are not breaks start (0 when it has fewer), or where its last long run of breaks
+        ends if later: what may begin a form that more text would complete."""
+        if self._automaton is None:
+            return [], len(text)
+        dropped, long_runs, runs = _dropped(folded(text))
+        matches = self._automaton.find_matches_as_indexes(dropped, overlapping=True)
+        names = self._names
+
+        def where(index: int) -> int:
+            return long_runs.where(runs.where(index))
+
+        tail = len(dropped) - (self.longest_kept - 1)
+        barrier = dropped.rfind(_BARRIER)  # no form runs across one: all before it is done
+        return (
+            [(where(start), where(end - 1) + 1, names[i]) for i, start, end in matches],
+            max(where(tail) if tail > 0 else 0, where(barrier) + 1 if barrier >= 0 else 0),
+        )
 
     def redact(self, text: str) -> str:
         """`text` with every form of every value replaced by `[secret NAME]`."""

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from typing import Final, TypeVar
 
 import anyio
+import anyio.to_thread
 
 from bastion.shared.cutturns import Cutter, CutTurns
 from bastion.shared.errors import BastionError
@@ -42,6 +43,10 @@ logger = logging.getLogger(__name__)
 MAX_SESSIONS: Final = 4096
 MAX_TENANTS: Final = 4096
 MAX_REDACTORS: Final = 256
+MAX_REDACTOR_CHARS: Final = 16 * 1024 * 1024
+"""The most characters of forms the kept redactors are built of together (an automaton takes
+some tens of bytes a character): the least recently used go first, the last one always
+stays."""
 REFRESH_S: Final = 30.0
 """How long the vault's set of a tenant's values is used before it is asked again, unless
 the service says otherwise."""
@@ -98,9 +103,22 @@ class SecretCuts:
             return None
         redactor = self._redactors.get(found)
         if redactor is None:
-            redactor = Redactor(sorted(found))
+            # Building takes time in proportion to the values (a second for fifty of 4 KiB):
+            # in a worker thread, which the automaton's building lets run beside the loop.
+            redactor = await anyio.to_thread.run_sync(Redactor, sorted(found))
         _bounded_put(self._redactors, found, redactor, MAX_REDACTORS)
+        self._bound_redactors()
         return redactor
+
+    @property
+    def kept_size(self) -> int:
+        """The characters of forms the kept redactors are built of together."""
+        return sum(redactor.size for redactor in self._redactors.values())
+
+    def _bound_redactors(self) -> None:
+        total = self.kept_size
+        while total > MAX_REDACTOR_CHARS and len(self._redactors) > 1:
+            total -= self._redactors.popitem(last=False)[1].size
 
     async def cutter(self, tenant: str, session_id: str, extra: Iterable[Pair] = ()) -> Cutter:
         """The cuts of `session_id`'s replies (and of the `extra` pairs), in `tenant`'s

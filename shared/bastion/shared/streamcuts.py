@@ -24,7 +24,10 @@ class HeldCuts:
     def __init__(self, redactor: Redactor | None) -> None:
         self._redactor = redactor if redactor else None
         self.hold = max(0, self._redactor.longest - 1) if self._redactor is not None else 0
-        """How many characters at most are held back at the end of what was given."""
+        """The most characters one stretch of a form spans, less one: what is held back is
+        the text after the last `longest_kept - 1` characters that are not breaks, and the
+        stretch of forms across that line (held whole up to this long, cut beyond), so at
+        most twice this."""
         self._held = ""
         self._skip = 0
         self.dropped = 0
@@ -45,8 +48,7 @@ class HeldCuts:
         whole = self._held + text
         if self._redactor is None:
             return whole
-        spans = self._redactor.spans(whole)
-        cut = max(0, len(whole) - self.hold)
+        spans, cut = self._redactor.spans_and_tail(whole)
         held_from = out_of_stretches(spans, cut)  # a stretch across the cut is held whole
         # ... unless it runs on so long that holding it would hold more than twice the bound
         # (overlapping forms of a value like `aaaaaaaa` in a run of `a`): then it is cut up
