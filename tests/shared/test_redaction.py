@@ -262,3 +262,19 @@ def test_a_stream_of_blank_lines_is_not_held_back() -> None:
     cuts = HeldCuts(Redactor([("TOKEN", "Tok-4f9a1c2e7b3d5a60")]))
     shown = sum(len(cuts.take("\n" * 8192)) for _ in range(64))
     assert cuts.holding <= cuts.hold and shown + cuts.holding == 64 * 8192
+
+
+def test_a_value_as_a_case_mapping_or_a_host_name_writes_it_is_cut() -> None:
+    """From an attack review: case mappings that change a value's length (`ß` upper-cased
+    is `SS`, `İ` lower-cased two characters, a ligature upper-cased two letters), and the
+    punycode of a value a host-name tool lower-cased first, were shown."""
+    redactor = Redactor(
+        [("A", "Straße-geheim-1"), ("B", "İstanbul-key-77"), ("C", "ﬀtoken-9x"),
+         ("D", "GEHEIMÄÖ-Zugang7")]
+    )  # fmt: skip
+    for shown in ("Straße-geheim-1".upper(), "İstanbul-key-77".lower(), "ﬀtoken-9x".upper()):
+        assert redactor.redact(f"<{shown}>").count("[secret ") == 1, shown
+    host = (
+        f"curl: (6) Could not resolve host: {'GEHEIMÄÖ-Zugang7'.lower().encode('idna').decode()}.x"
+    )
+    assert "xn--" not in redactor.redact(host)

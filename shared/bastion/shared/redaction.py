@@ -95,11 +95,17 @@ def _punycode(value: str) -> set[str]:
 
 
 def whole_forms(value: str) -> set[str]:
-    """The forms of `value` that carry all of it: itself, hex, URL-encoded, JSON, reversed,
-    spaced out, punycode."""
+    """The forms of `value` that carry all of it: itself (and as a program's case mapping
+    writes it, which may change its length: `ß` upper-cased is `SS`), hex, URL-encoded,
+    JSON, reversed, spaced out, punycode (of the value and of its lower case: a host name is
+    lower-cased before it is encoded)."""
     raw = value.encode()
     return {
         value,
+        value.upper(),
+        value.lower(),
+        value.casefold(),
+        *_punycode(value.lower()),
         raw.hex(),
         raw.hex().upper(),
         urllib.parse.quote(value, safe=""),
