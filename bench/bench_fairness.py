@@ -1,5 +1,6 @@
 """Fairness of cutting secrets: one tenant's `shell echo` alone, and while another tenant
-floods the sandbox service with output to cut, without secrets and with ten.
+floods the sandbox service with output to cut, without secrets and with ten, and with
+each part of that flood alone.
 
 It first times, in this process, one cut of a 256 KiB text with ten values (every form of
 each: `bastion.shared.redaction`). Then it starts `bastion up` on a temporary state dir,
@@ -7,10 +8,11 @@ gives the tenant `secrets` ten values in the vault (the tenant `plain` has none)
 the tenant `quiet`'s `shell echo` calls: alone; while `plain` floods; while `secrets`
 floods the same way. A flood is three `bg_run "yes aaaa…"` (their logs cut as they come)
 and six sessions reading a 256 KiB file, each again as soon as it is answered (each answer
-cut). It prints the median and p99 of each in milliseconds, each median over the alone one
-(goal ≤ 1.5×) and over the flood without secrets (what the ten values add), what each
-flood got done (tasks started, reads answered and refused), and the CPU time the sandbox
-and orchestrator services spent meanwhile.
+cut); then, with the values, only its three tasks and only its six reads. It prints the
+median and p99 of each in milliseconds, each median over the alone one (goal ≤ 1.5×) and
+over the flood without secrets (what the ten values add), what each flood got done (tasks
+started, reads answered and refused), and the CPU time the sandbox and orchestrator
+services spent meanwhile.
 Usage: python -m bench.bench_fairness [--calls N]   (from the repository root)
 """
 
@@ -131,13 +133,28 @@ async def ran(client: Client, session_id: str, tool: str, **given: object) -> bo
 
 
 async def flooded(
-    client: Client, workspace: Path, state: Path, tenant: str, quiet: str, calls: int
+    client: Client,
+    workspace: Path,
+    state: Path,
+    tenant: str,
+    quiet: str,
+    calls: int,
+    *,
+    tasks: int = TASKS,
+    reads: int = READS,
 ) -> Phase:
-    """The quiet tenant's calls while `tenant` floods; its sessions closed after (which
-    stops its tasks)."""
-    phase = Phase(f"beside {tenant}'s flood", [])
-    sessions = [await opened(client, workspace, tenant) for _ in range(READS + TASKS)]
-    for session_id in sessions[READS:]:
+    """The quiet tenant's calls while `tenant` floods with `tasks` bg_run and `reads`
+    reading sessions; its sessions closed after (which stops its tasks)."""
+    part = (
+        ""
+        if (tasks, reads) == (TASKS, READS)
+        else " (only its tasks)"
+        if tasks
+        else " (only its reads)"
+    )
+    phase = Phase(f"beside {tenant}'s flood{part}", [])
+    sessions = [await opened(client, workspace, tenant) for _ in range(reads + tasks)]
+    for session_id in sessions[reads:]:
         phase.tasks += await ran(client, session_id, "bg_run", command=YES, timeout_ms=600_000)
 
     async def reading(session_id: str) -> None:
@@ -149,7 +166,7 @@ async def flooded(
 
     before = cpu_ms(state)
     async with anyio.create_task_group() as group:
-        for session_id in sessions[:READS]:
+        for session_id in sessions[:reads]:
             group.start_soon(reading, session_id)
         phase.samples = await echoes(client, quiet, calls)
         group.cancel_scope.cancel()
@@ -172,6 +189,8 @@ async def measure(bus: BusSettings, workspace: Path, state: Path, calls: int) ->
             Phase("alone", await echoes(client, quiet, calls)),
             await flooded(client, workspace, state, PLAIN, quiet, calls),
             await flooded(client, workspace, state, SECRETS, quiet, calls),
+            await flooded(client, workspace, state, SECRETS, quiet, calls, reads=0),
+            await flooded(client, workspace, state, SECRETS, quiet, calls, tasks=0),
         ]
 
 
@@ -184,7 +203,7 @@ def main() -> None:
         workspace = sandbox_workspace(Path(tmp) / "work")
         state = Path(tmp) / "state"
         with bastion_up(state) as bus:
-            alone, plain, secret = anyio.run(measure, bus, workspace, state, args.calls)
+            phases = anyio.run(measure, bus, workspace, state, args.calls)
     print(f"one {LARGE // 1024} KiB cut with {VALUES} values, in process: {cut:.2f} ms")
     print(
         f"{args.calls} shell calls each, after a warm-up call; a flood: {TASKS} bg_run yes "
@@ -192,13 +211,14 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f}"
     )
     print(
-        f"{'quiet tenant shell echo':<34} {'median ms':>10} {'p99 ms':>9} {'/ alone':>8} "
+        f"{'quiet tenant shell echo':<42} {'median ms':>10} {'p99 ms':>9} {'/ alone':>8} "
         f"{'/ plain':>8}  flood's tasks, reads (refused), CPU ms sandbox/orchestrator"
     )
-    for phase in (alone, plain, secret):
+    alone, plain = phases[:2]
+    for phase in phases:
         median = statistics.median(phase.samples)
         print(
-            f"{phase.name:<34} {median:>10.2f} {percentile(phase.samples, 0.99):>9.2f} "
+            f"{phase.name:<42} {median:>10.2f} {percentile(phase.samples, 0.99):>9.2f} "
             f"{median / statistics.median(alone.samples):>7.2f}x "
             f"{median / statistics.median(plain.samples):>7.2f}x  "
             + (
