@@ -423,7 +423,7 @@ class Tasks:
         finally:
             with anyio.CancelScope(shield=True):
                 os.close(read_end)
-                log.close()
+                await cutter.run(log.at_close(), log.close)
                 written = await self._store.change(
                     running.record, lambda r: _ended(r, status, log.seen)
                 )
@@ -672,9 +672,9 @@ class Tasks:
 
 
 async def _drain(fd: int, log: TaskLog, cutter: Cutter) -> None:
-    """Feed `log` from the pipe `fd` until every writer has closed it: a large chunk in a
-    worker thread, in the tenant's turn, and whole (a chunk read is never lost to a
-    cancel)."""
+    """Feed `log` from the pipe `fd` until every writer has closed it: a large chunk to cut
+    in a worker thread, in the tenant's turn (past the head nothing is cut until the end),
+    and whole (a chunk read is never lost to a cancel)."""
     os.set_blocking(fd, False)
     while True:
         await anyio.wait_readable(fd)
@@ -685,4 +685,4 @@ async def _drain(fd: int, log: TaskLog, cutter: Cutter) -> None:
         if not chunk:
             return
         with anyio.CancelScope(shield=True):
-            await cutter.run(len(chunk) + log.holds, functools.partial(log.feed, chunk))
+            await cutter.run(log.to_cut(len(chunk)), functools.partial(log.feed, chunk))
