@@ -467,25 +467,3 @@ async def test_a_bg_run_never_answered_in_time_says_its_task_may_have_started(
     assert isinstance(late, ErrorReply) and late.code == "uncertain", late
     assert "may have started" in late.message and "bg_list" in late.message
     assert [t["command"] for t in listed] == ["sleep 363", "sleep 5"]
-
-
-NICENESS = (
-    "python3 -c 'import os; print(os.getpriority(os.PRIO_PROCESS, 0), flush=True)\n"
-    "try:\n    os.setpriority(os.PRIO_PROCESS, 0, 0)\n"
-    'except PermissionError:\n    print("kept")\''
-)
-"""Prints the process's niceness, then tries to take it back to 0."""
-
-
-async def test_a_tasks_processes_run_at_a_lower_priority_they_cannot_take_back(
-    client: Client, plane_of: Plane, workspace: Path
-) -> None:
-    """A task is background work: its processes run at `BASTION_TASKS_NICE` (10), where a
-    busy one gives way to the commands a model waits on; a `shell` command runs at 0."""
-    async with plane_of():
-        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
-        started = await tool(client, session.session_id, "bg_run", command=NICENESS)
-        text = await whole_output(client, session.session_id, started["id"], limit=4096)
-        shell = await call(client, session.session_id, "shell", command=NICENESS)
-    assert text == "10\nkept\n"
-    assert isinstance(shell, ToolOutput) and shell.text.endswith("--- stdout\n0"), shell

@@ -259,7 +259,6 @@ class Sandboxes:
             setpriv=settings.setpriv,
             state_dir=self._state_dir,
             idle_s=settings.sandbox_idle_s,
-            task_nice=settings.tasks_nice,
         )
         self._host_ids = configured_ids(settings.sandbox_host_uid, settings.sandbox_host_gid)
         self.docker = DockerSandboxes(

@@ -10,7 +10,6 @@ import msgspec
 
 from bastion.proto import subjects
 from bastion.shared.sandboxing import ContainerLimits
-from bastion.shared.sandboxing.bwrap import TASK_NICE
 from bastion.shared.sandboxing.cgroup import DEFAULT_CPU_WEIGHT
 from bastion.shared.secretcuts import REFRESH_S
 from bastion.shared.settings import BusSettings
@@ -113,11 +112,6 @@ class SandboxSettings(BusSettings, frozen=True, kw_only=True):
     tasks_max_output_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 2 * 1024 * 1024
     """`BASTION_TASKS_MAX_OUTPUT_BYTES`: how much of a background task's output its log
     keeps from the start; then a marker line, and its last 32 KiB once it ends."""
-    tasks_nice: Annotated[int, msgspec.Meta(ge=0, le=19)] = TASK_NICE
-    """`BASTION_TASKS_NICE`: the niceness a background task's processes run at in a
-    bubblewrap sandbox (0: as a command's; 19: the lowest priority), so a busy task gives
-    way to the commands a model waits on, its own tenant's and, where no `cpu` cgroup
-    shares the CPU between tenants, every other's. Its processes cannot lower it."""
     tasks_max_per_session: Annotated[int, msgspec.Meta(ge=1)] = 4
     """`BASTION_TASKS_MAX_PER_SESSION`: live background tasks one session may have."""
     tasks_max_per_tenant: Annotated[int, msgspec.Meta(ge=1)] = 16

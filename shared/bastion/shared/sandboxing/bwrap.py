@@ -79,13 +79,10 @@ from bastion.shared.sandboxing.warm import (
     git_signature,
 )
 
-__all__ = ["TASK_NICE", "BwrapBackend"]
+__all__ = ["BwrapBackend"]
 
 logger = logging.getLogger(__name__)
 
-TASK_NICE: Final = 10
-"""The niceness a background task's processes run at by default: a task is background
-work, so a busy one gives way to the commands a model waits on (`BASTION_TASKS_NICE`)."""
 _LAUNCHER_ENV: Final = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 """bwrap's own environment: the service's (NATS credentials, settings) never reaches it."""
 
@@ -218,8 +215,7 @@ class BwrapBackend:
     """Runs each command in a new bubblewrap sandbox, with `prlimit` setting its limits.
 
     `cgroups` False skips the per-command cgroup even where one could be made;
-    `cpu_weight` is every tenant's CPU weight, where the `cpu` controller is the service's;
-    `task_nice` is the niceness a background task's processes run at (a command's is 0).
+    `cpu_weight` is every tenant's CPU weight, where the `cpu` controller is the service's.
     """
 
     name = "bwrap"
@@ -234,9 +230,7 @@ class BwrapBackend:
         *,
         state_dir: Path | None = None,
         idle_s: float = 600.0,
-        task_nice: int = TASK_NICE,
     ) -> None:
-        self._task_nice = task_nice
         self.warm = WarmPool(state_dir, idle_s) if state_dir is not None else None
         self._init = CompiledInit(_PYTHON)
         self._bwrap = bwrap
@@ -529,7 +523,6 @@ class BwrapBackend:
             "fresh_tmp": f"mode=1777,size={WARM_TMP_BYTES}" if spec.skill_dir else "",
             "shm": f"mode=1777,size={WARM_SHM_BYTES}",
             "read_only": [f"{WORKSPACE}/.git"] if task else [],
-            "nice": self._task_nice if task else 0,
         }
         block = b"".join(f"{name}={value}".encode() + b"\0" for name, value in environment)
         return json.dumps(header).encode() + b"\n" + block

@@ -234,14 +234,6 @@ def _set_limits(limits: dict[str, Any]) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
 
 
-def _lower_priority(nice: int) -> None:
-    """Run at niceness `nice` (a background task's), and never lower it again: no process
-    of the command may take back the priority it was given up (`RLIMIT_NICE` 0)."""
-    if nice:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
-        resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
-
-
 def _command(
     payload: bytearray, outputs: tuple[int, int], cgroups: list[int], why: int, alive: int
 ) -> NoReturn:
@@ -277,7 +269,6 @@ def _command(
         os.closerange(why + 1, 1 << 20)
         os.chdir(header["cwd"])
         _set_limits(header["limits"])
-        _lower_priority(header.get("nice", 0))
         _drop_capabilities()
         argv = header["argv"]
         os.execve(argv[0], argv, environment)
