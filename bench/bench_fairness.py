@@ -6,9 +6,9 @@ It first times, in this process, one cut of a 256 KiB text with ten values (ever
 each: `bastion.shared.redaction`). Then it starts `bastion up` on a temporary state dir,
 gives the tenant `secrets` ten values in the vault (the tenant `plain` has none), and times
 the tenant `quiet`'s `shell echo` calls: alone; while `plain` floods; while `secrets`
-floods the same way. A flood is three `bg_run "yes aaaa…"` (their logs cut as they come)
-and six sessions reading a 256 KiB file, each again as soon as it is answered (each answer
-cut); then, with the values, only its three tasks and only its six reads. It prints the
+floods the same way. A flood is three `bg_run "yes aaaa…"` (their logs' heads cut as
+they come) and six sessions reading a 256 KiB file, each again as soon as it is answered
+(each answer cut); then, with the values, only its three tasks and only its six reads. It prints the
 median and p99 of each in milliseconds, each median over the alone one (goal ≤ 1.5×) and
 over the flood without secrets (what the ten values add), what each flood got done (tasks
 started, reads answered and refused), and the CPU time the sandbox and orchestrator
