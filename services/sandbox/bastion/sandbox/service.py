@@ -679,10 +679,10 @@ class Sandboxes:
         tenant's calls."""
         given = request.input
         tool = _FILE_TOOLS[type(given)]
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
         try:
             workspace = self._workspaces.check(request.workspace)
             hidden = await self._hidden(workspace, request, tool)
-            cutter = await self.secrets.cutter(request.tenant, request.session_id)
             if tool.in_process:
                 text = await self._search(tool.run, workspace, request.tenant, given, hidden)
             elif tool.writes:
