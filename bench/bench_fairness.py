@@ -1,22 +1,29 @@
 """Fairness of cutting secrets: one tenant's `shell echo` alone, and while another tenant
-floods the sandbox service with output to cut, without secrets and with ten.
+floods the sandbox service with output to cut, without secrets and with ten, and with
+each part of that flood alone.
 
 It first times, in this process, one cut of a 256 KiB text with ten values (every form of
 each: `bastion.shared.redaction`). Then it starts `bastion up` on a temporary state dir,
 gives the tenant `secrets` ten values in the vault (the tenant `plain` has none), and times
 the tenant `quiet`'s `shell echo` calls: alone; while `plain` floods; while `secrets`
-floods the same way. A flood is three `bg_run "yes aaaa…"` (their logs cut as they come)
-and six sessions reading a 256 KiB file, each again as soon as it is answered (each answer
-cut). It prints the median and p99 of each in milliseconds, each median over the alone one
-(goal ≤ 1.5×) and over the flood without secrets (what the ten values add), what each
-flood got done (tasks started, reads answered and refused), and the CPU time the sandbox
-and orchestrator services spent meanwhile.
-Usage: python -m bench.bench_fairness [--calls N]   (from the repository root)
+floods the same way. A flood is three `bg_run "yes aaaa…"` (their logs' heads cut as
+they come) and six sessions reading a 256 KiB file, each again as soon as it is answered
+(each answer cut); then, with the values, only its three tasks and only its six reads. It prints the
+median and p99 of each in milliseconds, each median over the alone one (goal ≤ 1.5×) and
+over the flood without secrets (what the ten values add), what each flood got done (tasks
+started, reads answered and refused), and the CPU time the sandbox and orchestrator
+services spent meanwhile.
+The flooding tenant's reads run in a process of their own, as another agent's would
+(`--same-process`: in this one, beside the timed calls, where decoding their answers
+delays the timed ones).
+Usage: python -m bench.bench_fairness [--calls N] [--same-process]   (from the repository root)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import multiprocessing
 import os
 import secrets
 import statistics
@@ -24,8 +31,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
@@ -130,61 +139,120 @@ async def ran(client: Client, session_id: str, tool: str, **given: object) -> bo
     return isinstance(result, ToolOutput)
 
 
-async def flooded(
-    client: Client, workspace: Path, state: Path, tenant: str, quiet: str, calls: int
-) -> Phase:
-    """The quiet tenant's calls while `tenant` floods; its sessions closed after (which
-    stops its tasks)."""
-    phase = Phase(f"beside {tenant}'s flood", [])
-    sessions = [await opened(client, workspace, tenant) for _ in range(READS + TASKS)]
-    for session_id in sessions[READS:]:
-        phase.tasks += await ran(client, session_id, "bg_run", command=YES, timeout_ms=600_000)
+async def reading(client: Client, sessions: list[str], answered: Any, refused: Any) -> None:
+    """Each session reading the large file again as soon as it is answered, counted in
+    `answered` and `refused` (shared `multiprocessing.Value`s), until cancelled."""
 
-    async def reading(session_id: str) -> None:
+    async def one(session_id: str) -> None:
         while True:
-            if await ran(client, session_id, "read_file", path="large.txt", limit=9999):
-                phase.reads += 1
-            else:
-                phase.refused += 1
+            done = await ran(client, session_id, "read_file", path="large.txt", limit=9999)
+            with (answered if done else refused).get_lock():
+                (answered if done else refused).value += 1
 
+    async with anyio.create_task_group() as group:
+        for session_id in sessions:
+            group.start_soon(one, session_id)
+
+
+def reader(bus: BusSettings, sessions: list[str], answered: Any, refused: Any) -> None:
+    """The flooding tenant's reads in a process of their own, as its agent's would be:
+    decoding its answers does not hold up the quiet tenant's calls in this one."""
+
+    async def run() -> None:
+        async with connect(bus, "bench-flood") as client:
+            await reading(client, sessions, answered, refused)
+
+    anyio.run(run)
+
+
+async def flooded(
+    client: Client,
+    bus: BusSettings,
+    workspace: Path,
+    state: Path,
+    tenant: str,
+    quiet: str,
+    calls: int,
+    *,
+    tasks: int = TASKS,
+    reads: int = READS,
+    same_process: bool = False,
+) -> Phase:
+    """The quiet tenant's calls while `tenant` floods with `tasks` bg_run and `reads`
+    reading sessions (in a process of their own unless `same_process`); its sessions
+    closed after (which stops its tasks)."""
+    part = (
+        ""
+        if (tasks, reads) == (TASKS, READS)
+        else " (only its tasks)"
+        if tasks
+        else " (only its reads)"
+    )
+    phase = Phase(f"beside {tenant}'s flood{part}", [])
+    sessions = [await opened(client, workspace, tenant) for _ in range(reads + tasks)]
+    for session_id in sessions[reads:]:
+        phase.tasks += await ran(client, session_id, "bg_run", command=YES, timeout_ms=600_000)
+    spawn = multiprocessing.get_context("spawn")
+    answered, refused = spawn.Value("i", 0), spawn.Value("i", 0)
     before = cpu_ms(state)
     async with anyio.create_task_group() as group:
-        for session_id in sessions[:READS]:
-            group.start_soon(reading, session_id)
+        if same_process:
+            group.start_soon(reading, client, sessions[:reads], answered, refused)
+        elif reads:
+            process = spawn.Process(
+                target=reader, args=(bus, sessions[:reads], answered, refused), daemon=True
+            )
+            process.start()
+        while reads and answered.value + refused.value == 0:  # noqa: ASYNC110 (counted elsewhere)
+            await anyio.sleep(0.05)  # the flood is under way
         phase.samples = await echoes(client, quiet, calls)
+        if not same_process and reads:
+            process.terminate()
+            await anyio.to_thread.run_sync(process.join)
         group.cancel_scope.cancel()
     after = cpu_ms(state)
     phase.cpu = {name: after[name] - before[name] for name in ("sandbox", "orchestrator")}
+    phase.reads, phase.refused = answered.value, refused.value
     for session_id in sessions:
         ref = SessionRef(session_id=session_id)
         await request(client, subjects.SESSION_CLOSE, ref, SessionInfo, timeout_s=60)
     return phase
 
 
-async def measure(bus: BusSettings, workspace: Path, state: Path, calls: int) -> list[Phase]:
+async def measure(
+    bus: BusSettings, workspace: Path, state: Path, calls: int, same_process: bool
+) -> list[Phase]:
     (workspace / "large.txt").write_text(large_text())
     sandbox_workspace(workspace)
     async with connect(bus, "bench") as client:
         for name, value in values():
             await add_secret(client, name, value)
         quiet = await opened(client, workspace, QUIET)
+        flood = functools.partial(flooded, client, bus, workspace, state, quiet=quiet, calls=calls)
         return [
             Phase("alone", await echoes(client, quiet, calls)),
-            await flooded(client, workspace, state, PLAIN, quiet, calls),
-            await flooded(client, workspace, state, SECRETS, quiet, calls),
+            await flood(PLAIN, same_process=same_process),
+            await flood(SECRETS, same_process=same_process),
+            await flood(SECRETS, reads=0),
+            await flood(SECRETS, tasks=0, same_process=same_process),
         ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=60, help="timed shell calls per measure")
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="read in this process, beside the timed calls (as this benchmark first did)",
+    )
     args = parser.parse_args()
     cut = one_cut_ms()
     with tempfile.TemporaryDirectory() as tmp:
         workspace = sandbox_workspace(Path(tmp) / "work")
         state = Path(tmp) / "state"
         with bastion_up(state) as bus:
-            alone, plain, secret = anyio.run(measure, bus, workspace, state, args.calls)
+            phases = anyio.run(measure, bus, workspace, state, args.calls, args.same_process)
     print(f"one {LARGE // 1024} KiB cut with {VALUES} values, in process: {cut:.2f} ms")
     print(
         f"{args.calls} shell calls each, after a warm-up call; a flood: {TASKS} bg_run yes "
@@ -192,13 +260,14 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f}"
     )
     print(
-        f"{'quiet tenant shell echo':<34} {'median ms':>10} {'p99 ms':>9} {'/ alone':>8} "
+        f"{'quiet tenant shell echo':<42} {'median ms':>10} {'p99 ms':>9} {'/ alone':>8} "
         f"{'/ plain':>8}  flood's tasks, reads (refused), CPU ms sandbox/orchestrator"
     )
-    for phase in (alone, plain, secret):
+    alone, plain = phases[:2]
+    for phase in phases:
         median = statistics.median(phase.samples)
         print(
-            f"{phase.name:<34} {median:>10.2f} {percentile(phase.samples, 0.99):>9.2f} "
+            f"{phase.name:<42} {median:>10.2f} {percentile(phase.samples, 0.99):>9.2f} "
             f"{median / statistics.median(alone.samples):>7.2f}x "
             f"{median / statistics.median(plain.samples):>7.2f}x  "
             + (

@@ -91,3 +91,39 @@ async def test_a_tenants_flood_of_large_cuts_does_not_hold_up_another_tenants_re
     assert "token: [secret TOKEN_3]" in first and values[3] not in first
     assert len(answered) == READS + 1
     assert answered.index(QUIET) < READS // 2, answered
+
+
+async def test_a_tenants_flood_of_large_reads_waits_behind_its_own(
+    client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path, workspace: Path
+) -> None:
+    """Without any value to cut: a large read (past what is answered at once) runs in a
+    worker thread in its tenant's turn, so forty of one tenant are read one after another
+    and another tenant's large read, asked once the first is answered, is not queued
+    among them. Before, each ran in a worker thread of its own, forty at once, and the
+    other tenant's read came among the last."""
+    line = "x" * 60 + " a line of a large file, with no value in it at all\n"
+    (workspace / "large.txt").write_text(line * (256 * 1024 // len(line)))
+    owned(workspace)
+    sandbox = SandboxSettings(nats_url=nats_url, state_dir=str(tmp_path / "state"))
+    answered: list[str] = []
+    async with run_service(sandbox_service, sandbox):
+        first = await _read(client, workspace, FLOODING, "large.txt")
+        reading = anyio.Event()
+
+        async def flood() -> None:
+            assert await _read(client, workspace, FLOODING, "large.txt") == first
+            answered.append(FLOODING)
+            reading.set()
+
+        async def quiet() -> None:
+            await reading.wait()  # the flood's first answer is in: the rest are being read
+            assert await _read(client, workspace, QUIET, "large.txt") == first
+            answered.append(QUIET)
+
+        async with anyio.create_task_group() as group:
+            for _ in range(READS):
+                group.start_soon(flood)
+            group.start_soon(quiet)
+
+    assert len(answered) == READS + 1
+    assert answered.index(QUIET) < READS // 2, answered

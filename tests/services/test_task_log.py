@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from bastion.sandbox.tasks.log import TAIL_BYTES, TaskLog, read_log, read_page
+from bastion.sandbox.tasks.log import RAW_TAIL_BYTES, TAIL_BYTES, TaskLog, read_log, read_page
 from bastion.shared.redaction import Redactor
 
 VALUE = "s3cr3t-VALUE-0123456789"
@@ -86,6 +86,64 @@ def test_past_the_head_a_marker_and_at_the_end_the_last_32_kib(tmp_path: Path) -
     assert marker and head == everything[:1000]
     tail = rest.partition(b"]\n")[2]
     assert tail == everything[-TAIL_BYTES:] and log.seen == len(everything)
+
+
+def _tail(path: Path) -> str:
+    return path.read_text().partition("bytes are appended when the task ends]\n")[2]
+
+
+def test_past_the_head_output_is_not_cut_as_it_comes_nor_written_raw_but_cut_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """A flood past the head costs no cut: it is kept raw in memory (never on disk), and
+    its tail is cut once, when the task ends."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 1000, Redactor([("TOKEN", VALUE)]))
+    assert log.to_cut(65536) == 65536 + log.holds
+    log.feed(b"x" * 1200)
+    assert log.cut and log.to_cut(65536) == 0
+    for _ in range(3):
+        log.feed(f"line {VALUE} line\n".encode())
+    assert VALUE not in path.read_text() and "line" not in path.read_text()
+    log.close()
+    assert VALUE not in path.read_text()
+    assert _tail(path).endswith("line [secret TOKEN] line\n" * 3)
+
+
+def test_a_value_held_when_the_head_fills_is_cut_with_its_rest_from_the_raw_tail(
+    tmp_path: Path,
+) -> None:
+    """The chunk that fills the head ends inside a value: its start is held, its rest
+    comes past the head (kept raw), and the end cuts them together."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 1000, Redactor([("TOKEN", VALUE)]))
+    log.feed(("x" * 1500 + VALUE[:10]).encode())
+    assert log.cut
+    log.feed((VALUE[10:] + " end\n").encode())
+    log.close()
+    kept = path.read_text()
+    assert VALUE[:10] not in kept and VALUE[10:] not in kept
+    assert _tail(path) == "x" * 500 + "[secret TOKEN] end\n"
+
+
+def test_a_raw_tail_that_lost_its_start_is_cut_as_after_a_gap(tmp_path: Path) -> None:
+    """More than `RAW_TAIL_BYTES` past the head: the raw tail starts inside a value (its
+    first half gone), so its first characters are dropped with that value's rest; a value
+    whole in it is cut; the tail is at most `TAIL_BYTES`."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 100, Redactor([("TOKEN", VALUE)]))
+    log.feed(b"x" * 400)
+    assert log.cut
+    half = len(VALUE) // 2
+    log.feed(("y" * 5000 + VALUE).encode())
+    filler = "z" * (RAW_TAIL_BYTES - (len(VALUE) - half) - len(VALUE) - 101)
+    log.feed((filler + " " + VALUE + "z" * 100).encode())
+    log.close()
+    kept = path.read_text()
+    tail = _tail(path)
+    assert VALUE not in kept and VALUE[half:] not in kept and VALUE[half + 1 :] not in kept
+    assert tail.endswith(" [secret TOKEN]" + "z" * 100)
+    assert len(tail.encode()) == TAIL_BYTES and set(tail[:100]) == {"z"}
 
 
 def test_pages_never_end_inside_a_value_the_reader_knows_and_the_writer_did_not(

@@ -173,6 +173,17 @@ _FILE_TOOLS: dict[type, _FileTool] = {
 logger = logging.getLogger(__name__)
 
 
+def _cut_after(read: Callable[[], str], cutter: Cutter) -> Callable[[], str]:
+    """`read`, then its answer with `cutter`'s values cut, as one piece of work."""
+    redactor = cutter.redactor
+
+    def work() -> str:
+        text = read()
+        return redactor.redact(text) if redactor is not None and text else text
+
+    return work
+
+
 def output_cap(max_payload: int) -> int:
     """The most output a stream may keep so that a reply fits one bus message.
 
@@ -660,9 +671,15 @@ class Sandboxes:
 
     async def files(self, request: FileRequest, _context: RequestContext) -> FileResult:
         """Run one file tool on the workspace, confined to it; its answer and its error
-        (which may quote the file's lines) with the tenant's values cut out."""
+        (which may quote the file's lines) with the tenant's values cut out.
+
+        A read that cannot be answered at once (`read_file_now`), or a listing, runs in a
+        worker thread in its tenant's turn (`bastion.shared.cutturns`) with its cut: a
+        tenant's large reads wait behind its own, one at a time, never ahead of another
+        tenant's calls."""
         given = request.input
         tool = _FILE_TOOLS[type(given)]
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
         try:
             workspace = self._workspaces.check(request.workspace)
             hidden = await self._hidden(workspace, request, tool)
@@ -671,15 +688,16 @@ class Sandboxes:
             elif tool.writes:
                 text = await anyio.to_thread.run_sync(self._write, tool, workspace, given)
             elif hidden is not None:
-                text = await anyio.to_thread.run_sync(tool.run, workspace, given, hidden)
+                read = functools.partial(tool.run, workspace, given, hidden)
+                return FileResult(text=await cutter.in_thread(_cut_after(read, cutter)))
             elif tool.now is None or (now := tool.now(workspace, given)) is None:
-                text = await anyio.to_thread.run_sync(tool.run, workspace, given)
+                read = functools.partial(tool.run, workspace, given)
+                return FileResult(text=await cutter.in_thread(_cut_after(read, cutter)))
             else:
                 text = now
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)
             raise
-        cutter = await self.secrets.cutter(request.tenant, request.session_id)
         return FileResult(text=await cutter.cut(text))
 
     def _write(self, tool: _FileTool, workspace: Path, given: Any) -> str:

@@ -8,6 +8,12 @@ what could be the start of a value's form until the next write or the task's end
 whether it is one, however long the task pauses in between (a pause decides nothing). What
 is held lives in memory only: a service killed while it holds text loses it, and never
 writes it raw.
+
+Output past the head is not cut as it comes, since most of it is thrown away: its last
+`RAW_TAIL_BYTES` are kept raw, in memory only, and cut once, when the task ends. So a flood
+past the head costs a pipe read and a copy. When that raw tail has lost its start, it is
+cut as text after a gap (`HeldCuts.gap`): what was held, and as many characters at the
+tail's start, are dropped, since either could be part of a value whose rest is gone.
 """
 
 from __future__ import annotations
@@ -20,9 +26,13 @@ from typing import Final
 from bastion.shared.redaction import Redactor, out_of_stretches
 from bastion.shared.streamcuts import HeldCuts
 
-__all__ = ["TAIL_BYTES", "TaskLog", "read_log", "read_page"]
+__all__ = ["RAW_TAIL_BYTES", "TAIL_BYTES", "TaskLog", "read_log", "read_page"]
 
 TAIL_BYTES: Final = 32 * 1024
+RAW_TAIL_BYTES: Final = 2 * TAIL_BYTES
+"""The raw output past the head kept for the tail: twice the tail, so that after its cut
+(a value's form may be longer than its mark) and the characters dropped at its start it
+still fills the tail, unless values fill more than half of it."""
 
 
 class TaskLog:
@@ -34,10 +44,14 @@ class TaskLog:
         self._cuts = HeldCuts(redactor)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._tail = bytearray()
+        self._raw = bytearray()
+        """Output past the head, uncut (memory only): its last `RAW_TAIL_BYTES`."""
+        self._gap = False
+        """The raw tail has lost its start."""
         self.size = 0
         """Bytes in the file."""
         self.seen = 0
-        """Bytes of output, as redacted, whether kept or not."""
+        """Bytes of output: in the head as redacted, past it as the task wrote them."""
         self.cut = False
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -48,16 +62,45 @@ class TaskLog:
         cut)."""
         return self._cuts.hold
 
+    def to_cut(self, size: int) -> int:
+        """How many characters feeding a chunk of `size` bytes cuts: none past the head."""
+        return 0 if self.cut else size + self.holds
+
+    def at_close(self) -> int:
+        """How many characters `close` cuts: the held text and the raw tail."""
+        return self.holds + len(self._raw)
+
     def feed(self, chunk: bytes) -> None:
-        """Take a chunk of output; what is decided goes to the log, values cut."""
+        """Take a chunk of output; what is decided goes to the log, values cut; past the
+        head, the chunk is kept raw for the tail."""
+        if self.cut:
+            self.seen += len(chunk)
+            self._raw += chunk
+            if len(self._raw) > RAW_TAIL_BYTES:
+                del self._raw[:-RAW_TAIL_BYTES]
+                self._gap = True
+            return
         self._keep(self._cuts.take(self._decoder.decode(chunk)).encode())
 
     def close(self) -> None:
-        """The task ended: the rest of its output, then the tail past the head, written."""
-        rest = self._cuts.take(self._decoder.decode(b"", final=True)) + self._cuts.end()
-        self._keep(rest.encode())
-        if self.cut and self._tail:
-            self._write(bytes(self._tail))
+        """The task ended: the rest of its output cut (the raw tail after a gap, if it lost
+        its start), then the tail past the head written."""
+        raw, self._raw = bytes(self._raw), bytearray()
+        if self._gap:
+            self._cuts.gap()
+            self._decoder.reset()
+            del self._tail[:]
+        text = self._decoder.decode(raw, final=True)
+        rest = (self._cuts.take(text) + self._cuts.end()).encode()
+        if self.cut:
+            self._tail += rest
+            del self._tail[:-TAIL_BYTES]
+            if self._tail:
+                self._write(bytes(self._tail))
+        else:
+            self._keep(rest)
+            if self.cut and self._tail:
+                self._write(bytes(self._tail))
         os.close(self._fd)
 
     def _keep(self, data: bytes) -> None:

@@ -60,6 +60,11 @@ logger = logging.getLogger(__name__)
 
 STOP_GRACE_S: Final = 3.0
 """How long a stopped task has between SIGTERM and SIGKILL."""
+PAST_HEAD_PAUSE_S: Final = 0.005
+"""How long the log's reader pauses after each read once the head is full: past it the
+output is mostly thrown away, so it is read at a bounded pace (at most a pipe's 64 KiB per
+pause, some 12 MiB/s) and a task writing faster waits on its full pipe, rather than have
+the service read, and the task write, as fast as both can."""
 _DRAIN_S: Final = 5.0
 """How long the log is still read once every process of the task is gone."""
 STOP_TAKES_S: Final = STOP_GRACE_S + _DRAIN_S
@@ -423,7 +428,7 @@ class Tasks:
         finally:
             with anyio.CancelScope(shield=True):
                 os.close(read_end)
-                log.close()
+                await cutter.run(log.at_close(), log.close)
                 written = await self._store.change(
                     running.record, lambda r: _ended(r, status, log.seen)
                 )
@@ -672,9 +677,10 @@ class Tasks:
 
 
 async def _drain(fd: int, log: TaskLog, cutter: Cutter) -> None:
-    """Feed `log` from the pipe `fd` until every writer has closed it: a large chunk in a
-    worker thread, in the tenant's turn, and whole (a chunk read is never lost to a
-    cancel)."""
+    """Feed `log` from the pipe `fd` until every writer has closed it: a large chunk to cut
+    in a worker thread, in the tenant's turn (past the head nothing is cut until the end),
+    and whole (a chunk read is never lost to a cancel); past the head, one read each
+    `PAST_HEAD_PAUSE_S`."""
     os.set_blocking(fd, False)
     while True:
         await anyio.wait_readable(fd)
@@ -685,4 +691,6 @@ async def _drain(fd: int, log: TaskLog, cutter: Cutter) -> None:
         if not chunk:
             return
         with anyio.CancelScope(shield=True):
-            await cutter.run(len(chunk) + log.holds, functools.partial(log.feed, chunk))
+            await cutter.run(log.to_cut(len(chunk)), functools.partial(log.feed, chunk))
+        if log.cut:
+            await anyio.sleep(PAST_HEAD_PAUSE_S)
