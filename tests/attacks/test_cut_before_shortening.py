@@ -1,0 +1,244 @@
+"""A value shown whole or in part because a tool numbered, prefixed or shortened its text
+before cutting it: a PEM key read with `read_file` (each line numbered), a folded value
+found by `search_files` (`path:N:` before each line), a value across the point where a
+line, a quoted error line, a command's output or a test run's tail is cut, a skill's
+SKILL.md. Each is cut first and shortened after (docs/secrets.md, "Redaction").
+
+Real NATS, vault and sandbox services (bubblewrap for the commands) in this process; the
+tenant's values reach the sandbox as every value of the tenant's does
+(`vault.redaction`), never leased by these sessions.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import string
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bastion.proto import subjects
+from bastion.proto.sandbox import (
+    EditFile,
+    ExecRequest,
+    ExecResult,
+    FileRequest,
+    FileResult,
+    ReadFile,
+    SearchFiles,
+)
+from bastion.proto.toolinput import EditFileInput, ReadFileInput, SearchFilesInput
+from bastion.sandbox.service import sandbox_service
+from bastion.sandbox.settings import SandboxSettings
+from bastion.shared.bus import Client, request
+from bastion.shared.errors import RemoteError
+from bastion.vault.service import vault_service
+from tests.helpers.bus import ServiceRunner
+from tests.helpers.vault import add, key_file, vault_settings
+
+SESSION = "0123456789abcdef"
+TENANT = "acme"
+OWNER = 1000
+
+PLAIN = "SuperSecretValue42"
+"""A short value, as the review's reproductions used."""
+
+
+def _random(size: int) -> str:
+    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(size))
+
+
+def _pem() -> str:
+    body = base64.b64encode(os.urandom(300)).decode()
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    return "\n".join(["-----BEGIN PRIVATE KEY-----", *lines, "-----END PRIVATE KEY-----"])
+
+
+PEM = _pem()
+LONG = "LongSecret-" + "Q7x!" * 25
+KUBE = _random(2400)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A workspace of the unprivileged owner that every user may write."""
+    path = tmp_path / "workspace"
+    path.mkdir()
+    os.chown(path, OWNER, OWNER)
+    path.chmod(0o777)
+    return path
+
+
+def put(workspace: Path, name: str, text: str) -> None:
+    path = workspace / name
+    path.write_text(text)
+    os.chown(path, OWNER, OWNER)
+
+
+@pytest.fixture
+async def services(
+    client: Client, run_service: ServiceRunner, nats_url: str, tmp_path: Path
+) -> AsyncIterator[None]:
+    """The vault holding the tenant's values, and the sandbox service cutting them."""
+    vault = vault_settings(nats_url, key_file(tmp_path / "vault"))
+    sandbox = SandboxSettings(nats_url=nats_url, state_dir=str(tmp_path / "state"))
+    async with run_service(vault_service, vault):
+        for name, value in (("PLAIN", PLAIN), ("PEM_KEY", PEM), ("LONGSEC", LONG), ("KUBE", KUBE)):
+            await add(client, name, value.encode(), tenant=TENANT)
+        async with run_service(sandbox_service, sandbox):
+            yield
+
+
+async def files(client: Client, call: FileRequest) -> str:
+    answer: FileResult = await request(
+        client, subjects.SANDBOX_FILES, call, FileResult, timeout_s=30
+    )
+    return answer.text
+
+
+def read(workspace: Path, path: str, offset: int = 1) -> ReadFile:
+    return ReadFile(
+        session_id=SESSION, workspace=str(workspace), tenant=TENANT,
+        input=ReadFileInput(path=path, offset=offset),
+    )  # fmt: skip
+
+
+def search(workspace: Path, pattern: str, glob: str | None = None) -> SearchFiles:
+    return SearchFiles(
+        session_id=SESSION, workspace=str(workspace), tenant=TENANT,
+        input=SearchFilesInput(pattern=pattern, glob=glob, context=0),
+    )  # fmt: skip
+
+
+def pieces(value: str, size: int = 12) -> list[str]:
+    """Stretches of `value` long enough not to be there by chance."""
+    return [value[i : i + size] for i in range(0, len(value) - size + 1, size)]
+
+
+def shown(text: str, *values: str, size: int = 12) -> list[str]:
+    """The pieces of `values` (and of their base64) that `text` shows."""
+    found = []
+    for value in values:
+        b64 = base64.b64encode(value.encode()).decode()
+        found += [piece for piece in pieces(value, size) + pieces(b64, size) if piece in text]
+    return found
+
+
+async def test_a_value_across_numbered_or_prefixed_lines_is_cut_on_every_line(
+    client: Client, services: None, workspace: Path
+) -> None:
+    """A PEM key stored as a secret, a value run through `fold`, a long value's base64
+    wrapped at 76 columns: `read_file` numbers each line and `search_files` puts
+    `path:N:` before it, so the lines were never seen together; each of them is cut."""
+    b64 = base64.b64encode(LONG.encode()).decode()
+    put(workspace, "key.pem", PEM + "\n")
+    put(workspace, "folded.txt", "\n".join(PLAIN[i : i + 5] for i in range(0, 18, 5)) + "\n")
+    put(workspace, "wrapped.b64", "\n".join(b64[i : i + 76] for i in range(0, len(b64), 76)))
+    answers = [
+        await files(client, read(workspace, "key.pem")),
+        await files(client, read(workspace, "folded.txt")),
+        await files(client, read(workspace, "wrapped.b64")),
+        await files(client, search(workspace, "[A-Za-z]", "key.pem")),
+        await files(client, search(workspace, "e", "folded.txt")),
+        await files(client, search(workspace, "^[A-Za-z0-9+/=!]{3,}$", "*.b64")),
+    ]
+    pem_lines = PEM.splitlines()
+    for answer in answers:
+        assert "[secret " in answer, answer
+        assert shown(answer, PEM, LONG) == [], answer
+        assert not any(line in answer for line in pem_lines[1:-1]), answer
+    # Every line keeps its number, the value cut on each line it covers.
+    assert answers[0].splitlines()[1] == "     2\t[secret PEM_KEY]", answers[0]
+    assert answers[1].splitlines() == [f"{n:6d}\t[secret PLAIN]" for n in range(1, 5)]
+    # A read from the middle of the key: the lines shown are still cut.
+    middle = await files(client, read(workspace, "key.pem", offset=3))
+    assert middle.startswith("     3\t[secret PEM_KEY]\n"), middle
+    assert not any(line in middle for line in pem_lines[1:-1]), middle
+
+
+async def test_a_value_across_a_cut_line_is_cut_before_the_line_is_shortened(
+    client: Client, services: None, workspace: Path
+) -> None:
+    """`read_file` shows 2,000 characters of a line, `search_files` 300: a value across
+    that point, or longer than it (a kubeconfig's key), showed its start uncut."""
+    put(
+        workspace,
+        "longline.txt",
+        "x" * (2000 - 17) + PLAIN + "yyyy\n"
+        + "needle " + "z" * (300 - 7 - 17) + PLAIN + "w\n"
+        + "short line\n",
+    )  # fmt: skip
+    b64 = base64.b64encode(KUBE.encode()).decode()
+    put(workspace, "kubeconfig", f"users:\n  client-key-data: {b64}\n  token: {KUBE}\n")
+    answers = [
+        await files(client, read(workspace, "longline.txt")),
+        await files(client, search(workspace, "needle")),
+        await files(client, read(workspace, "kubeconfig")),
+        await files(client, search(workspace, "client-key-data|token", "kubeconfig")),
+    ]
+    for answer in answers:
+        assert PLAIN[:8] not in answer, answer
+        assert shown(answer, KUBE) == [], answer
+    assert "[secret PLAIN]" in answers[0] and "[secret PLAIN]" in answers[1]
+    assert "client-key-data: [secret KUBE]" in answers[2]
+    assert "token: [secret KUBE]" in answers[3]
+
+
+async def test_a_large_file_read_line_by_line_is_cut_before_it_is_numbered(
+    client: Client, services: None, workspace: Path
+) -> None:
+    """A file over 256 KiB is numbered as it is read, line by line: a key in it, read
+    from its middle, is cut on each line too."""
+    put(workspace, "big.txt", "filler line\n" * 30_000 + PEM + "\nend\n")
+    answer = await files(client, read(workspace, "big.txt", offset=30_003))
+    assert answer.startswith("30003\t[secret PEM_KEY]\n") or "[secret PEM_KEY]" in answer
+    assert not any(line in answer for line in PEM.splitlines()[1:-1]), answer
+
+
+async def test_an_edit_miss_quotes_the_nearest_lines_cut_before_they_are_shortened(
+    client: Client, services: None, workspace: Path
+) -> None:
+    """`edit_file`'s miss quotes the file's nearest lines, each cut at 160 characters: a
+    value across that point showed its start."""
+    put(workspace, "conf.py", 'a = 1\ntoken = "' + "z" * (160 - 9 - 17) + PLAIN + 'end"\nb = 2\n')
+    with pytest.raises(RemoteError) as missed:
+        await files(
+            client,
+            EditFile(
+                session_id=SESSION, workspace=str(workspace), tenant=TENANT,
+                input=EditFileInput(
+                    path="conf.py", old_string='token = "' + "z" * 140 + 'QQQ"', new_string="x"
+                ),
+            ),
+        )  # fmt: skip
+    assert "the nearest lines of the file are" in missed.value.message
+    assert "[secret PLAIN]" in missed.value.message, missed.value.message
+    assert PLAIN[:8] not in missed.value.message
+
+
+async def test_a_value_across_the_gap_in_a_commands_output_is_not_shown_in_halves(
+    client: Client, services: None, workspace: Path
+) -> None:
+    """A command's output past its bound keeps its head and its tail: a value across the
+    end of the head showed its start, and one across the start of the tail its end."""
+    half = 32 * 1024
+    program = (
+        f"import sys; V='{PLAIN}'; sys.stdout.write('A'*({half}-9) + V + 'B'*600000"
+        f" + V + 'C'*({half}-9))"
+    )
+    result: ExecResult = await request(
+        client,
+        subjects.SANDBOX_EXEC,
+        ExecRequest(
+            session_id=SESSION, workspace=str(workspace), tenant=TENANT,
+            command=f'python3 -c "{program}"',
+        ),
+        ExecResult,
+        timeout_s=60,
+    )  # fmt: skip
+    assert result.exit_status == 0, result.stderr
+    assert "bytes cut ...]" in result.stdout
+    assert PLAIN[:9] not in result.stdout and PLAIN[9:] not in result.stdout
