@@ -22,13 +22,19 @@ import pytest
 
 from bastion.proto import subjects
 from bastion.proto.sandbox import (
+    CodeCheck,
+    CodeReport,
     EditFile,
     ExecRequest,
     ExecResult,
     FileRequest,
     FileResult,
+    FindSkills,
     ReadFile,
+    ReadSkill,
     SearchFiles,
+    SkillDocument,
+    SkillListing,
 )
 from bastion.proto.toolinput import EditFileInput, ReadFileInput, SearchFilesInput
 from bastion.sandbox.service import sandbox_service
@@ -194,7 +200,7 @@ async def test_a_large_file_read_line_by_line_is_cut_before_it_is_numbered(
     from its middle, is cut on each line too."""
     put(workspace, "big.txt", "filler line\n" * 30_000 + PEM + "\nend\n")
     answer = await files(client, read(workspace, "big.txt", offset=30_003))
-    assert answer.startswith("30003\t[secret PEM_KEY]\n") or "[secret PEM_KEY]" in answer
+    assert answer.startswith(" 30003\t[secret PEM_KEY]\n"), answer
     assert not any(line in answer for line in PEM.splitlines()[1:-1]), answer
 
 
@@ -242,3 +248,65 @@ async def test_a_value_across_the_gap_in_a_commands_output_is_not_shown_in_halve
     assert result.exit_status == 0, result.stderr
     assert "bytes cut ...]" in result.stdout
     assert PLAIN[:9] not in result.stdout and PLAIN[9:] not in result.stdout
+
+
+async def test_a_test_runs_tail_is_taken_of_its_cut_output(
+    client: Client, services: None, workspace: Path
+) -> None:
+    """`run_tests` reports the last 8,000 characters of the run's output: a value across
+    where that tail starts showed its end."""
+    program = f'import sys; print("A"*100 + "{PLAIN}" + "B"*(8000-17-37)); sys.exit(1)'
+    put(workspace, "Makefile", f"test:\n\tpython3 -c '{program}'\n")
+    report: CodeReport = await request(
+        client,
+        subjects.SANDBOX_CHECK_CODE,
+        CodeCheck(session_id=SESSION, workspace=str(workspace), tenant=TENANT, what="tests"),
+        CodeReport,
+        timeout_s=60,
+    )
+    assert "--- end of output" in report.text, report.text
+    assert "[secret PLAIN]" in report.text and PLAIN[-8:] not in report.text
+
+
+async def test_a_skills_text_and_its_problems_are_cut(
+    client: Client, services: None, tmp_path: Path
+) -> None:
+    """`skill_read` and `skill_find` answered a SKILL.md, an excerpt of it, or why it is
+    not a skill (quoting its front matter) uncut."""
+    skills = tmp_path / "skills"
+    (skills / "notes").mkdir(parents=True)
+    (skills / "broken").mkdir()
+    (skills / "notes" / "SKILL.md").write_text(
+        f"---\nname: notes\ndescription: deploy notes {PLAIN}\n---\n"
+        f"The staging token is {PLAIN} (rotate monthly).\n"
+    )
+    (skills / "broken" / "SKILL.md").write_text(
+        f"---\nname: broken\ndescription: x\nmetadata:\n  bastion-timeout: {PLAIN}\n---\nbody\n"
+    )
+    where = {"session_id": SESSION, "skills_dir": str(skills), "tenant": TENANT}
+    document: SkillDocument = await request(
+        client, subjects.SANDBOX_SKILL_READ, ReadSkill(name="notes", **where), SkillDocument,
+        timeout_s=30,
+    )  # fmt: skip
+    found: SkillListing = await request(
+        client, subjects.SANDBOX_SKILL_FIND, FindSkills(query="staging token", **where),
+        SkillListing, timeout_s=30,
+    )  # fmt: skip
+    listed: SkillListing = await request(
+        client, subjects.SANDBOX_SKILL_FIND, FindSkills(**where), SkillListing, timeout_s=30
+    )
+    with pytest.raises(RemoteError) as broken:
+        await request(
+            client, subjects.SANDBOX_SKILL_READ, ReadSkill(name="broken", **where),
+            SkillDocument, timeout_s=30,
+        )  # fmt: skip
+    said = [
+        document.text,
+        document.description,
+        *(entry.excerpt + entry.description for entry in found.skills),
+        *(entry.description + entry.problem for entry in listed.skills),
+        broken.value.message,
+    ]
+    assert "The staging token is [secret PLAIN]" in document.text
+    assert any("[secret PLAIN]" in entry.problem for entry in listed.skills), listed
+    assert all(PLAIN not in text for text in said), said

@@ -741,14 +741,44 @@ class Sandboxes:
         return ResolvedPaths(paths=paths)
 
     async def skill_read(self, request: ReadSkill, _context: RequestContext) -> SkillDocument:
-        """A skill's SKILL.md and its front matter, read confined to the skills dir."""
-        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
-        return await anyio.to_thread.run_sync(read_skill, skills_dir, request)
+        """A skill's SKILL.md and its front matter, read confined to the skills dir; its
+        text and description, and its errors, with the tenant's values cut out (read and
+        cut in a worker thread, in the tenant's turn)."""
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        redactor = cutter.redactor
+
+        def read() -> SkillDocument:
+            document = read_skill(checked_skills_dir(request.skills_dir, self._state_dir), request)
+            if redactor is None:
+                return document
+            return msgspec.structs.replace(
+                document,
+                text=redactor.redact(document.text),
+                description=redactor.redact(document.description),
+            )
+
+        try:
+            return await cutter.in_thread(read)
+        except BastionError as error:
+            await self._cut_error(error, request.tenant, request.session_id)
+            raise
 
     async def skill_find(self, request: FindSkills, _context: RequestContext) -> SkillListing:
-        """The skills dir's skills and what each declares, or those matching a query."""
-        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
-        return await anyio.to_thread.run_sync(find_skills, skills_dir, request)
+        """The skills dir's skills and what each declares, or those matching a query; what
+        each says cut of the tenant's values before it is looked in or shortened (in a
+        worker thread, in the tenant's turn), and the errors cut too."""
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        redactor = cutter.redactor
+
+        def find() -> SkillListing:
+            skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
+            return find_skills(skills_dir, request, redactor)
+
+        try:
+            return await cutter.in_thread(find)
+        except BastionError as error:
+            await self._cut_error(error, request.tenant, request.session_id)
+            raise
 
     async def _hidden(
         self, workspace: Path, request: FileRequest, tool: _FileTool
@@ -809,17 +839,19 @@ class Sandboxes:
         backend, spec = self._spec_of(request)
 
         spec, room = await self._bounded(spec)
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
 
         async def run(command: str) -> ExecResult:
+            """The run, its output cut before the report picks its problems or its tail."""
             async with self._slots.slot(request.tenant):
-                return self._noted(await backend.run(spec, command), room)
+                result = self._noted(await backend.run(spec, command), room)
+            return await redacted(result, cutter)
 
         try:
             program, text = await check_code(spec.workspace, request, run)
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)
             raise
-        cutter = await self.secrets.cutter(request.tenant, request.session_id)
         return CodeReport(program=program, text=await cutter.cut(text))
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:
