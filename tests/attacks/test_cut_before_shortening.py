@@ -20,6 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from bastion.mcp.gateway.rendering import MAX_RESULT_CHARS
+from bastion.mcp.service import mcp_service
+from bastion.mcp.settings import McpSettings
+from bastion.orchestrator.service import orchestrator_service
+from bastion.orchestrator.settings import OrchestratorSettings
+from bastion.policy.service import policy_service
+from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.sandbox import (
     CodeCheck,
@@ -41,8 +48,15 @@ from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
+from bastion.shared.keyfiles import read_x25519_key
+from bastion.shared.sealing import public_bytes
+from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.helpers.bus import ServiceRunner
+from tests.helpers.mcp_gateway import add as add_server
+from tests.helpers.mcp_gateway import output_text
+from tests.helpers.mcp_upstream import SERVERS, apart, stdio_spec
+from tests.helpers.session import call, open_session
 from tests.helpers.vault import add, key_file, vault_settings
 
 SESSION = "0123456789abcdef"
@@ -310,3 +324,32 @@ async def test_a_skills_text_and_its_problems_are_cut(
     assert "The staging token is [secret PLAIN]" in document.text
     assert any("[secret PLAIN]" in entry.problem for entry in listed.skills), listed
     assert all(PLAIN not in text for text in said), said
+
+
+async def test_an_upstream_servers_long_answer_is_cut_before_it_is_bounded(
+    client: Client, run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
+) -> None:
+    """An upstream MCP server's answer is passed on up to 256K characters: one with a value
+    across that bound showed the value's start, cut after it was shortened."""
+    mcp_key = key_file(tmp_path, "mcp-lease.key")
+    public = base64.b64encode(public_bytes(read_x25519_key(mcp_key))).decode()
+    mcp_settings = McpSettings(
+        nats_url=bus_settings.nats_url,
+        http_listen="127.0.0.1:0",
+        state_dir=str(tmp_path / "state"),
+        mcp_key_file=str(mcp_key),
+    )
+    vault = vault_settings(bus_settings.nats_url, key_file(tmp_path), vault_lease_keys=public)
+    text = "x" * (MAX_RESULT_CHARS - len("kept ") - 9) + PLAIN + "tail"
+    async with (
+        run_service(vault_service, vault),
+        run_service(policy_service, PolicySettings),
+        run_service(orchestrator_service, OrchestratorSettings(nats_url=bus_settings.nats_url)),
+        run_service(mcp_service, mcp_settings),
+    ):
+        await add(client, "PLAIN", PLAIN.encode())
+        await add_server(client, "bad", stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)))
+        session = await open_session(client, autonomy="L5", mcp=["bad"])
+        shown = output_text(await call(client, session.session_id, "bad_target", text=text))
+    assert shown.startswith("kept xxx") and "the rest of the answer was left out" in shown
+    assert PLAIN[:9] not in shown
