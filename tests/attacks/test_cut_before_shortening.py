@@ -351,5 +351,6 @@ async def test_an_upstream_servers_long_answer_is_cut_before_it_is_bounded(
         await add_server(client, "bad", stdio_spec(SERVERS / "misbehaving.py", apart(tmp_path)))
         session = await open_session(client, autonomy="L5", mcp=["bad"])
         shown = output_text(await call(client, session.session_id, "bad_target", text=text))
-    assert shown.startswith("kept xxx") and "the rest of the answer was left out" in shown
+    assert shown.startswith("kept xxx")
     assert PLAIN[:9] not in shown
+    assert "the rest of the answer was left out" in shown
