@@ -83,7 +83,7 @@ KUBE = _random(2400)
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
+def open_workspace(tmp_path: Path) -> Path:
     """A workspace of the unprivileged owner that every user may write."""
     path = tmp_path / "workspace"
     path.mkdir()
@@ -148,22 +148,22 @@ def shown(text: str, *values: str, size: int = 12) -> list[str]:
 
 
 async def test_a_value_across_numbered_or_prefixed_lines_is_cut_on_every_line(
-    client: Client, services: None, workspace: Path
+    client: Client, services: None, open_workspace: Path
 ) -> None:
     """A PEM key stored as a secret, a value run through `fold`, a long value's base64
     wrapped at 76 columns: `read_file` numbers each line and `search_files` puts
     `path:N:` before it, so the lines were never seen together; each of them is cut."""
     b64 = base64.b64encode(LONG.encode()).decode()
-    put(workspace, "key.pem", PEM + "\n")
-    put(workspace, "folded.txt", "\n".join(PLAIN[i : i + 5] for i in range(0, 18, 5)) + "\n")
-    put(workspace, "wrapped.b64", "\n".join(b64[i : i + 76] for i in range(0, len(b64), 76)))
+    put(open_workspace, "key.pem", PEM + "\n")
+    put(open_workspace, "folded.txt", "\n".join(PLAIN[i : i + 5] for i in range(0, 18, 5)) + "\n")
+    put(open_workspace, "wrapped.b64", "\n".join(b64[i : i + 76] for i in range(0, len(b64), 76)))
     answers = [
-        await files(client, read(workspace, "key.pem")),
-        await files(client, read(workspace, "folded.txt")),
-        await files(client, read(workspace, "wrapped.b64")),
-        await files(client, search(workspace, "[A-Za-z]", "key.pem")),
-        await files(client, search(workspace, "e", "folded.txt")),
-        await files(client, search(workspace, "^[A-Za-z0-9+/=!]{3,}$", "*.b64")),
+        await files(client, read(open_workspace, "key.pem")),
+        await files(client, read(open_workspace, "folded.txt")),
+        await files(client, read(open_workspace, "wrapped.b64")),
+        await files(client, search(open_workspace, "[A-Za-z]", "key.pem")),
+        await files(client, search(open_workspace, "e", "folded.txt")),
+        await files(client, search(open_workspace, "^[A-Za-z0-9+/=!]{3,}$", "*.b64")),
     ]
     pem_lines = PEM.splitlines()
     for answer in answers:
@@ -174,30 +174,30 @@ async def test_a_value_across_numbered_or_prefixed_lines_is_cut_on_every_line(
     assert answers[0].splitlines()[1] == "     2\t[secret PEM_KEY]", answers[0]
     assert answers[1].splitlines() == [f"{n:6d}\t[secret PLAIN]" for n in range(1, 5)]
     # A read from the middle of the key: the lines shown are still cut.
-    middle = await files(client, read(workspace, "key.pem", offset=3))
+    middle = await files(client, read(open_workspace, "key.pem", offset=3))
     assert middle.startswith("     3\t[secret PEM_KEY]\n"), middle
     assert not any(line in middle for line in pem_lines[1:-1]), middle
 
 
 async def test_a_value_across_a_cut_line_is_cut_before_the_line_is_shortened(
-    client: Client, services: None, workspace: Path
+    client: Client, services: None, open_workspace: Path
 ) -> None:
     """`read_file` shows 2,000 characters of a line, `search_files` 300: a value across
     that point, or longer than it (a kubeconfig's key), showed its start uncut."""
     put(
-        workspace,
+        open_workspace,
         "longline.txt",
         "x" * (2000 - 17) + PLAIN + "yyyy\n"
         + "needle " + "z" * (300 - 7 - 17) + PLAIN + "w\n"
         + "short line\n",
     )  # fmt: skip
     b64 = base64.b64encode(KUBE.encode()).decode()
-    put(workspace, "kubeconfig", f"users:\n  client-key-data: {b64}\n  token: {KUBE}\n")
+    put(open_workspace, "kubeconfig", f"users:\n  client-key-data: {b64}\n  token: {KUBE}\n")
     answers = [
-        await files(client, read(workspace, "longline.txt")),
-        await files(client, search(workspace, "needle")),
-        await files(client, read(workspace, "kubeconfig")),
-        await files(client, search(workspace, "client-key-data|token", "kubeconfig")),
+        await files(client, read(open_workspace, "longline.txt")),
+        await files(client, search(open_workspace, "needle")),
+        await files(client, read(open_workspace, "kubeconfig")),
+        await files(client, search(open_workspace, "client-key-data|token", "kubeconfig")),
     ]
     for answer in answers:
         assert PLAIN[:8] not in answer, answer
@@ -208,27 +208,31 @@ async def test_a_value_across_a_cut_line_is_cut_before_the_line_is_shortened(
 
 
 async def test_a_large_file_read_line_by_line_is_cut_before_it_is_numbered(
-    client: Client, services: None, workspace: Path
+    client: Client, services: None, open_workspace: Path
 ) -> None:
     """A file over 256 KiB is numbered as it is read, line by line: a key in it, read
     from its middle, is cut on each line too."""
-    put(workspace, "big.txt", "filler line\n" * 30_000 + PEM + "\nend\n")
-    answer = await files(client, read(workspace, "big.txt", offset=30_003))
+    put(open_workspace, "big.txt", "filler line\n" * 30_000 + PEM + "\nend\n")
+    answer = await files(client, read(open_workspace, "big.txt", offset=30_003))
     assert answer.startswith(" 30003\t[secret PEM_KEY]\n"), answer
     assert not any(line in answer for line in PEM.splitlines()[1:-1]), answer
 
 
 async def test_an_edit_miss_quotes_the_nearest_lines_cut_before_they_are_shortened(
-    client: Client, services: None, workspace: Path
+    client: Client, services: None, open_workspace: Path
 ) -> None:
     """`edit_file`'s miss quotes the file's nearest lines, each cut at 160 characters: a
     value across that point showed its start."""
-    put(workspace, "conf.py", 'a = 1\ntoken = "' + "z" * (160 - 9 - 17) + PLAIN + 'end"\nb = 2\n')
+    put(
+        open_workspace,
+        "conf.py",
+        'a = 1\ntoken = "' + "z" * (160 - 9 - 17) + PLAIN + 'end"\nb = 2\n',
+    )
     with pytest.raises(RemoteError) as missed:
         await files(
             client,
             EditFile(
-                session_id=SESSION, workspace=str(workspace), tenant=TENANT,
+                session_id=SESSION, workspace=str(open_workspace), tenant=TENANT,
                 input=EditFileInput(
                     path="conf.py", old_string='token = "' + "z" * 140 + 'QQQ"', new_string="x"
                 ),
@@ -240,7 +244,7 @@ async def test_an_edit_miss_quotes_the_nearest_lines_cut_before_they_are_shorten
 
 
 async def test_a_value_across_the_gap_in_a_commands_output_is_not_shown_in_halves(
-    client: Client, services: None, workspace: Path
+    client: Client, services: None, open_workspace: Path
 ) -> None:
     """A command's output past its bound keeps its head and its tail: a value across the
     end of the head showed its start, and one across the start of the tail its end."""
@@ -253,7 +257,7 @@ async def test_a_value_across_the_gap_in_a_commands_output_is_not_shown_in_halve
         client,
         subjects.SANDBOX_EXEC,
         ExecRequest(
-            session_id=SESSION, workspace=str(workspace), tenant=TENANT,
+            session_id=SESSION, workspace=str(open_workspace), tenant=TENANT,
             command=f'python3 -c "{program}"',
         ),
         ExecResult,
@@ -265,16 +269,16 @@ async def test_a_value_across_the_gap_in_a_commands_output_is_not_shown_in_halve
 
 
 async def test_a_test_runs_tail_is_taken_of_its_cut_output(
-    client: Client, services: None, workspace: Path
+    client: Client, services: None, open_workspace: Path
 ) -> None:
     """`run_tests` reports the last 8,000 characters of the run's output: a value across
     where that tail starts showed its end."""
     program = f'import sys; print("A"*100 + "{PLAIN}" + "B"*(8000-17-37)); sys.exit(1)'
-    put(workspace, "Makefile", f"test:\n\tpython3 -c '{program}'\n")
+    put(open_workspace, "Makefile", f"test:\n\tpython3 -c '{program}'\n")
     report: CodeReport = await request(
         client,
         subjects.SANDBOX_CHECK_CODE,
-        CodeCheck(session_id=SESSION, workspace=str(workspace), tenant=TENANT, what="tests"),
+        CodeCheck(session_id=SESSION, workspace=str(open_workspace), tenant=TENANT, what="tests"),
         CodeReport,
         timeout_s=60,
     )
