@@ -29,6 +29,7 @@ from bastion.policy.service import policy_service
 from bastion.policy.settings import PolicySettings
 from bastion.proto import subjects
 from bastion.proto.sandbox import (
+    ApplyPatch,
     CodeCheck,
     CodeReport,
     EditFile,
@@ -43,7 +44,12 @@ from bastion.proto.sandbox import (
     SkillDocument,
     SkillListing,
 )
-from bastion.proto.toolinput import EditFileInput, ReadFileInput, SearchFilesInput
+from bastion.proto.toolinput import (
+    ApplyPatchInput,
+    EditFileInput,
+    ReadFileInput,
+    SearchFilesInput,
+)
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.shared.bus import Client, request
@@ -241,6 +247,38 @@ async def test_an_edit_miss_quotes_the_nearest_lines_cut_before_they_are_shorten
     assert "the nearest lines of the file are" in missed.value.message
     assert "[secret PLAIN]" in missed.value.message, missed.value.message
     assert PLAIN[:8] not in missed.value.message
+
+
+async def test_a_patch_miss_quotes_a_keys_lines_cut_before_they_are_numbered(
+    client: Client, services: None, open_workspace: Path
+) -> None:
+    """`apply_patch`'s miss quotes the file's nearest lines, numbered: the lines of a PEM
+    key the hunk looks like were never seen together, so were quoted whole."""
+    put(open_workspace, "key.pem", PEM + "\n")
+    body = PEM.splitlines()
+    patch = "\n".join(
+        [
+            "--- a/key.pem",
+            "+++ b/key.pem",
+            "@@ -1,3 +1,3 @@",
+            " -----BEGIN PRIVATE KEY-----",
+            "-" + body[1][:-3] + "zzz",
+            "+changed",
+            " " + body[2][:-3] + "zzz",
+            "",
+        ]
+    )
+    with pytest.raises(RemoteError) as missed:
+        await files(
+            client,
+            ApplyPatch(
+                session_id=SESSION, workspace=str(open_workspace), tenant=TENANT,
+                input=ApplyPatchInput(patch=patch),
+            ),
+        )  # fmt: skip
+    assert "the nearest lines of the file are" in missed.value.message, missed.value.message
+    assert "[secret PEM_KEY]" in missed.value.message
+    assert not any(line in missed.value.message for line in body[1:-1]), missed.value.message
 
 
 async def test_a_value_across_the_gap_in_a_commands_output_is_not_shown_in_halves(
