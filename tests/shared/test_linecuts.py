@@ -53,6 +53,14 @@ def test_a_line_given_in_part_shows_no_start_of_a_value_running_past_it() -> Non
         assert not _shows_part(shown_start(REDACTOR, head, 600))
 
 
+def test_a_line_given_in_part_is_cut_with_the_line_before_it() -> None:
+    line = Line(VALUE[9:] + " rest " + "x" * 500, end="x" * 200)
+    assert cut_lines(REDACTOR, [Line("token: " + VALUE[:9]), line])[:2] == [
+        "token: [secret TOKEN]",
+        "[secret TOKEN] rest " + "x" * (500 - REDACTOR.longest + 1),
+    ]
+
+
 def test_the_next_line_after_a_line_given_in_part_is_cut_with_its_end() -> None:
     line = Line("x" * 500, end="z" * 50 + VALUE[:9])
     shown = cut_lines(REDACTOR, [line, Line(VALUE[9:] + " rest")])

@@ -8,8 +8,8 @@ shows a piece of a value that no longer matches as a whole. So the text is cut f
 
 - `cut_lines`: consecutive lines cut as the text they make, a value across lines cut on
   each line it covers (`[secret NAME]` on each, so every line keeps its number); a line
-  given only in part (`Line.end`) is cut as a text that goes on (`shown_start`), and the
-  lines beside it are cut with its end before them;
+  given only in part (`Line.end`) is cut as a text that goes on (`shown_start`, with the
+  line before it), and the lines after it are cut with its end before them;
 - `shown_start`: the start of a text that goes on past what is given, cut (what could
   begin a value is held back, `bastion.shared.streamcuts`), then shortened;
 - `cut_around_gaps`: a text with stretches left out of it (each where `gap` matches),
@@ -47,7 +47,15 @@ def shown_start(redactor: Redactor | None, text: str, chars: int) -> str:
     on past `text` is not shown."""
     if not redactor:
         return text[:chars]
-    return HeldCuts(redactor).take(text)[:chars]
+    return _cut_start(redactor, text, "")[:chars]
+
+
+def _cut_start(redactor: Redactor, text: str, before: str) -> str:
+    """`text` less its last `longest - 1` characters (where a value running on past it
+    could start: a stretch spans at most `longest`), cut as the text it is in with
+    `before` (a line break between) and what follows it in `text`."""
+    kept = max(0, len(text) - max(0, redactor.longest - 1))
+    return _cut_whole(redactor, [text[:kept]], _ended(before), text[kept:])[0]
 
 
 def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -100,8 +108,8 @@ def cut_lines(
             run.append(line.text)
             continue
         out += _cut_whole(redactor, run, _ended(ahead), "\n" + line.text) if run else []
+        out.append(_cut_start(redactor, line.text, run[-1] if run else ahead))
         run = []
-        out.append(HeldCuts(redactor).take(line.text))
         ahead = line.end
     if run:
         out += _cut_whole(redactor, run, _ended(ahead), "\n" + after if after else "")

@@ -713,11 +713,9 @@ class Sandboxes:
         turn (or any worker thread, with nothing to cut)."""
         redactor = cutter.redactor
         if tool.now is not None and (now := tool.now(workspace, given, redactor)) is not None:
-            text: str = now
-            return text
+            return now
         if redactor is None:
-            text = await anyio.to_thread.run_sync(tool.run, workspace, given)
-            return text
+            return str(await anyio.to_thread.run_sync(tool.run, workspace, given))
         return await cutter.in_thread(lambda: str(tool.run(workspace, given, redactor)))
 
     def _write(
