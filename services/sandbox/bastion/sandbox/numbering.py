@@ -18,6 +18,7 @@ by line keeps `_ROOM` bytes and four times the redactor's `longest` more of each
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from typing import BinaryIO, Final
 
@@ -190,25 +191,29 @@ def _numbered_cut(stream: BinaryIO, path: str, offset: int, limit: int, redactor
     times more bytes), and the text just before and after the lines shown (as much as one
     value's stretch spans) looked at too."""
     room = _ROOM + 4 * redactor.longest
+    recent: deque[bytes] = deque()
+    """What is read of the last lines before `offset`: at least `room` bytes of them."""
+    recent_bytes = 0
     wanted: list[Line] = []
-    before = ""
-    after = ""
+    after: list[str] = []
+    after_chars = 0
     size = 0
     total = 0
     for number, (raw, end) in enumerate(_lines(stream, room), 1):
         total = number
-        line = Line(_text(raw), None if end is None else _text(end))
         if number < offset:
-            kept = line.text if line.end is None else line.end
-            before = (f"{before}\n{kept}" if before else kept)[-redactor.longest :]
+            recent.append(raw if end is None else end)
+            recent_bytes += len(recent[-1])
+            while recent_bytes - len(recent[0]) >= room:
+                recent_bytes -= len(recent.popleft())
         elif len(wanted) < limit and size < MAX_READ_CHARS:
-            wanted.append(line)
-            size += min(len(line.text), MAX_LINE_CHARS) + 8
-        elif number == offset + len(wanted):
-            after = line.text
-        elif len(after) < redactor.longest:
-            after += "\n" + line.text
-    cut = cut_lines(redactor, wanted, before, after)
+            wanted.append(Line(_text(raw), None if end is None else _text(end)))
+            size += min(len(wanted[-1].text), MAX_LINE_CHARS) + 8
+        elif after_chars < redactor.longest:
+            after.append(_text(raw))
+            after_chars += len(after[-1]) + 1
+    before = "\n".join(map(_text, recent))[-redactor.longest :] if recent else ""
+    cut = cut_lines(redactor, wanted, before, "\n".join(after))
     return _answer(cut, [line.end is not None for line in wanted], path, offset, total)
 
 
