@@ -321,11 +321,13 @@ SkillName = Annotated[str, name_meta(64)]
 
 
 class ReadSkill(Message, frozen=True, kw_only=True, tag="sandbox.skill_read"):
-    """Read `<skills_dir>/<name>/SKILL.md`, confined to the skills dir whatever its links say."""
+    """Read `<skills_dir>/<name>/SKILL.md`, confined to the skills dir whatever its links say;
+    answered with `tenant`'s values cut out."""
 
     session_id: SessionId
     skills_dir: PathText
     name: SkillName
+    tenant: Identifier = "default"
 
 
 class SkillDocument(Message, frozen=True, kw_only=True, tag="sandbox.skill_document"):
@@ -348,11 +350,13 @@ class SkillDocument(Message, frozen=True, kw_only=True, tag="sandbox.skill_docum
 
 class FindSkills(Message, frozen=True, kw_only=True, tag="sandbox.skill_find"):
     """List the skills of `<skills_dir>`, or (with `query`) search them by word, confined to
-    the skills dir whatever its links say."""
+    the skills dir whatever its links say; answered with `tenant`'s values cut out (and
+    looked for in the skills' text with them cut)."""
 
     session_id: SessionId
     skills_dir: PathText
     query: Annotated[str, msgspec.Meta(max_length=400)] | None = None
+    tenant: Identifier = "default"
 
 
 class SkillEntry(Message, frozen=True, kw_only=True, tag="sandbox.skill_entry"):

@@ -79,6 +79,7 @@ async def find_skills(call: Call, given: SkillFindInput) -> str:
             session_id=call.session.session_id,
             skills_dir=call.session.skills_dir,
             query=given.query,
+            tenant=call.session.tenant,
         ),
         SkillListing,
     )

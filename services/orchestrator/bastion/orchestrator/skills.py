@@ -28,7 +28,12 @@ async def fetch_skill(
     document: SkillDocument = await request(
         client,
         subjects.SANDBOX_SKILL_READ,
-        ReadSkill(session_id=session.session_id, skills_dir=session.skills_dir, name=name),
+        ReadSkill(
+            session_id=session.session_id,
+            skills_dir=session.skills_dir,
+            name=name,
+            tenant=session.tenant,
+        ),
         SkillDocument,
         timeout_s=timeout_s,
     )

@@ -9,17 +9,23 @@ from bastion.sandbox.files import write_file
 from bastion.sandbox.textfile import not_found_sentence, read_text, with_newlines
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput
+from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing import HostIds
 
 __all__ = ["edit_file"]
 
 
 def edit_file(
-    workspace: Path, request: EditFileInput, owner: HostIds | None, *, git_writable: bool = False
+    workspace: Path,
+    request: EditFileInput,
+    owner: HostIds | None,
+    *,
+    git_writable: bool = False,
+    redactor: Redactor | None = None,
 ) -> str:
     """Replace `old_string` once (it must be there once) or, with `replace_all`, each time;
     the file written is `owner`'s (`files.write_file`); in one of git's control files only
-    with `git_writable`."""
+    with `git_writable`. A miss quotes the nearest lines cut of `redactor`'s values."""
     old = request.old_string.replace("\r\n", "\n")
     new = request.new_string.replace("\r\n", "\n")
     if not old:
@@ -34,6 +40,7 @@ def edit_file(
                 f"old_string is not in {shown(request.path)}",
                 current.text.split("\n"),
                 old.split("\n"),
+                redactor,
             )
         )
     if count > 1 and not request.replace_all:

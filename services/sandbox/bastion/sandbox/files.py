@@ -38,7 +38,9 @@ from typing import Final
 from bastion.proto.toolinput import ReadFileInput, WriteFileInput
 from bastion.sandbox.numbering import MAX_LINE_CHARS, MAX_READ_CHARS, numbered, numbered_whole
 from bastion.sandbox.workspace import shown
+from bastion.shared.cutturns import INLINE_CHARS
 from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing import WORKSPACE, HostIds
 from bastion.shared.sandboxing.gitguard import control_path, refusal
 
@@ -292,30 +294,35 @@ def _regular_size(fd: int, path: str) -> int:
     return info.st_size
 
 
-def read_file(workspace: Path, request: ReadFileInput) -> str:
-    """Lines `offset`.. of a workspace file, numbered, at most `limit` of them."""
+def read_file(workspace: Path, request: ReadFileInput, redactor: Redactor | None = None) -> str:
+    """Lines `offset`.. of a workspace file, numbered, at most `limit` of them; cut of
+    `redactor`'s values before they are numbered and shortened."""
     fd, size = open_for_reading(workspace, request.path)
     with os.fdopen(fd, "rb") as stream:
         if size <= _WHOLE_BYTES:
             data = stream.read(_WHOLE_BYTES + 1)
             if len(data) <= _WHOLE_BYTES:
-                return numbered_whole(data, request.path, request.offset, request.limit)
+                return numbered_whole(data, request.path, request.offset, request.limit, redactor)
             stream.seek(0)  # it grew meanwhile: line by line
-        return numbered(stream, request.path, request.offset, request.limit)
+        return numbered(stream, request.path, request.offset, request.limit, redactor)
 
 
-def read_file_now(workspace: Path, request: ReadFileInput) -> str | None:
+def read_file_now(
+    workspace: Path, request: ReadFileInput, redactor: Redactor | None = None
+) -> str | None:
     """`read_file`'s answer, its errors too, when it can be had without waiting (none of
     the steps below can): a walk of at most `NOW_STEPS` steps, the file opened
     `O_NONBLOCK` (a FIFO opens at once, and is refused as one), a regular file of at most
     `NOW_BYTES` and `NOW_LINES` read whole by one `RWF_NOWAIT` read from the page cache;
-    None when it could wait (`read_file` is to run in a worker thread then)."""
+    None when it could wait (`read_file` is to run in a worker thread then). Cut of
+    `redactor`'s values first (`read_file`), on the event loop only when the file is
+    smaller than `cutturns.INLINE_CHARS` bytes."""
     try:
         fd, size = open_for_reading(workspace, request.path, budget=Budget())
     except WouldBlock:
         return None
     try:
-        if size > NOW_BYTES:
+        if size > NOW_BYTES or (redactor and size >= INLINE_CHARS):
             return None
         buffer = bytearray(size + 1)
         try:
@@ -326,7 +333,9 @@ def read_file_now(workspace: Path, request: ReadFileInput) -> str | None:
         os.close(fd)
     if got != size or buffer.count(b"\n", 0, got) > NOW_LINES:
         return None  # the file changed size meanwhile, or partly cached, or many lines
-    return numbered_whole(bytes(buffer[:got]), request.path, request.offset, request.limit)
+    return numbered_whole(
+        bytes(buffer[:got]), request.path, request.offset, request.limit, redactor
+    )
 
 
 def _replace(parent: int, name: str, data: bytes, mode: int, owner: HostIds | None) -> None:

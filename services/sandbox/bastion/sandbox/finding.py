@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -20,10 +21,13 @@ from bastion.sandbox.globbing import compile_glob
 from bastion.sandbox.numbering import looks_binary
 from bastion.sandbox.walking import MAX_WALKED, Walk, open_directory, shown_root
 from bastion.shared.errors import InvalidInput
+from bastion.shared.linecuts import Line, around, cut_lines
+from bastion.shared.redaction import Redactor
 
 __all__ = [
     "MAX_FOUND",
     "MAX_MATCHES",
+    "Search",
     "find_candidates",
     "find_files",
     "search_candidates",
@@ -114,25 +118,79 @@ def _text_of(parent: int, name: str) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def _cut(line: str) -> str:
-    return line if len(line) <= _LINE_CHARS else line[:_LINE_CHARS] + " [...]"
+@dataclass(frozen=True)
+class _Shown:
+    """Consecutive lines of one file a search shows (from index `first`), each marked a
+    hit or context, with the text just before and after them (only looked at)."""
+
+    path: str
+    first: int
+    lines: tuple[Line, ...]
+    hits: tuple[bool, ...]
+    before: str
+    after: str
 
 
-def _shown_matches(path: str, lines: list[str], hits: list[int], context: int) -> list[str]:
-    """`path:line: text` for each hit, `path-line- text` around it, `--` between groups."""
-    out: list[str] = []
+@dataclass(frozen=True)
+class Search:
+    """What `search_files` found, in order: shown lines and lines said as they are (the
+    `--` between groups, notes). `text` is the answer, cut of a redactor's values before
+    its lines are prefixed and shortened (done where the redactor is: the search runs in
+    a worker process)."""
+
+    parts: tuple[_Shown | str, ...]
+
+    def text(self, redactor: Redactor | None) -> str:
+        """The answer: `path:line: text` for each hit, `path-line- text` around it."""
+        out: list[str] = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            cut = cut_lines(redactor, part.lines, part.before, part.after)
+            for index, (line, text, hit) in enumerate(zip(part.lines, cut, part.hits, strict=True)):
+                mark = ":" if hit else "-"
+                shortened = line.end is not None or len(text) > _LINE_CHARS
+                shown = text[:_LINE_CHARS] + " [...]" if shortened else text
+                out.append(f"{part.path}{mark}{part.first + index + 1}{mark} {shown}")
+        return "\n".join(out)
+
+
+def _line(text: str, hold: int) -> Line:
+    """A line as a search keeps it: at most `_LINE_CHARS` and twice `hold` characters, and
+    its last `hold` when it is longer."""
+    keep = _LINE_CHARS + 2 * hold
+    return Line(text) if len(text) <= keep else Line(text[:keep], text[-hold:] if hold else "")
+
+
+def _shown_matches(
+    path: str, lines: list[str], hits: list[int], context: int, hold: int
+) -> list[_Shown | str]:
+    """The groups of lines shown for `hits`, `context` lines around each, `--` between."""
+    out: list[_Shown | str] = []
     shown_until = -1
     hit_set = set(hits)
+    group: list[int] = []
+
+    def close() -> None:
+        if group:
+            before, after = around(lines, group[0], group[-1] + 1, hold)
+            shown = tuple(_line(lines[index], hold) for index in group)
+            marks = tuple(index in hit_set for index in group)
+            out.append(_Shown(path, group[0], shown, marks, before, after))
+            group.clear()
+
     for hit in hits:
         first = max(0, hit - context, shown_until + 1)
-        if out and first > shown_until + 1:
+        if (out or group) and first > shown_until + 1:
+            close()
             out.append("--")
         for index in range(first, min(len(lines), hit + context + 1)):
             if index <= shown_until:
                 continue
-            mark = ":" if index in hit_set else "-"
-            out.append(f"{path}{mark}{index + 1}{mark} {_cut(lines[index])}")
+            group.append(index)
             shown_until = index
+    close()
     return out
 
 
@@ -156,14 +214,19 @@ def search_candidates(workspace: Path, request: SearchFilesInput) -> list[str]:
 
 
 def search_files(
-    workspace: Path, request: SearchFilesInput, hidden: frozenset[str] = frozenset()
-) -> str:
+    workspace: Path,
+    request: SearchFilesInput,
+    hidden: frozenset[str] = frozenset(),
+    hold: int = 0,
+) -> Search:
     """Lines matching the regular expression, with `context` lines around each match; no
-    line of a file in `hidden`."""
+    line of a file in `hidden`. Each line is kept with room for `hold` characters (a
+    redactor's `longest`) past what is shown, and as much of the text around, to be cut
+    before it is shortened (`Search.text`)."""
     regex = _regex(request)
     only = compile_glob(request.glob) if request.glob else None
     prefix = shown_root(request.path)
-    out: list[str] = []
+    out: list[_Shown | str] = []
     matches = 0
     size = 0
     cut = False
@@ -187,19 +250,27 @@ def search_files(
                 cut = True
             if out and hits:
                 out.append("--")
-            shown_lines = _shown_matches(prefix + entry.path, lines, hits, request.context)
-            out += shown_lines
-            size += sum(len(line) + 1 for line in shown_lines)
+            shown = _shown_matches(prefix + entry.path, lines, hits, request.context, hold)
+            out += shown
+            size += sum(_size(part) for part in shown)
             matches += len(hits)
             if cut:
                 break
     finally:
         os.close(top)
     if not matches:
-        return "\n".join([f"no lines match {request.pattern}", *_walk_note(walk)])
+        return Search((f"no lines match {request.pattern}", *_walk_note(walk)))
     if cut:
         out.append(
             f"... the search stopped after {matches} matching lines: give a narrower pattern, "
             "path or glob to see the rest"
         )
-    return "\n".join(out + _walk_note(walk))
+    return Search((*out, *_walk_note(walk)))
+
+
+def _size(part: _Shown | str) -> int:
+    """About how many characters a part of a search's answer takes."""
+    if isinstance(part, str):
+        return len(part) + 1
+    prefix = len(part.path) + 10
+    return sum(prefix + min(len(line.text), _LINE_CHARS) for line in part.lines)

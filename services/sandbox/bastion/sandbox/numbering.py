@@ -7,15 +7,25 @@ held, however long it is); `numbered_whole` answers the very same text for a fil
 whole into memory, splitting it at once and formatting the lines shown in one pass when
 they are plain (valid UTF-8 without carriage returns, none near a cut, all within the
 answer's bound), line by line as `numbered` does otherwise.
+
+Given a redactor, the lines are cut of the tenant's values before they are numbered and
+shortened (`bastion.shared.linecuts`): a value across lines (a PEM key, `fold`) is cut on
+each line it covers, and a long line is cut whole, or as far as it is read, before it is
+shortened, so its shown start never holds a piece of a value. A file read whole is cut
+whole (a value across the lines before `offset` is cut on the lines shown); one read line
+by line keeps `_ROOM` bytes and four times the redactor's `longest` more of each line.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from typing import BinaryIO, Final
 
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput
+from bastion.shared.linecuts import Line, cut_lines
+from bastion.shared.redaction import Redactor
 
 __all__ = ["MAX_LINE_CHARS", "MAX_READ_CHARS", "looks_binary", "numbered", "numbered_whole"]
 
@@ -47,17 +57,18 @@ def _refuse_binary(probe: bytes, path: str) -> None:
         )
 
 
-def _lines(stream: BinaryIO) -> Iterator[tuple[bytes, bool]]:
-    """Each line's start (at most what can be shown) and whether it went on past that."""
-    while chunk := stream.readline(_ROOM):
-        longer = False
+def _lines(stream: BinaryIO, room: int = _ROOM) -> Iterator[tuple[bytes, bytes | None]]:
+    """Each line's start (at most `room` bytes) and, when it went on past that, its last
+    bytes (at least `room` of them, or all the rest)."""
+    while chunk := stream.readline(room):
+        end: bytes | None = None
         tail = chunk
         while not tail.endswith(b"\n"):
-            tail = stream.readline(_ROOM)
+            last, tail = tail, stream.readline(room)
             if not tail:
                 break
-            longer = True
-        yield chunk, longer
+            end = last + tail if end is None or len(tail) < room else tail
+        yield chunk, end
 
 
 def _shown_line(number: int, chunk: bytes, longer: bool) -> str:
@@ -83,15 +94,21 @@ def _ending(out: list[str], path: str, offset: int, total: int, next_line: int) 
     return "\n".join(out)
 
 
-def numbered(stream: BinaryIO, path: str, offset: int, limit: int) -> str:
-    """Lines `offset`.. of `stream`, numbered, at most `limit` of them and `MAX_READ_CHARS`."""
+def numbered(
+    stream: BinaryIO, path: str, offset: int, limit: int, redactor: Redactor | None = None
+) -> str:
+    """Lines `offset`.. of `stream`, numbered, at most `limit` of them and `MAX_READ_CHARS`,
+    cut of `redactor`'s values first."""
     _refuse_binary(stream.read(_PROBE_BYTES), path)
     stream.seek(0)
+    if redactor:
+        return _numbered_cut(stream, path, offset, limit, redactor)
     out: list[str] = []
     size = 0
     total = 0
     next_line = 0
-    for number, (raw, longer) in enumerate(_lines(stream), 1):
+    for number, (raw, end) in enumerate(_lines(stream), 1):
+        longer = end is not None
         total = number
         if number < offset or next_line:
             continue
@@ -125,9 +142,18 @@ def _plain(wanted: list[bytes], offset: int) -> list[str] | None:
     return [f"{number:6d}\t{line}" for number, line in enumerate(text.split("\n"), offset)]
 
 
-def numbered_whole(data: bytes, path: str, offset: int, limit: int) -> str:
+def numbered_whole(
+    data: bytes, path: str, offset: int, limit: int, redactor: Redactor | None = None
+) -> str:
     """`numbered` of a file read whole into `data`: the same text, or the same error."""
     _refuse_binary(data[:_PROBE_BYTES], path)
+    if redactor:
+        texts = data.decode("utf-8", errors="replace").split("\n")
+        if not texts[-1]:
+            texts.pop()
+        cut = cut_lines(redactor, [Line(text) for text in texts])
+        shown_cut = cut[offset - 1 : offset - 1 + limit]
+        return _answer(shown_cut, [False] * len(shown_cut), path, offset, len(texts))
     lines = data.split(b"\n")
     closed = not lines[-1]  # the last line ends with a newline (or there is none)
     if closed:
@@ -153,3 +179,56 @@ def numbered_whole(data: bytes, path: str, offset: int, limit: int) -> str:
         out.append(line)
         size += len(line) + 1
     return _ending(out, path, offset, total, next_line)
+
+
+def _text(raw: bytes) -> str:
+    return raw.removesuffix(b"\n").decode("utf-8", errors="replace")
+
+
+def _numbered_cut(stream: BinaryIO, path: str, offset: int, limit: int, redactor: Redactor) -> str:
+    """`numbered`, each line cut of `redactor`'s values before it is numbered and
+    shortened: lines read as `_lines` reads them with more room (`redactor.longest` four
+    times more bytes), and the text just before and after the lines shown (as much as one
+    value's stretch spans) looked at too."""
+    room = _ROOM + 4 * redactor.longest
+    recent: deque[bytes] = deque()
+    """What is read of the last lines before `offset`: at least `room` bytes of them."""
+    recent_bytes = 0
+    wanted: list[Line] = []
+    after: list[str] = []
+    after_chars = 0
+    size = 0
+    total = 0
+    for number, (raw, end) in enumerate(_lines(stream, room), 1):
+        total = number
+        if number < offset:
+            recent.append(raw if end is None else end)
+            recent_bytes += len(recent[-1])
+            while recent_bytes - len(recent[0]) >= room:
+                recent_bytes -= len(recent.popleft())
+        elif len(wanted) < limit and size < MAX_READ_CHARS:
+            wanted.append(Line(_text(raw), None if end is None else _text(end)))
+            size += min(len(wanted[-1].text), MAX_LINE_CHARS) + 8
+        elif after_chars < redactor.longest:
+            after.append(_text(raw))
+            after_chars += len(after[-1]) + 1
+    before = "\n".join(map(_text, recent))[-redactor.longest :] if recent else ""
+    cut = cut_lines(redactor, wanted, before, "\n".join(after))
+    return _answer(cut, [line.end is not None for line in wanted], path, offset, total)
+
+
+def _answer(cut: list[str], longer: list[bool], path: str, offset: int, total: int) -> str:
+    """The answer of the cut lines `cut` from line `offset` (`longer`: whether each went
+    on past what was read), shortened and numbered, within `MAX_READ_CHARS`."""
+    out: list[str] = []
+    size = 0
+    for number, (line, went_on) in enumerate(zip(cut, longer, strict=True), offset):
+        if size >= MAX_READ_CHARS:
+            return _ending(out, path, offset, total, number)
+        text = line.removesuffix("\r")
+        if went_on or len(text) > MAX_LINE_CHARS:
+            text = f"{text[:MAX_LINE_CHARS]} [... line cut at {MAX_LINE_CHARS} characters]"
+        out.append(f"{number:6d}\t{text}")
+        size += len(out[-1]) + 1
+    after = offset + len(cut)
+    return _ending(out, path, offset, total, after if after <= total else 0)

@@ -15,6 +15,7 @@ from bastion.sandbox.patchparse import Hunk
 from bastion.sandbox.textfile import not_found_sentence, short
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput
+from bastion.shared.redaction import Redactor
 
 __all__ = ["added_text", "fit_hunks"]
 
@@ -81,9 +82,10 @@ def _misfit(path: str, number: int, why: str) -> InvalidInput:
     return InvalidInput(short(f"hunk {number} of {shown(path)} does not fit: {why}"))
 
 
-def fit_hunks(path: str, text: str, hunks: Sequence[Hunk]) -> str:
+def fit_hunks(path: str, text: str, hunks: Sequence[Hunk], redactor: Redactor | None = None) -> str:
     """`text` (with `\\n` newlines) changed by `hunks`, or an error naming the hunk that
-    does not fit and showing the file's lines nearest to what it expected."""
+    does not fit and showing the file's lines nearest to what it expected (cut of
+    `redactor`'s values)."""
     lines = text.split("\n")
     final_newline = text.endswith("\n")
     if final_newline or text == "":
@@ -100,7 +102,10 @@ def fit_hunks(path: str, text: str, hunks: Sequence[Hunk]) -> str:
                     path,
                     number,
                     not_found_sentence(
-                        f"its @@ line {anchor[:120]!r} is not in the file", lines, [anchor]
+                        f"its @@ line {anchor[:120]!r} is not in the file",
+                        lines,
+                        [anchor],
+                        redactor,
                     ),
                 )
             start = found + 1
@@ -126,7 +131,9 @@ def fit_hunks(path: str, text: str, hunks: Sequence[Hunk]) -> str:
                 raise _misfit(
                     path,
                     number,
-                    not_found_sentence("the lines it expects are not in the file", lines, hunk.old),
+                    not_found_sentence(
+                        "the lines it expects are not in the file", lines, hunk.old, redactor
+                    ),
                 )
         changes.append((at, at + len(hunk.old), hunk))
         taken.append((at, at + len(hunk.old)))

@@ -24,6 +24,7 @@ from bastion.sandbox.patchparse import FileChange, parse_patch
 from bastion.sandbox.textfile import read_text, short, with_newlines
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing import HostIds
 
 __all__ = ["apply_patch"]
@@ -70,8 +71,9 @@ def _exists(workspace: Path, path: str) -> bool:
     return True
 
 
-def _plan(workspace: Path, change: FileChange) -> _Planned:
-    """Check one change against the workspace; nothing is written."""
+def _plan(workspace: Path, change: FileChange, redactor: Redactor | None) -> _Planned:
+    """Check one change against the workspace; nothing is written (a miss quotes the
+    file's lines cut of `redactor`'s values)."""
     path = _checked_path(change.path)
     if change.action == "add":
         if _exists(workspace, path):
@@ -82,7 +84,7 @@ def _plan(workspace: Path, change: FileChange) -> _Planned:
     current = read_text(workspace, path)
     if change.action == "delete":
         return _Planned(change, path, None, current.mode, f"deleted {path}")
-    text = with_newlines(fit_hunks(path, current.text, change.hunks), current.newline)
+    text = with_newlines(fit_hunks(path, current.text, change.hunks, redactor), current.newline)
     if change.move_to is None:
         return _Planned(change, path, text.encode(), current.mode, f"updated {path}")
     target = _checked_path(change.move_to)
@@ -153,11 +155,16 @@ def _release(plan: list[_Planned]) -> None:
 
 
 def apply_patch(
-    workspace: Path, request: ApplyPatchInput, owner: HostIds | None, *, git_writable: bool = False
+    workspace: Path,
+    request: ApplyPatchInput,
+    owner: HostIds | None,
+    *,
+    git_writable: bool = False,
+    redactor: Redactor | None = None,
 ) -> str:
-    """Apply a whole patch, or change nothing and say which file and hunk did not fit;
-    what it writes is `owner`'s; one that touches git's control paths only with
-    `git_writable`."""
+    """Apply a whole patch, or change nothing and say which file and hunk did not fit
+    (quoting the file's nearest lines cut of `redactor`'s values); what it writes is
+    `owner`'s; one that touches git's control paths only with `git_writable`."""
     changes = parse_patch(request.patch)
     named: set[str] = set()
     for change in changes:
@@ -170,7 +177,7 @@ def apply_patch(
                 )
             named.add(key)
     try:
-        plan = [_plan(workspace, change) for change in changes]
+        plan = [_plan(workspace, change, redactor) for change in changes]
         if not git_writable:
             _guard(workspace, plan)
     except (InvalidInput, NotFound) as error:

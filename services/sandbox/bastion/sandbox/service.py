@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio.to_process
 import anyio.to_thread
@@ -70,7 +70,13 @@ from bastion.sandbox.codecheck import check_code
 from bastion.sandbox.editing import edit_file
 from bastion.sandbox.egress import EgressClient
 from bastion.sandbox.files import read_file, read_file_now, write_file
-from bastion.sandbox.finding import find_candidates, find_files, search_candidates, search_files
+from bastion.sandbox.finding import (
+    Search,
+    find_candidates,
+    find_files,
+    search_candidates,
+    search_files,
+)
 from bastion.sandbox.hiding import PathJudge
 from bastion.sandbox.patching import apply_patch
 from bastion.sandbox.resolving import resolve_paths, resolve_paths_now
@@ -97,10 +103,12 @@ from bastion.sandbox.workspace import (
 from bastion.shared.bus import Client, request
 from bastion.shared.cancelling import Running, listen
 from bastion.shared.codec import encode
-from bastion.shared.cutturns import Cutter
+from bastion.shared.cutturns import INLINE_CHARS, Cutter
 from bastion.shared.errors import BastionError, InvalidInput, NotImplementedYet
 from bastion.shared.leasing import LeaseClient, lease_key
+from bastion.shared.linecuts import cut_around_gaps
 from bastion.shared.metrics import sandboxes_running
+from bastion.shared.redaction import Redactor
 from bastion.shared.sandboxing import (
     BwrapBackend,
     ContainerLimits,
@@ -119,7 +127,7 @@ from bastion.shared.sandboxing import (
 from bastion.shared.sandboxing.bridge import EgressBridge
 from bastion.shared.sandboxing.gitguard import closing_check
 from bastion.shared.sandboxing.hostids import path_owner
-from bastion.shared.sandboxing.output import OutputTap
+from bastion.shared.sandboxing.output import CUT_MARKERS, OutputTap
 from bastion.shared.sandboxing.warm import marker, sweep_marked
 from bastion.shared.secretcuts import SecretCuts
 from bastion.shared.service import RequestContext, Service
@@ -145,18 +153,22 @@ class _FileTool:
     the hidden ones).
     `now`: its answer had on the event loop when nothing of it can wait, or None, and
     `run` runs in the worker thread then (`files.read_file_now`).
+    `cuts`: `run` (and `now`) take the session's redactor (`redactor=` for a writing
+    tool, whose misses quote the file's lines), and cut the file's text of its values
+    before they number or shorten its lines; a read then runs in the tenant's turn.
     """
 
-    run: Callable[..., str]
+    run: Callable[..., Any]
     writes: bool = False
     grows: Callable[[Any], int] = lambda _input: 0
     in_process: bool = False
     candidates: Callable[..., list[str]] | None = None
     now: Callable[..., str | None] | None = None
+    cuts: bool = False
 
 
 _FILE_TOOLS: dict[type, _FileTool] = {
-    toolinput.ReadFileInput: _FileTool(read_file, now=read_file_now),
+    toolinput.ReadFileInput: _FileTool(read_file, now=read_file_now, cuts=True),
     toolinput.ListFilesInput: _FileTool(list_files, candidates=list_candidates),
     toolinput.FindFilesInput: _FileTool(find_files, candidates=find_candidates),
     toolinput.SearchFilesInput: _FileTool(
@@ -165,10 +177,14 @@ _FILE_TOOLS: dict[type, _FileTool] = {
     toolinput.WriteFileInput: _FileTool(
         write_file, writes=True, grows=lambda given: len(given.content.encode())
     ),
-    toolinput.EditFileInput: _FileTool(edit_file, writes=True),
-    toolinput.ApplyPatchInput: _FileTool(apply_patch, writes=True),
+    toolinput.EditFileInput: _FileTool(edit_file, writes=True, cuts=True),
+    toolinput.ApplyPatchInput: _FileTool(apply_patch, writes=True, cuts=True),
 }
 """Each file tool by the type of its input: `sandbox.files`' whole dispatch."""
+
+_SEARCH_CUT_CHARS: Final = INLINE_CHARS
+"""A search's answer is cut as a large text (in a worker thread, in its tenant's turn):
+what it holds is known only once it is back from its worker process."""
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +211,9 @@ def output_cap(max_payload: int) -> int:
 
 async def redacted(result: ExecResult, cutter: Cutter) -> ExecResult:
     """`result` with the session's leased values cut out of both streams and its
-    connection line (off the event loop when they are large, in the tenant's turn)."""
+    connection line (off the event loop when they are large, in the tenant's turn). Where
+    a stream's middle was left out, what is beside the gap is dropped as far as it could
+    hold part of a value (`cut_around_gaps`): a value across it is never shown in halves."""
     redactor = cutter.redactor
     if redactor is None:
         return result
@@ -203,8 +221,8 @@ async def redacted(result: ExecResult, cutter: Cutter) -> ExecResult:
     def cut() -> ExecResult:
         return msgspec.structs.replace(
             result,
-            stdout=redactor.redact(result.stdout),
-            stderr=redactor.redact(result.stderr),
+            stdout=cut_around_gaps(redactor, result.stdout, CUT_MARKERS),
+            stderr=cut_around_gaps(redactor, result.stderr, CUT_MARKERS),
             connections=redactor.redact(result.connections),
         )
 
@@ -680,16 +698,23 @@ class Sandboxes:
         given = request.input
         tool = _FILE_TOOLS[type(given)]
         cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        redactor = cutter.redactor
         try:
             workspace = self._workspaces.check(request.workspace)
             hidden = await self._hidden(workspace, request, tool)
             if tool.in_process:
-                text = await self._search(tool.run, workspace, request.tenant, given, hidden)
+                hold = redactor.longest if redactor else 0
+                found: Search = await self._search(
+                    tool.run, workspace, request.tenant, given, hidden, hold
+                )
+                text = await cutter.run(_SEARCH_CUT_CHARS, lambda: found.text(redactor))
             elif tool.writes:
-                text = await anyio.to_thread.run_sync(self._write, tool, workspace, given)
+                text = await anyio.to_thread.run_sync(self._write, tool, workspace, given, redactor)
             elif hidden is not None:
                 read = functools.partial(tool.run, workspace, given, hidden)
                 return FileResult(text=await cutter.in_thread(_cut_after(read, cutter)))
+            elif tool.cuts:
+                text = await self._read(tool, workspace, given, cutter)
             elif tool.now is None or (now := tool.now(workspace, given)) is None:
                 read = functools.partial(tool.run, workspace, given)
                 return FileResult(text=await cutter.in_thread(_cut_after(read, cutter)))
@@ -700,12 +725,27 @@ class Sandboxes:
             raise
         return FileResult(text=await cutter.cut(text))
 
-    def _write(self, tool: _FileTool, workspace: Path, given: Any) -> str:
+    async def _read(self, tool: _FileTool, workspace: Path, given: Any, cutter: Cutter) -> str:
+        """A tool that cuts the file's text itself (`_FileTool.cuts`): on the event loop
+        when nothing of it can wait (a small file), else in a worker thread in the tenant's
+        turn (or any worker thread, with nothing to cut)."""
+        redactor = cutter.redactor
+        if tool.now is not None and (now := tool.now(workspace, given, redactor)) is not None:
+            return now
+        if redactor is None:
+            return str(await anyio.to_thread.run_sync(tool.run, workspace, given))
+        return await cutter.in_thread(lambda: str(tool.run(workspace, given, redactor)))
+
+    def _write(
+        self, tool: _FileTool, workspace: Path, given: Any, redactor: Redactor | None
+    ) -> str:
         """A writing tool's whole work, in one worker thread: the workspace's bound checked,
-        its owner found, then the write."""
+        its owner found, then the write (given `redactor` when it `cuts`)."""
         self._bound.check_write(workspace, tool.grows(given))
         owner = self._owner(workspace)
-        return tool.run(workspace, given, owner, git_writable=self._git_writable)
+        cuts = {"redactor": redactor} if tool.cuts else {}
+        text: str = tool.run(workspace, given, owner, git_writable=self._git_writable, **cuts)
+        return text
 
     async def resolve(self, request: ResolvePaths, _context: RequestContext) -> ResolvedPaths:
         """The paths a file call touches, resolved through the workspace's links: on the
@@ -717,14 +757,44 @@ class Sandboxes:
         return ResolvedPaths(paths=paths)
 
     async def skill_read(self, request: ReadSkill, _context: RequestContext) -> SkillDocument:
-        """A skill's SKILL.md and its front matter, read confined to the skills dir."""
-        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
-        return await anyio.to_thread.run_sync(read_skill, skills_dir, request)
+        """A skill's SKILL.md and its front matter, read confined to the skills dir; its
+        text and description, and its errors, with the tenant's values cut out (read and
+        cut in a worker thread, in the tenant's turn)."""
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        redactor = cutter.redactor
+
+        def read() -> SkillDocument:
+            document = read_skill(checked_skills_dir(request.skills_dir, self._state_dir), request)
+            if redactor is None:
+                return document
+            return msgspec.structs.replace(
+                document,
+                text=redactor.redact(document.text),
+                description=redactor.redact(document.description),
+            )
+
+        try:
+            return await cutter.in_thread(read)
+        except BastionError as error:
+            await self._cut_error(error, request.tenant, request.session_id)
+            raise
 
     async def skill_find(self, request: FindSkills, _context: RequestContext) -> SkillListing:
-        """The skills dir's skills and what each declares, or those matching a query."""
-        skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
-        return await anyio.to_thread.run_sync(find_skills, skills_dir, request)
+        """The skills dir's skills and what each declares, or those matching a query; what
+        each says cut of the tenant's values before it is looked in or shortened (in a
+        worker thread, in the tenant's turn), and the errors cut too."""
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
+        redactor = cutter.redactor
+
+        def find() -> SkillListing:
+            skills_dir = checked_skills_dir(request.skills_dir, self._state_dir)
+            return find_skills(skills_dir, request, redactor)
+
+        try:
+            return await cutter.in_thread(find)
+        except BastionError as error:
+            await self._cut_error(error, request.tenant, request.session_id)
+            raise
 
     async def _hidden(
         self, workspace: Path, request: FileRequest, tool: _FileTool
@@ -785,17 +855,19 @@ class Sandboxes:
         backend, spec = self._spec_of(request)
 
         spec, room = await self._bounded(spec)
+        cutter = await self.secrets.cutter(request.tenant, request.session_id)
 
         async def run(command: str) -> ExecResult:
+            """The run, its output cut before the report picks its problems or its tail."""
             async with self._slots.slot(request.tenant):
-                return self._noted(await backend.run(spec, command), room)
+                result = self._noted(await backend.run(spec, command), room)
+            return await redacted(result, cutter)
 
         try:
             program, text = await check_code(spec.workspace, request, run)
         except BastionError as error:
             await self._cut_error(error, request.tenant, request.session_id)
             raise
-        cutter = await self.secrets.cutter(request.tenant, request.session_id)
         return CodeReport(program=program, text=await cutter.cut(text))
 
     async def check(self, request: SandboxCheck, _context: RequestContext) -> SandboxReady:

@@ -28,6 +28,7 @@ from bastion.proto.sandbox import FindSkills, ReadSkill, SkillDocument, SkillEnt
 from bastion.sandbox.skills import read_skill
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput, NotFound
+from bastion.shared.redaction import Redactor
 from bastion.shared.skillmatter import body_of
 
 __all__ = [
@@ -190,8 +191,11 @@ def _flat(text: str, most: int) -> str:
     return flat if len(flat) <= most else flat[: most - 1] + "…"
 
 
-def _read(skills_dir: Path, session_id: str, name: str) -> _Read | None:
-    """Skill `name` as read, or None when its directory holds no SKILL.md (no skill)."""
+def _read(skills_dir: Path, session_id: str, name: str, redactor: Redactor | None) -> _Read | None:
+    """Skill `name` as read, or None when its directory holds no SKILL.md (no skill); its
+    text, description and problem cut of `redactor`'s values before they are flattened,
+    shortened or looked in."""
+    cut = redactor.redact if redactor else str
     problem = _leads_out(skills_dir, name)
     if problem:
         return _Read(SkillEntry(name=name, problem=problem), name_words=_sorted_words(name))
@@ -201,10 +205,10 @@ def _read(skills_dir: Path, session_id: str, name: str) -> _Read | None:
     except NotFound:
         return None
     except InvalidInput as error:
-        entry = SkillEntry(name=name, problem=_flat(error.message, MAX_DESCRIPTION))
+        entry = SkillEntry(name=name, problem=_flat(cut(error.message), MAX_DESCRIPTION))
         return _Read(entry, name_words=_sorted_words(name))
     scripts, more = _scripts(skills_dir, name)
-    description = _flat(document.description, MAX_DESCRIPTION)
+    description = _flat(cut(document.description), MAX_DESCRIPTION)
     entry = SkillEntry(
         name=name,
         description=description,
@@ -215,7 +219,7 @@ def _read(skills_dir: Path, session_id: str, name: str) -> _Read | None:
         scripts=scripts,
         more_scripts=more,
     )
-    body = body_of(document.text)
+    body = body_of(cut(document.text))
     return _Read(
         entry,
         body=body,
@@ -258,16 +262,20 @@ def _query_words(query: str) -> list[str]:
     return words
 
 
-def find_skills(skills_dir: Path, request: FindSkills) -> SkillListing:
+def find_skills(
+    skills_dir: Path, request: FindSkills, redactor: Redactor | None = None
+) -> SkillListing:
     """The skills of `skills_dir` by name, or with `request.query` those holding its words,
-    best first; at most `MAX_LISTED` (`MAX_FOUND` for a query).
+    best first; at most `MAX_LISTED` (`MAX_FOUND` for a query); what each says cut of
+    `redactor`'s values first (`_read`).
 
     Raises:
         InvalidInput: the query holds no words, or the skills dir cannot be read.
     """
     query = None if request.query is None else _query_words(request.query)
     names, unread = _names(skills_dir)
-    skills = [s for s in (_read(skills_dir, request.session_id, n) for n in names) if s]
+    read = (_read(skills_dir, request.session_id, name, redactor) for name in names)
+    skills = [skill for skill in read if skill]
     if query is None:
         entries = [s.entry for s in skills]
         return SkillListing(skills=tuple(entries[:MAX_LISTED]), total=len(entries), unread=unread)

@@ -4,7 +4,9 @@ The tools that change a file (`edit_file`, `apply_patch`) read it here: walked l
 `read_file` (no link out of the workspace), refused when it has more than one hard link
 (its other name may be outside, and a patch must not read what it cannot write), when it
 is binary or not UTF-8. Matching works on text with `\\n` newlines; the file's own style
-(`\\r\\n` or `\\n`) is put back when it is written.
+(`\\r\\n` or `\\n`) is put back when it is written. The nearest lines a miss quotes are
+cut of the tenant's values before they are numbered, shortened, and the sentence cut to
+fit an error reply (`bastion.shared.linecuts`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from bastion.sandbox.files import open_for_reading
 from bastion.sandbox.numbering import looks_binary
 from bastion.sandbox.workspace import shown
 from bastion.shared.errors import InvalidInput
+from bastion.shared.linecuts import Line, around, cut_lines
+from bastion.shared.redaction import Redactor
 
 __all__ = [
     "MAX_EDIT_BYTES",
@@ -130,26 +134,32 @@ def _best_window(lines: list[str], wanted: list[str]) -> tuple[int, float] | Non
     return start, votes[start] / max(1, len(used))
 
 
-def nearest_lines(lines: list[str], wanted: list[str]) -> str | None:
-    """The file's lines most like `wanted`, numbered as `read_file` numbers them; or None."""
+def nearest_lines(
+    lines: list[str], wanted: list[str], redactor: Redactor | None = None
+) -> str | None:
+    """The file's lines most like `wanted`, numbered as `read_file` numbers them, cut of
+    `redactor`'s values before they are numbered and shortened; or None."""
     found = _best_window(lines, wanted)
     if found is None:
         return None
     start, _ = found
     end = min(len(lines), start + max(1, len(wanted)), start + _SHOWN_LINES)
+    before, after = around(lines, start, end, redactor.longest if redactor else 0)
+    cut = cut_lines(redactor, [Line(line) for line in lines[start:end]], before, after)
     shown_lines = []
-    for number in range(start + 1, end + 1):
-        text = lines[number - 1]
-        if len(text) > _SHOWN_LINE_CHARS:
-            text = text[:_SHOWN_LINE_CHARS] + " [...]"
+    for number, line in enumerate(cut, start + 1):
+        text = line if len(line) <= _SHOWN_LINE_CHARS else line[:_SHOWN_LINE_CHARS] + " [...]"
         shown_lines.append(f"{number:6d}\t{text}")
     return "\n".join(shown_lines)
 
 
-def not_found_sentence(missing: str, lines: list[str], wanted: list[str]) -> str:
+def not_found_sentence(
+    missing: str, lines: list[str], wanted: list[str], redactor: Redactor | None = None
+) -> str:
     """`missing` (a clause: what is not there), then the file's lines nearest to `wanted`
-    so that the next try can quote them."""
-    nearest = nearest_lines(lines, wanted)
+    so that the next try can quote them, cut of `redactor`'s values before the sentence is
+    shortened."""
+    nearest = nearest_lines(lines, wanted, redactor)
     if nearest is None:
         return short(
             f"{missing}, and no line of the file looks like it: read the file with read_file "

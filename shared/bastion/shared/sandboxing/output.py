@@ -3,11 +3,12 @@ and, for a run whose output is watched as it comes, each chunk handed on as it i
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterable, Callable
 from functools import partial
-from typing import Literal
+from typing import Final, Literal
 
-__all__ = ["CappedOutput", "OutputTap", "capped_pair", "cut_marker"]
+__all__ = ["CUT_MARKERS", "CappedOutput", "OutputTap", "capped_pair", "cut_marker"]
 
 OutputTap = Callable[[Literal["stdout", "stderr"], bytes], None]
 """Called with each chunk of a run's output as it is read, and which stream it is of. It
@@ -18,6 +19,13 @@ bytes and return."""
 def cut_marker(cut: int) -> bytes:
     """The line put where bytes were left out of the middle of a stream."""
     return f"[... {cut} bytes cut ...]\n".encode()
+
+
+CUT_MARKERS: Final = re.compile(r"^\[\.\.\. \d+ bytes cut \.\.\.\]\n", re.MULTILINE)
+"""Where a stream's text says bytes were left out of it (`cut_marker`): what is beside
+each could be part of a secret value the gap holds the rest of
+(`bastion.shared.linecuts.cut_around_gaps`). A command may print such a line itself;
+then only its own output beside it is dropped."""
 
 
 class CappedOutput:

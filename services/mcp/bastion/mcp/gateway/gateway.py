@@ -25,7 +25,14 @@ from bastion.mcp.gateway.canonical import tool_digest
 from bastion.mcp.gateway.pins import accepted_pins, offer, review
 from bastion.mcp.gateway.pool import UpstreamPool
 from bastion.mcp.gateway.registry import Registry
-from bastion.mcp.gateway.rendering import prompts_text, read_text, resources_text, result_text
+from bastion.mcp.gateway.rendering import (
+    MAX_RESULT_CHARS,
+    bounded,
+    prompts_text,
+    read_text,
+    resources_text,
+    result_text,
+)
 from bastion.mcp.gateway.signing import (
     SignatureCheck,
     check_key_pin,
@@ -568,10 +575,12 @@ class Gateway:
         """`text` with the values the server was given cut out, and every value of the
         tenant's: a server that echoes its token (an error page quoting a header), or reads
         a file a command of the tenant wrote a value into, never shows it to the model. A
-        large text is cut in a worker thread, in the tenant's turn."""
+        large text is cut in a worker thread, in the tenant's turn. Cut first, then cut
+        short to `MAX_RESULT_CHARS` (`rendering.bounded`)."""
         given = self._given.get((tenant, server, session_id), ())
         cutter = await self._cuts.cutter(tenant, session_id or secrets.token_hex(8), given)
-        return await cutter.cut(text)
+        size = min(len(text), 2 * MAX_RESULT_CHARS)
+        return await cutter.run(size, lambda: bounded(text, cutter.redactor))
 
     def session_closed(self, session_id: str) -> None:
         self._can_ask.pop(session_id, None)

@@ -1,7 +1,8 @@
 """What an upstream server answered, as the text a model (or an operator) is shown.
 
-Text is passed on; anything else is described, never inlined (an image's bytes, a blob),
-so what reaches the session is text of bounded size.
+Text is passed on; anything else is described, never inlined (an image's bytes, a blob).
+What reaches the session is text of bounded size, cut of the tenant's values before it is
+shortened (`bounded`): a value across the bound is never shown in part.
 """
 
 from __future__ import annotations
@@ -10,17 +11,30 @@ import json
 
 from mcp import types
 
-__all__ = ["MAX_RESULT_CHARS", "prompts_text", "read_text", "resources_text", "result_text"]
+from bastion.shared.linecuts import shown_start
+from bastion.shared.redaction import Redactor
+
+__all__ = [
+    "MAX_RESULT_CHARS",
+    "bounded",
+    "prompts_text",
+    "read_text",
+    "resources_text",
+    "result_text",
+]
 
 MAX_RESULT_CHARS = 256 * 1024
 """The most of an answer passed on: a bus message is at most 1 MiB."""
 
 
-def _bounded(text: str) -> str:
+def bounded(text: str, redactor: Redactor | None) -> str:
+    """`text` with `redactor`'s values cut out, then at most `MAX_RESULT_CHARS` of it (the
+    cut start of a longer one: what could begin a value running past it is not shown)."""
     if len(text) <= MAX_RESULT_CHARS:
-        return text
-    left = len(text) - MAX_RESULT_CHARS
-    return f"{text[:MAX_RESULT_CHARS]}\n[{left} more characters of the answer were left out]"
+        return redactor.redact(text) if redactor else text
+    room = redactor.longest if redactor else 0
+    shown = shown_start(redactor, text[: MAX_RESULT_CHARS + room], MAX_RESULT_CHARS)
+    return f"{shown}\n[the rest of the answer was left out: {len(text)} characters in all]"
 
 
 def _resource_contents(contents: types.TextResourceContents | types.BlobResourceContents) -> str:
@@ -51,7 +65,7 @@ def result_text(result: types.CallToolResult) -> str:
     if not has_text and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
     text = "\n".join(parts)
-    return _bounded(text if text.strip() else "(no output)")
+    return text if text.strip() else "(no output)"
 
 
 def resources_text(
@@ -68,12 +82,12 @@ def resources_text(
         lines.append(f"{template.uri_template} (template) {template.name}{about}")
     if not lines:
         return f"MCP server {server} offers no resources"
-    return _bounded("\n".join(lines))
+    return "\n".join(lines)
 
 
 def read_text(result: types.ReadResourceResult) -> str:
     """A resource's contents, each part in turn."""
-    return _bounded("\n".join(_resource_contents(c) for c in result.contents) or "(empty)")
+    return "\n".join(_resource_contents(c) for c in result.contents) or "(empty)"
 
 
 def prompts_text(prompts: list[types.Prompt], server: str) -> str:
@@ -87,4 +101,4 @@ def prompts_text(prompts: list[types.Prompt], server: str) -> str:
         lines.append(f"{prompt.name}({arguments}){about}")
     if not lines:
         return f"MCP server {server} offers no prompts"
-    return _bounded("\n".join(lines))
+    return "\n".join(lines)
