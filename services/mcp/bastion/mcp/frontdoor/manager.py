@@ -10,7 +10,10 @@ of the 2026-07-28 era never reach this code: the SDK serves each on its own.
 A session ends for everyone when its client sends DELETE, or when the replica that last
 served it finds it idle; a replica shutting down only lets go of its sessions. Each session
 holds a slot of its token (`bastion.mcp.frontdoor.slots`) from before its `initialize` is
-read until it ends; a token with none free is refused another session (429). A revoked
+read until it ends; a token with none free is refused another session (429). A replica
+serves its copy of a session only while the session holds its slot — asked at each request,
+and at each renewal of the slots, so a copy of a session ended on another replica is let go
+of here (and answers 404) instead of living on without a slot. A revoked
 token's sessions are let go of on every replica (`bastion.mcp.frontdoor.revoking`).
 """
 
@@ -125,18 +128,33 @@ class DoorManager(StreamableHTTPSessionManager):
                 await transport.terminate()
         return ended
 
+    async def let_go(self, session_ids: set[str]) -> None:
+        """End this replica's copies of sessions `session_ids`, ended elsewhere (their slots
+        are gone): their streams close, as at a DELETE; nothing else of them is ended."""
+        for session_id in session_ids:
+            transport = self._server_instances.get(session_id)
+            if transport is not None and session_id in self._token_of:
+                logger.info(
+                    "an MCP session ended on another replica: let go of",
+                    extra={"mcp_session": session_id[:8]},
+                )
+                await transport.terminate()
+
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         agent = agent_of(scope)
         session_id = _header(scope, MCP_SESSION_ID_HEADER)
         if session_id is not None:
-            if session_id not in self._server_instances and not await self._adopt(
-                session_id, agent.token_hash
-            ):
-                await _not_found(scope, receive, send)
-                return
+            adopted = False
+            if session_id not in self._server_instances:
+                if not await self._adopt(session_id, agent.token_hash):
+                    await _not_found(scope, receive, send)
+                    return
+                adopted = True
             if self._token_of.get(session_id) != agent.token_hash:
                 # Another agent's session answers exactly as an unknown one.
                 await _not_found(scope, receive, send)
+                return
+            if not adopted and not await self._still_open(scope, receive, send, session_id):
                 return
             if scope["method"] == "DELETE":
                 # Closed before the answer, so a client that reads on after its DELETE
@@ -144,6 +162,24 @@ class DoorManager(StreamableHTTPSessionManager):
                 await self._end(session_id)
                 await self._give_back(agent.token_hash, session_id)
         await super()._handle_stateful_request(scope, receive, send)
+
+    async def _still_open(
+        self, scope: Scope, receive: Receive, send: Send, session_id: str
+    ) -> bool:
+        """Whether the session this replica holds a copy of still holds its slot; when it
+        does not (it ended on another replica) the copy is let go of and the request answered
+        404, and when NATS does not answer, 503."""
+        token_hash = self._token_of[session_id]
+        try:
+            if await self._slots.holds(token_hash, session_id):
+                return True
+        except BastionError as error:
+            refused = jsonrpc_refusal(status_of(error, 503), error.code, error.message)
+            await refused(scope, receive, send)
+            return False
+        await self.let_go({session_id})
+        await _not_found(scope, receive, send)
+        return False
 
     async def _adopt(self, session_id: str, token_hash: str) -> bool:
         """Serve a session another replica began; False when there is none for this token."""
