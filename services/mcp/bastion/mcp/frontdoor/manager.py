@@ -50,6 +50,7 @@ from bastion.mcp.frontdoor.httperrors import status_of
 from bastion.mcp.frontdoor.opening import Unreadable, kept_params
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.slots import SessionSlots
+from bastion.mcp.frontdoor.spent import Spending
 from bastion.proto.frontdoor import McpSessionRecord
 from bastion.shared.errors import BastionError
 
@@ -297,7 +298,10 @@ class DoorManager(StreamableHTTPSessionManager):
         idle = False
         async with transport.connect() as (read_stream, write_stream):
             dispatcher: JSONRPCDispatcher[TransportContext] = JSONRPCDispatcher(
-                read_stream, write_stream, inline_methods=frozenset({"initialize"})
+                # each message let go of once dispatched, not held until the next comes
+                Spending(read_stream),
+                write_stream,
+                inline_methods=frozenset({"initialize"}),
             )
             connection = connection_of(dispatcher)
             self._connections[session_id] = connection
