@@ -195,12 +195,6 @@ class DoorManager(StreamableHTTPSessionManager):
         except Unreadable:
             return False
         client_params = InitializeRequestParams.model_validate_json(kept)
-        async with self._session_creation_lock:
-            if session_id in self._server_instances:
-                return True
-            transport = self._transport(session_id)
-            self._server_instances[session_id] = transport
-            self._token_of[session_id] = token_hash
 
         def born_initialized(dispatcher: JSONRPCDispatcher[TransportContext]) -> Connection:
             connection = Connection(
@@ -212,8 +206,17 @@ class DoorManager(StreamableHTTPSessionManager):
             connection.initialized.set()
             return connection
 
-        assert self._task_group is not None
-        await self._task_group.start(self._serve, transport, born_initialized)
+        async with self._session_creation_lock:
+            if session_id in self._server_instances:
+                return True
+            # Connected before it is registered: a request of the session taken meanwhile
+            # (it waits on the lock, or finds the session not here) never reaches a
+            # transport whose streams are not there yet.
+            transport = self._transport(session_id)
+            assert self._task_group is not None
+            await self._task_group.start(self._serve, transport, born_initialized)
+            self._server_instances[session_id] = transport
+            self._token_of[session_id] = token_hash
         await self._records.update(session_id, lambda r: _owned_by(r, self._replica))
         await self._slots.adopt(token_hash, session_id)
         logger.info("MCP session adopted", extra={"mcp_session": session_id[:8]})
