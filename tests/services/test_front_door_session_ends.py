@@ -1,6 +1,7 @@
 """A session ended on one front door replica (its DELETE, its idle end) is ended on every
 replica: another replica's copy of it (adopted there) is not served on, and holds no memory
-without its slot — checked at each request, and let go of when the slots are renewed."""
+without its slot — checked at each request, and let go of when the slots are renewed; a
+session whose slot a stopping replica gave back is still served by the others."""
 
 from __future__ import annotations
 
@@ -71,6 +72,26 @@ async def test_a_session_deleted_on_one_replica_is_not_served_by_the_one_that_ad
     assert deleted == [200, 200]
     assert after == [404, 404]
     assert again == [200, 200, 429]
+
+
+async def test_a_replica_that_stops_does_not_end_a_session_another_replica_serves(
+    client: Bus, plane_of: Plane, door_of: DoorOf, workspace: Path
+) -> None:
+    async with (
+        plane_of(),
+        door_of() as second,
+        httpx2.AsyncClient(timeout=60) as http,
+    ):
+        agent = Agent(http, await new_token(client, workspace, autonomy="L2"))
+        async with door_of() as first:
+            session = (await agent.open(first)).headers["mcp-session-id"]
+            adopted = await agent.ping(second, session)
+        # the first gave its sessions' slots back as it stopped: the session is still open
+        after_stop = [await agent.ping(second, session) for _ in range(2)]
+        deleted = await agent.delete(second, session)
+    assert adopted == 200
+    assert after_stop == [200, 200]
+    assert deleted == 200
 
 
 async def test_a_replica_lets_go_of_its_copy_of_a_session_ended_elsewhere_unasked(

@@ -12,8 +12,9 @@ served it finds it idle; a replica shutting down only lets go of its sessions. E
 holds a slot of its token (`bastion.mcp.frontdoor.slots`) from before its `initialize` is
 read until it ends; a token with none free is refused another session (429). A replica
 serves its copy of a session only while the session holds its slot — asked at each request,
-and at each renewal of the slots, so a copy of a session ended on another replica is let go
-of here (and answers 404) instead of living on without a slot. A revoked
+and at each renewal of the slots: a copy of a session ended on another replica (its record
+gone) is let go of here, and answers 404, instead of living on without a slot; one whose
+slot went otherwise (a replica that stopped gave it back) takes it again. A revoked
 token's sessions are let go of on every replica (`bastion.mcp.frontdoor.revoking`).
 """
 
@@ -129,17 +130,34 @@ class DoorManager(StreamableHTTPSessionManager):
                 await transport.terminate()
         return ended
 
-    async def let_go(self, session_ids: set[str]) -> None:
-        """End this replica's copies of sessions `session_ids`, ended elsewhere (their slots
-        are gone): their streams close, as at a DELETE; nothing else of them is ended."""
+    async def slotless(self, session_ids: set[str]) -> None:
+        """Settle the sessions `session_ids` whose slots are gone (`_settled`)."""
         for session_id in session_ids:
-            transport = self._server_instances.get(session_id)
-            if transport is not None and session_id in self._token_of:
-                logger.info(
-                    "an MCP session ended on another replica: let go of",
-                    extra={"mcp_session": session_id[:8]},
-                )
-                await transport.terminate()
+            await self._settled(session_id)
+
+    async def _settled(self, session_id: str) -> bool:
+        """Whether this replica's copy of `session_id`, whose slot is gone, serves on: when
+        the session ended (its record is gone: a DELETE or an idle end on another replica)
+        the copy is ended, its streams closed as at a DELETE, and False; when it is still
+        open (its slot lapsed, or was given back by a replica that stopped) its slot is taken
+        again, and True.
+
+        Raises:
+            Unavailable: NATS did not answer.
+        """
+        token_hash = self._token_of.get(session_id)
+        transport = self._server_instances.get(session_id)
+        if token_hash is None or transport is None:
+            return False
+        if await self._records.get(session_id) is not None:
+            await self._slots.adopt(token_hash, session_id)
+            return True
+        logger.info(
+            "an MCP session ended on another replica: let go of",
+            extra={"mcp_session": session_id[:8]},
+        )
+        await transport.terminate()
+        return False
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         agent = agent_of(scope)
@@ -167,18 +185,18 @@ class DoorManager(StreamableHTTPSessionManager):
     async def _still_open(
         self, scope: Scope, receive: Receive, send: Send, session_id: str
     ) -> bool:
-        """Whether the session this replica holds a copy of still holds its slot; when it
-        does not (it ended on another replica) the copy is let go of and the request answered
-        404, and when NATS does not answer, 503."""
-        token_hash = self._token_of[session_id]
+        """Whether the session this replica holds a copy of is still open: it holds its slot,
+        or is settled open (`_settled`). When it ended on another replica the copy is let go
+        of and the request answered 404; when NATS does not answer, 503."""
         try:
-            if await self._slots.holds(token_hash, session_id):
+            if await self._slots.holds(self._token_of[session_id], session_id):
+                return True
+            if await self._settled(session_id):
                 return True
         except BastionError as error:
             refused = jsonrpc_refusal(status_of(error, 503), error.code, error.message)
             await refused(scope, receive, send)
             return False
-        await self.let_go({session_id})
         await _not_found(scope, receive, send)
         return False
 

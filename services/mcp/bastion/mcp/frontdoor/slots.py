@@ -10,8 +10,9 @@ sessions it serves every third of that, and gives them back when it stops, so th
 a replica that died lapse on their own instead of being held for good. A session another
 replica adopts takes its slot again, over the cap if need be: it was counted when it opened.
 A session's slot is also what says it is still open: a replica serves its copy of a session
-only while the session holds its slot (`holds`, asked at each request), and lets go of its
-copies whose slots are gone (a DELETE or idle end seen by another replica) when it renews.
+only while the session holds its slot (`holds`, asked at each request), and hands its copies
+whose slots are gone to its manager when it renews (which lets go of those that ended, a
+DELETE or idle end on another replica, and takes the slot again of the others).
 """
 
 from __future__ import annotations
@@ -158,8 +159,9 @@ class SessionSlots:
         ended: Callable[[set[str]], Awaitable[None]],
     ) -> AsyncIterator[None]:
         """While the block runs, renew the slots of the sessions `held()` names every third
-        of a slot's life, and hand those that hold none to `ended` (to be let go of here);
-        when it ends (the replica stops), give them back."""
+        of a slot's life, and hand those that hold none to `ended` (their copies here to be
+        settled: let go of, or their slots taken again); when it ends (the replica stops),
+        give them back."""
 
         async def renew_all() -> None:
             while True:
