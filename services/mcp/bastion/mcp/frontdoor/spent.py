@@ -10,7 +10,8 @@ for the next: the `SessionMessage` is given a small stand-in message and no meta
 names the HTTP request it came in, its body read whole), so what the client sent is held
 only by what serves it (a request's handler task, while it runs). The
 dispatcher has handed the message on by then: it asks for the next one only after
-dispatching the last.
+dispatching the last. An exception the transport sends instead of a message (an error
+handling a POST) has its tracebacks dropped, which held the frames that read the body.
 """
 
 from __future__ import annotations
@@ -29,6 +30,21 @@ SPENT: Final = JSONRPCNotification(jsonrpc="2.0", method="notifications/bastion/
 """What a dispatched message is replaced with in the `SessionMessage` that carried it."""
 
 Item = SessionMessage | Exception
+_LINKS: Final = 8
+"""The most exceptions followed from one the transport sent (its args, causes, contexts)."""
+
+
+def _untraced(error: BaseException) -> None:
+    """Drop the tracebacks of an exception the transport sent (an `Exception(err)` of an
+    error handling a POST) and of those it holds: their frames held the request's body."""
+    waiting = [error]
+    for _ in range(_LINKS):
+        if not waiting:
+            return
+        found = waiting.pop()
+        found.__traceback__ = None
+        waiting += [a for a in found.args if isinstance(a, BaseException)]
+        waiting += [e for e in (found.__cause__, found.__context__) if e is not None]
 
 
 class Spending:
@@ -51,7 +67,7 @@ class Spending:
             handed.message = SPENT
             handed.metadata = None  # the HTTP request it came in, its body read whole
         elif handed is not None:
-            handed.__traceback__ = None
+            _untraced(handed)
 
     async def receive(self) -> Item:
         self._spend()
