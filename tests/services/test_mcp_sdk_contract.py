@@ -2,7 +2,8 @@
 
 pyproject pins `mcp~=2.3.0` because `bastion.mcp.frontdoor.manager.DoorManager` subclasses
 `StreamableHTTPSessionManager` and overrides or uses its private members, builds its own
-`Connection`, `JSONRPCDispatcher` and `serve_connection` loop, and `bastion.mcp.gateway.upstream`
+`Connection`, `JSONRPCDispatcher` (over `bastion.mcp.frontdoor.spent`'s read stream, typed with
+`mcp.shared._stream_protocols`) and `serve_connection` loop, and `bastion.mcp.gateway.upstream`
 types its transports with `mcp.client._transport`. Each test names one of those; the last
 drives a real session through two `DoorManager`s (two replicas) over NATS KV, which is the
 path those internals serve.
@@ -10,6 +11,7 @@ path those internals serve.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import tomllib
 from collections.abc import AsyncIterator
@@ -32,13 +34,17 @@ from mcp.server.streamable_http import (
     StreamableHTTPServerTransport,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared._context_streams import create_context_streams
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCNotification, JSONRPCRequest
 from starlette.types import Receive, Scope, Send
 
 from bastion.mcp.frontdoor.guard import AGENT_KEY, Agent
 from bastion.mcp.frontdoor.manager import DoorManager
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.slots import SessionSlots
+from bastion.mcp.frontdoor.spent import SPENT, Spending
 from bastion.proto.frontdoor import TokenInfo
 from bastion.shared.bus import Client
 
@@ -109,6 +115,47 @@ def test_the_pieces_door_manager_builds_a_session_from_take_the_arguments_it_giv
     assert {"connection", "lifespan_state"} <= set(_params(serve_connection))
     assert {"protocol_version", "session_id", "client_params"} <= set(_params(Connection.__init__))
     assert "session_id" in _params(Connection.for_loop)
+
+
+def test_the_dispatcher_hands_each_message_on_before_it_reads_the_next() -> None:
+    # `bastion.mcp.frontdoor.spent.Spending` empties the `SessionMessage` read last once the
+    # dispatcher asks for the next: the request's handler must have its params by then.
+    assert {"message", "metadata"} <= {f.name for f in dataclasses.fields(SessionMessage)}
+    assert not SessionMessage.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    seen: list[Any] = []
+
+    async def on_request(_ctx: Any, method: str, params: Any) -> dict[str, Any]:
+        seen.append((method, dict(params or {})))
+        return {}
+
+    async def on_notify(_ctx: Any, method: str, params: Any) -> None:
+        seen.append((method, dict(params or {})))
+
+    async def dispatched() -> tuple[SessionMessage, Any]:
+        to_server, from_client = create_context_streams[SessionMessage | Exception](0)
+        to_client, from_server = create_context_streams[SessionMessage](1)
+        dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(Spending(from_client), to_client)
+        first = SessionMessage(
+            JSONRPCRequest(jsonrpc="2.0", id=1, method="ping", params={"x": [1]})
+        )
+        async with anyio.create_task_group() as group:
+            await group.start(dispatcher.run, on_request, on_notify)
+            async with to_server, from_server:
+                await to_server.send(first)
+                answer = await from_server.receive()
+                await to_server.send(
+                    SessionMessage(JSONRPCNotification(jsonrpc="2.0", method="notifications/x"))
+                )
+                spent = first.message
+            with anyio.fail_after(5):
+                while len(seen) < 2:  # noqa: ASYNC110 (the notification's handler runs apart)
+                    await anyio.sleep(0.01)
+        return answer, spent
+
+    answer, spent = anyio.run(dispatched)
+    assert seen[0] == ("ping", {"x": [1]})
+    assert answer.message.id == 1
+    assert spent is SPENT
 
 
 def test_the_private_transport_module_upstream_types_its_streams_with_is_there() -> None:

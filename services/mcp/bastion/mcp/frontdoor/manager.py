@@ -10,7 +10,11 @@ of the 2026-07-28 era never reach this code: the SDK serves each on its own.
 A session ends for everyone when its client sends DELETE, or when the replica that last
 served it finds it idle; a replica shutting down only lets go of its sessions. Each session
 holds a slot of its token (`bastion.mcp.frontdoor.slots`) from before its `initialize` is
-read until it ends; a token with none free is refused another session (429). A revoked
+read until it ends; a token with none free is refused another session (429). A replica
+serves its copy of a session only while the session holds its slot — asked at each request,
+and at each renewal of the slots: a copy of a session ended on another replica (its record
+gone) is let go of here, and answers 404, instead of living on without a slot; one whose
+slot went otherwise (a replica that stopped gave it back) takes it again. A revoked
 token's sessions are let go of on every replica (`bastion.mcp.frontdoor.revoking`).
 """
 
@@ -47,6 +51,7 @@ from bastion.mcp.frontdoor.httperrors import status_of
 from bastion.mcp.frontdoor.opening import Unreadable, kept_params
 from bastion.mcp.frontdoor.records import SessionRecords
 from bastion.mcp.frontdoor.slots import SessionSlots
+from bastion.mcp.frontdoor.spent import Spending
 from bastion.proto.frontdoor import McpSessionRecord
 from bastion.shared.errors import BastionError
 
@@ -125,18 +130,50 @@ class DoorManager(StreamableHTTPSessionManager):
                 await transport.terminate()
         return ended
 
+    async def slotless(self, session_ids: set[str]) -> None:
+        """Settle the sessions `session_ids` whose slots are gone (`_settled`)."""
+        for session_id in session_ids:
+            await self._settled(session_id)
+
+    async def _settled(self, session_id: str) -> bool:
+        """Whether this replica's copy of `session_id`, whose slot is gone, serves on: when
+        the session ended (its record is gone: a DELETE or an idle end on another replica)
+        the copy is ended, its streams closed as at a DELETE, and False; when it is still
+        open (its slot lapsed, or was given back by a replica that stopped) its slot is taken
+        again, and True.
+
+        Raises:
+            Unavailable: NATS did not answer.
+        """
+        token_hash = self._token_of.get(session_id)
+        transport = self._server_instances.get(session_id)
+        if token_hash is None or transport is None:
+            return False
+        if await self._records.get(session_id) is not None:
+            await self._slots.adopt(token_hash, session_id)
+            return True
+        logger.info(
+            "an MCP session ended on another replica: let go of",
+            extra={"mcp_session": session_id[:8]},
+        )
+        await transport.terminate()
+        return False
+
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         agent = agent_of(scope)
         session_id = _header(scope, MCP_SESSION_ID_HEADER)
         if session_id is not None:
-            if session_id not in self._server_instances and not await self._adopt(
-                session_id, agent.token_hash
-            ):
-                await _not_found(scope, receive, send)
-                return
+            adopted = False
+            if session_id not in self._server_instances:
+                if not await self._adopt(session_id, agent.token_hash):
+                    await _not_found(scope, receive, send)
+                    return
+                adopted = True
             if self._token_of.get(session_id) != agent.token_hash:
                 # Another agent's session answers exactly as an unknown one.
                 await _not_found(scope, receive, send)
+                return
+            if not adopted and not await self._still_open(scope, receive, send, session_id):
                 return
             if scope["method"] == "DELETE":
                 # Closed before the answer, so a client that reads on after its DELETE
@@ -144,6 +181,24 @@ class DoorManager(StreamableHTTPSessionManager):
                 await self._end(session_id)
                 await self._give_back(agent.token_hash, session_id)
         await super()._handle_stateful_request(scope, receive, send)
+
+    async def _still_open(
+        self, scope: Scope, receive: Receive, send: Send, session_id: str
+    ) -> bool:
+        """Whether the session this replica holds a copy of is still open: it holds its slot,
+        or is settled open (`_settled`). When it ended on another replica the copy is let go
+        of and the request answered 404; when NATS does not answer, 503."""
+        try:
+            if await self._slots.holds(self._token_of[session_id], session_id):
+                return True
+            if await self._settled(session_id):
+                return True
+        except BastionError as error:
+            refused = jsonrpc_refusal(status_of(error, 503), error.code, error.message)
+            await refused(scope, receive, send)
+            return False
+        await _not_found(scope, receive, send)
+        return False
 
     async def _adopt(self, session_id: str, token_hash: str) -> bool:
         """Serve a session another replica began; False when there is none for this token."""
@@ -158,12 +213,6 @@ class DoorManager(StreamableHTTPSessionManager):
         except Unreadable:
             return False
         client_params = InitializeRequestParams.model_validate_json(kept)
-        async with self._session_creation_lock:
-            if session_id in self._server_instances:
-                return True
-            transport = self._transport(session_id)
-            self._server_instances[session_id] = transport
-            self._token_of[session_id] = token_hash
 
         def born_initialized(dispatcher: JSONRPCDispatcher[TransportContext]) -> Connection:
             connection = Connection(
@@ -175,8 +224,17 @@ class DoorManager(StreamableHTTPSessionManager):
             connection.initialized.set()
             return connection
 
-        assert self._task_group is not None
-        await self._task_group.start(self._serve, transport, born_initialized)
+        async with self._session_creation_lock:
+            if session_id in self._server_instances:
+                return True
+            # Connected before it is registered: a request of the session taken meanwhile
+            # (it waits on the lock, or finds the session not here) never reaches a
+            # transport whose streams are not there yet.
+            transport = self._transport(session_id)
+            assert self._task_group is not None
+            await self._task_group.start(self._serve, transport, born_initialized)
+            self._server_instances[session_id] = transport
+            self._token_of[session_id] = token_hash
         await self._records.update(session_id, lambda r: _owned_by(r, self._replica))
         await self._slots.adopt(token_hash, session_id)
         logger.info("MCP session adopted", extra={"mcp_session": session_id[:8]})
@@ -261,7 +319,10 @@ class DoorManager(StreamableHTTPSessionManager):
         idle = False
         async with transport.connect() as (read_stream, write_stream):
             dispatcher: JSONRPCDispatcher[TransportContext] = JSONRPCDispatcher(
-                read_stream, write_stream, inline_methods=frozenset({"initialize"})
+                # each message let go of once dispatched, not held until the next comes
+                Spending(read_stream),
+                write_stream,
+                inline_methods=frozenset({"initialize"}),
             )
             connection = connection_of(dispatcher)
             self._connections[session_id] = connection

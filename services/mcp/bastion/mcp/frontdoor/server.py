@@ -60,7 +60,7 @@ class McpEndpoint:
         async with (
             self.manager.run(),
             self.notices.running(),
-            self.slots.renewing(self.manager.held),
+            self.slots.renewing(self.manager.held, self.manager.slotless),
             self.revocations.running(),
         ):
             yield

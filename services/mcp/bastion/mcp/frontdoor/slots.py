@@ -9,12 +9,16 @@ compare-and-set, so every replica counts the same sessions. Each slot lapses
 sessions it serves every third of that, and gives them back when it stops, so the slots of
 a replica that died lapse on their own instead of being held for good. A session another
 replica adopts takes its slot again, over the cap if need be: it was counted when it opened.
+A session's slot is also what says it is still open: a replica serves its copy of a session
+only while the session holds its slot (`holds`, asked at each request), and hands its copies
+whose slots are gone to its manager when it renews (which lets go of those that ended, a
+DELETE or idle end on another replica, and takes the slot again of the others).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -97,6 +101,19 @@ class SessionSlots:
             ),
         )
 
+    async def holds(self, token_hash: str, session_id: str) -> bool:
+        """Whether the session `session_id` of `token_hash` still holds its slot (it has not
+        ended on any replica).
+
+        Raises:
+            Unavailable: NATS did not answer.
+        """
+        try:
+            found = await self._bucket.find(token_hash)
+        except (nats.errors.Error, TimeoutError):
+            raise Unavailable("the MCP session slots could not be read from NATS: retry") from None
+        return found is not None and session_id in _live(found.value, datetime.now(UTC))
+
     async def give_back(self, token_hash: str, session_id: str) -> None:
         """Free the slot of `session_id`, ended or never opened (nothing if it holds none)."""
 
@@ -109,17 +126,22 @@ class SessionSlots:
 
         await self._change(token_hash, freed)
 
-    async def renew(self, held: Mapping[str, str]) -> None:
+    async def renew(self, held: Mapping[str, str]) -> set[str]:
         """Renew the slots of the sessions `held` (session id → token hash) that still hold
-        one: a session given back elsewhere (a DELETE on another replica) is not taken again."""
+        one: a session given back elsewhere (a DELETE on another replica) is not taken again.
+        The sessions of `held` that hold none (ended): their copies here are to be let go of."""
         by_token: dict[str, set[str]] = {}
         for session_id, token_hash in held.items():
             by_token.setdefault(token_hash, set()).add(session_id)
+        ended: set[str] = set()
         for token_hash, sessions in by_token.items():
+            gone: set[str] = set()
 
             def renewed(
                 slots: McpSessionSlots | None, sessions: set[str] = sessions
             ) -> McpSessionSlots | None:
+                nonlocal gone
+                gone = sessions - (set() if slots is None else slots.held.keys())
                 if slots is None or not sessions & slots.held.keys():
                     return None
                 until = datetime.now(UTC) + self._slot
@@ -127,17 +149,27 @@ class SessionSlots:
                 return McpSessionSlots(held=live | {s: until for s in sessions if s in slots.held})
 
             await self._change(token_hash, renewed)
+            ended |= gone
+        return ended
 
     @asynccontextmanager
-    async def renewing(self, held: Callable[[], Mapping[str, str]]) -> AsyncIterator[None]:
+    async def renewing(
+        self,
+        held: Callable[[], Mapping[str, str]],
+        ended: Callable[[set[str]], Awaitable[None]],
+    ) -> AsyncIterator[None]:
         """While the block runs, renew the slots of the sessions `held()` names every third
-        of a slot's life; when it ends (the replica stops), give them back."""
+        of a slot's life, and hand those that hold none to `ended` (their copies here to be
+        settled: let go of, or their slots taken again); when it ends (the replica stops),
+        give them back."""
 
         async def renew_all() -> None:
             while True:
                 await anyio.sleep(self._slot.total_seconds() / 3)
                 try:
-                    await self.renew(held())
+                    gone = await self.renew(held())
+                    if gone:
+                        await ended(gone)
                 except BastionError as error:
                     logger.warning("MCP session slots were not renewed", extra={"code": error.code})
 
