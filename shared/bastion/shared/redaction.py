@@ -15,16 +15,16 @@ surrounds it (base32 likewise, in 5-byte groups). Every form is matched in any l
 becomes `[secret NAME]`; stretches that overlap are cut as one.
 
 One pass over the text finds every form of every value: the text is folded to one letter
-case character for character, each run of up to `MAX_BREAKS` line-break characters and dots
-is dropped and a longer run becomes one barrier character (where they were is kept, to map
-what is found back), and one Aho-Corasick automaton of all the forms, folded and dropped
-alike, runs over it (`ahocorasick_rs`, which lets go of the GIL while it searches and while
-it is built). So the cost is linear in the text, whatever the number of values, and no
-pattern can backtrack. Dropping the breaks may cut a little more than a form (a value
-holding a dot is also cut where it is printed without it, or with up to `MAX_BREAKS` breaks
-between two characters), never less. A form is looked for by its characters that are not
-breaks: a dot or line break it starts or ends with is not cut with it, and a form with fewer
-than `MIN_FORM_LENGTH` such characters is not looked for (it would match unrelated text).
+case character for character and its line-break characters and dots are dropped (where
+they were is kept, to map what is found back), and one Aho-Corasick automaton of all the
+forms, folded and dropped alike, runs over it (`ahocorasick_rs`, which lets go of the GIL
+while it searches and while it is built). So the cost is linear in the text, whatever the
+number of values, and no pattern can backtrack. Dropping the breaks may cut a little more
+than a form (a value holding a dot is also cut where it is printed without it, or with
+several breaks between two characters), never less. A form is looked for by its characters
+that are not breaks: a dot or line break it starts or ends with is not cut with it, and a
+form with fewer than `MIN_FORM_LENGTH` such characters is not looked for (it would match
+unrelated text).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Iterable
+from itertools import accumulate
 from typing import Final
 
 import ahocorasick_rs
@@ -55,15 +56,14 @@ MIN_FORM_LENGTH: Final = 4
 """A form shorter than this (a 6-byte value's base64 at one alignment is 4) is not looked
 for: it would match unrelated text."""
 
-MAX_BREAKS: Final = 16
-"""The most line-break characters and dots in a row a form may be broken by (a value's own
-dot with a CRLF on each side is five): a longer run is a barrier no form is found across,
-so a stream of blank lines is never held back."""
+MAX_BREAKS: Final = 2
+"""The most line-break characters and dots in a row (a CRLF) a form is surely found broken
+by between two of its characters in text that arrives in pieces: what is held back reaches
+no further (so a stream of blank lines is not held back whole). Text cut at once is cut
+across any run."""
 
-_RUNS: Final = re.compile(r"[\r\n.]+")
-_LONG_RUNS: Final = re.compile(rf"[\r\n.]{{{MAX_BREAKS + 1},}}")
-_BARRIER: Final = "\uffff"
-"""What a run of more than `MAX_BREAKS` breaks becomes (a noncharacter: no form has it)."""
+_BREAKS: Final = re.compile(r"[\r\n.]")
+_DROP_BREAKS: Final = dict.fromkeys(map(ord, "\r\n."))
 _DOTTED_CAPITAL_I: Final = "\u0130"
 """The one character whose lower case is two characters (`i` and a combining dot)."""
 _SAME_CASE: Final = {"\u1fd3": "\u0390", "\u1fe3": "\u03b0", "\ufb05": "\ufb06"}
@@ -146,43 +146,23 @@ def folded(text: str) -> str:
 def _kept(form: str) -> str:
     """A form as the automaton looks for it: folded, its breaks dropped as a text's are, and
     without the breaks it starts or ends with."""
-    return _dropped(folded(form).strip("\r\n."))[0]
+    return _Dropped(folded(form).strip("\r\n.")).text
 
 
-class _Removed:
-    """Where each character of a text with stretches taken out of it was in the text."""
+class _Dropped:
+    """A text as the automaton reads it — folded, its breaks dropped — and where each of its
+    characters was in the text."""
 
-    def __init__(self) -> None:
-        self._at: list[int] = []
-        """For each stretch taken out, the index in the new text that follows it."""
-        self._shift: list[int] = []
-        """For each, how many characters were taken out up to it."""
-
-    def take(self, at: int, count: int) -> None:
-        """`count` characters were taken out just before index `at` of the new text."""
-        self._at.append(at)
-        self._shift.append((self._shift[-1] if self._shift else 0) + count)
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self.text = text.translate(_DROP_BREAKS)
+        self._breaks: list[int] | None = None
 
     def where(self, index: int) -> int:
-        """Where the new text's character `index` was in the text."""
-        taken = bisect.bisect_right(self._at, index)
-        return index + (self._shift[taken - 1] if taken else 0)
-
-
-def _dropped(text: str) -> tuple[str, _Removed, _Removed]:
-    """`text` with each run of breaks dropped, or a barrier for a long one, and where its
-    characters were: the barriers' removal, then the drop's."""
-    barred, long_runs, taken = text, _Removed(), 0
-    if _LONG_RUNS.search(text):
-        for run in _LONG_RUNS.finditer(text):  # a run becomes one barrier (as its last)
-            long_runs.take(run.start() - taken, len(run.group()) - 1)
-            taken += len(run.group()) - 1
-        barred = _LONG_RUNS.sub(_BARRIER, text)
-    runs, taken = _Removed(), 0
-    for run in _RUNS.finditer(barred):
-        runs.take(run.start() - taken, len(run.group()))
-        taken += len(run.group())
-    return _RUNS.sub("", barred), long_runs, runs
+        """Where the character `index` of `text` was in the text."""
+        if self._breaks is None:  # for each break, the characters kept before it
+            self._breaks = list(accumulate(map(len, _BREAKS.split(self._text)[:-1])))
+        return index + bisect.bisect_right(self._breaks, index)
 
 
 def cut_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
@@ -259,27 +239,26 @@ class Redactor:
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """Each (start, end, name) stretch of `text` holding a form of a value."""
-        return self.spans_and_tail(text)[0]
+        return self._found(text)[0]
 
     def spans_and_tail(self, text: str) -> tuple[list[tuple[int, int, str]], int]:
-        """`spans(text)`, and where the last `longest_kept - 1` characters of `text` that
-        are not breaks start (0 when it has fewer), or where its last long run of breaks
-        ends if later: what may begin a form that more text would complete."""
+        """`spans(text)`, and where what may begin a form that more text would complete
+        starts: the last `longest_kept - 1` characters of `text` that are not breaks, no
+        further back than `longest - 1` characters."""
+        found, dropped = self._found(text)
+        if dropped is None:
+            return found, len(text)
+        tail = len(dropped.text) - (self.longest_kept - 1)
+        reach = len(text) - max(0, self.longest - 1)
+        return found, max(dropped.where(tail) if tail > 0 else 0, reach, 0)
+
+    def _found(self, text: str) -> tuple[list[tuple[int, int, str]], _Dropped | None]:
         if self._automaton is None:
-            return [], len(text)
-        dropped, long_runs, runs = _dropped(folded(text))
-        matches = self._automaton.find_matches_as_indexes(dropped, overlapping=True)
-        names = self._names
-
-        def where(index: int) -> int:
-            return long_runs.where(runs.where(index))
-
-        tail = len(dropped) - (self.longest_kept - 1)
-        barrier = dropped.rfind(_BARRIER)  # no form runs across one: all before it is done
-        return (
-            [(where(start), where(end - 1) + 1, names[i]) for i, start, end in matches],
-            max(where(tail) if tail > 0 else 0, where(barrier) + 1 if barrier >= 0 else 0),
-        )
+            return [], None
+        dropped = _Dropped(folded(text))
+        matches = self._automaton.find_matches_as_indexes(dropped.text, overlapping=True)
+        names, where = self._names, dropped.where
+        return [(where(start), where(end - 1) + 1, names[i]) for i, start, end in matches], dropped
 
     def redact(self, text: str) -> str:
         """`text` with every form of every value replaced by `[secret NAME]`."""

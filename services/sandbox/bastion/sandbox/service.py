@@ -728,12 +728,12 @@ class Sandboxes:
     async def _read(self, tool: _FileTool, workspace: Path, given: Any, cutter: Cutter) -> str:
         """A tool that cuts the file's text itself (`_FileTool.cuts`): on the event loop
         when nothing of it can wait (a small file), else in a worker thread in the tenant's
-        turn (or any worker thread, with nothing to cut)."""
+        turn, with or without values to cut (a tenant's large reads wait behind its own)."""
         redactor = cutter.redactor
         if tool.now is not None and (now := tool.now(workspace, given, redactor)) is not None:
             return now
         if redactor is None:
-            return str(await anyio.to_thread.run_sync(tool.run, workspace, given))
+            return await cutter.in_thread(lambda: str(tool.run(workspace, given)))
         return await cutter.in_thread(lambda: str(tool.run(workspace, given, redactor)))
 
     def _write(
