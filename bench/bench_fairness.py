@@ -15,8 +15,12 @@ started, reads answered and refused), and the CPU time the sandbox and orchestra
 services spent meanwhile.
 The flooding tenant's reads run in a process of their own, as another agent's would
 (`--same-process`: in this one, beside the timed calls, where decoding their answers
-delays the timed ones).
-Usage: python -m bench.bench_fairness [--calls N] [--same-process]   (from the repository root)
+delays the timed ones). With `--tenant-calls-per-s RATE`, Bastion runs with each tenant's
+calls bounded (`BASTION_TENANT_CALLS_PER_S`, the operator's fair share of the plane): the
+flood's refused reads come back 0.1 s later, as an agent told so would, and the timed calls
+keep to half the rate.
+Usage: python -m bench.bench_fairness [--calls N] [--same-process] [--tenant-calls-per-s RATE]
+(from the repository root)
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ LARGE = 256 * 1024
 TASKS = 3
 READS = 6
 YES = "yes " + "a" * 200
+REFUSED_PAUSE_S = 0.1
 
 
 @dataclass
@@ -114,10 +119,11 @@ async def opened(client: Client, workspace: Path, tenant: str) -> str:
     return session.session_id
 
 
-async def echoes(client: Client, session_id: str, calls: int) -> list[float]:
+async def echoes(client: Client, session_id: str, calls: int, pause_s: float) -> list[float]:
     await call(client, session_id, "shell", command="echo warm")
     samples = []
     for n in range(calls):
+        await anyio.sleep(pause_s)  # under a tenant's rate, the quiet tenant stays under it
         started = time.perf_counter()
         await call(client, session_id, "shell", command=f"echo {n}")
         samples.append((time.perf_counter() - started) * 1000)
@@ -148,6 +154,8 @@ async def reading(client: Client, sessions: list[str], answered: Any, refused: A
             done = await ran(client, session_id, "read_file", path="large.txt", limit=9999)
             with (answered if done else refused).get_lock():
                 (answered if done else refused).value += 1
+            if not done:  # refused (`rate_limited`): back later, as an agent told so would
+                await anyio.sleep(REFUSED_PAUSE_S)
 
     async with anyio.create_task_group() as group:
         for session_id in sessions:
@@ -173,6 +181,7 @@ async def flooded(
     tenant: str,
     quiet: str,
     calls: int,
+    pause_s: float,
     *,
     tasks: int = TASKS,
     reads: int = READS,
@@ -205,7 +214,7 @@ async def flooded(
             process.start()
         while reads and answered.value + refused.value == 0:  # noqa: ASYNC110 (counted elsewhere)
             await anyio.sleep(0.05)  # the flood is under way
-        phase.samples = await echoes(client, quiet, calls)
+        phase.samples = await echoes(client, quiet, calls, pause_s)
         if not same_process and reads:
             process.terminate()
             await anyio.to_thread.run_sync(process.join)
@@ -220,17 +229,20 @@ async def flooded(
 
 
 async def measure(
-    bus: BusSettings, workspace: Path, state: Path, calls: int, same_process: bool
+    bus: BusSettings, workspace: Path, state: Path, calls: int, same_process: bool, rate: float
 ) -> list[Phase]:
+    pause_s = 2 / rate if rate else 0.0  # the quiet tenant at half its rate at most
     (workspace / "large.txt").write_text(large_text())
     sandbox_workspace(workspace)
     async with connect(bus, "bench") as client:
         for name, value in values():
             await add_secret(client, name, value)
         quiet = await opened(client, workspace, QUIET)
-        flood = functools.partial(flooded, client, bus, workspace, state, quiet=quiet, calls=calls)
+        flood = functools.partial(
+            flooded, client, bus, workspace, state, quiet=quiet, calls=calls, pause_s=pause_s
+        )
         return [
-            Phase("alone", await echoes(client, quiet, calls)),
+            Phase("alone", await echoes(client, quiet, calls, pause_s)),
             await flood(PLAIN, same_process=same_process),
             await flood(SECRETS, same_process=same_process),
             await flood(SECRETS, reads=0),
@@ -246,18 +258,28 @@ def main() -> None:
         action="store_true",
         help="read in this process, beside the timed calls (as this benchmark first did)",
     )
+    parser.add_argument(
+        "--tenant-calls-per-s",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="run Bastion with BASTION_TENANT_CALLS_PER_S=RATE, each tenant's calls bounded "
+        "(the flood's refused reads come back after 0.1 s; the timed calls keep to half)",
+    )
     args = parser.parse_args()
+    rate = args.tenant_calls_per_s
+    env = {**os.environ, "BASTION_TENANT_CALLS_PER_S": str(rate)} if rate else None
     cut = one_cut_ms()
     with tempfile.TemporaryDirectory() as tmp:
         workspace = sandbox_workspace(Path(tmp) / "work")
         state = Path(tmp) / "state"
-        with bastion_up(state) as bus:
-            phases = anyio.run(measure, bus, workspace, state, args.calls, args.same_process)
+        with bastion_up(state, env=env) as bus:
+            phases = anyio.run(measure, bus, workspace, state, args.calls, args.same_process, rate)
     print(f"one {LARGE // 1024} KiB cut with {VALUES} values, in process: {cut:.2f} ms")
     print(
         f"{args.calls} shell calls each, after a warm-up call; a flood: {TASKS} bg_run yes "
         f"and {READS} sessions reading {LARGE // 1024} KiB; load average "
-        f"{os.getloadavg()[0]:.1f}"
+        f"{os.getloadavg()[0]:.1f}; each tenant's calls per second: {rate or 'unbounded'}"
     )
     print(
         f"{'quiet tenant shell echo':<42} {'median ms':>10} {'p99 ms':>9} {'/ alone':>8} "
