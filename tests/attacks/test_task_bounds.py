@@ -26,8 +26,10 @@ from bastion.proto.errors import ErrorReply
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
+from bastion.sandbox.tasks.log import TaskLog, read_page
 from bastion.shared.bus import Client
 from bastion.shared.errors import BastionError
+from bastion.shared.redaction import Redactor
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.helpers.bus import ServiceRunner
@@ -283,3 +285,26 @@ async def test_a_stop_that_does_not_end_the_task_in_time_says_it_may_run_and_goe
             await anyio.sleep(0.1)
     assert stopped["status"] == "stopping" and "may still run" in stopped["note"], stopped
     assert ended["status"] == "cancelled" and ended["stopped_by"] == "model"
+
+
+LATE = "Kx7pW2mQ9vR4tY6nB3"
+
+
+def test_a_page_never_starts_inside_a_value_the_log_holds_raw(tmp_path: Path) -> None:
+    """The log holds a value raw (written before it was known): a page read from any offset
+    inside it shows its marker, never its rest, whatever the page's size; so reading from
+    each offset recovers none of it."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 1 << 20, None)
+    log.feed(f"ab {LATE} cd {LATE[::-1]} ef".encode())
+    log.close()
+    redactor = Redactor([("LATE", LATE)])
+    windows = {LATE[i : i + 4] for i in range(len(LATE) - 3)}
+    windows |= {w[::-1] for w in windows}
+    for limit in (1, 4, 9, 64):
+        for offset in range(path.stat().st_size):
+            text, read, _ = read_page(path, offset, limit, redactor)
+            assert read > 0
+            assert not any(w in text for w in windows), (limit, offset, text)
+    text, _, _ = read_page(path, 5, 64, redactor)
+    assert text.startswith("[secret LATE] cd "), text
