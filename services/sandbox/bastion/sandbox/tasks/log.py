@@ -48,6 +48,12 @@ class TaskLog:
         cut)."""
         return self._cuts.hold
 
+    def recut(self, redactor: Redactor | None) -> None:
+        """Cut what comes from now on, and what is held, with `redactor` (the session's
+        values as they are now: one stored or leased since the task started is never
+        written raw)."""
+        self._cuts.recut(redactor)
+
     def feed(self, chunk: bytes) -> None:
         """Take a chunk of output; what is decided goes to the log, values cut."""
         self._keep(self._cuts.take(self._decoder.decode(chunk)).encode())
