@@ -444,3 +444,17 @@ def test_a_page_never_starts_inside_a_value_the_log_holds_raw(tmp_path: Path) ->
             assert not any(w in text for w in windows), (limit, offset, text)
     text, _, _ = read_page(path, 5, 64, redactor)
     assert text.startswith("[secret LATE] cd "), text
+
+
+def test_a_value_split_across_a_change_of_the_logs_cuts_is_cut_whole(tmp_path: Path) -> None:
+    """A task prints the first half of a value its log's cuts do not know yet (held back,
+    as it could begin a known one); the value is stored, the log's cuts change, and the
+    task prints the rest: what was held is carried over and cut with the new cuts, so the
+    halves never reach the disk."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 1 << 20, Redactor([("OLD", "Old-value-known-before-7781")]))
+    log.feed(f"x {LATE[:8]}".encode())
+    log.recut(Redactor([("OLD", "Old-value-known-before-7781"), ("LATE", LATE)]))
+    log.feed(f"{LATE[8:]} y".encode())
+    log.close()
+    assert path.read_text() == "x [secret LATE] y"
