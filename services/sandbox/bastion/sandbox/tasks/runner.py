@@ -670,11 +670,16 @@ class Tasks:
                     group.start_soon(self._release_at, self._holders, replica, session_id, held)
 
     async def _forget_oldest(self, tenant: str, session_id: str) -> None:
-        """Keep the session's last `KEPT_ENDED` ended tasks: forget the older ones' records,
-        and their logs where this replica holds them."""
+        """Keep the session's last `KEPT_ENDED` ended tasks: forget the older ones' records
+        and logs, those whose log this replica can remove (its own, one on its state dir, a
+        gone replica's). Another live replica's are left to it: its record is what brings
+        the session's close there to remove its log."""
         records = await self._store.of_session(tenant, session_id)  # newest first
         ended = [r for r in records if r.status not in LIVE_STATUSES]
         for record in ended[KEPT_ENDED - 1 :]:
+            here = self._elsewhere(record) is None or record.owner == self._owner
+            if not here and record.status != "lost":
+                continue
             self.log_path(record).unlink(missing_ok=True)
             await self._store.forget(record)
 
