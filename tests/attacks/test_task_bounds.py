@@ -1,7 +1,9 @@
 """What an agent could try against the bounds and answers of background tasks: run more
 process trees than its tenant's sandbox cap by starting tasks, get a secret past the task
-log's cuts by pausing in the middle of it, and be told a task did not start when it did,
-or was stopped when it still runs."""
+log's cuts by pausing in the middle of it (or by printing a value stored after its task
+started, then reading from inside it), be told a task did not start when it did, or was
+stopped when it still runs, and start a task nobody can stop by cancelling its `bg_run`
+or closing its session while the start waits for a sandbox."""
 
 from __future__ import annotations
 
@@ -22,15 +24,22 @@ from bastion.orchestrator.service import orchestrator_service
 from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.policy.service import policy_service
 from bastion.policy.settings import PolicySettings
+from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
+from bastion.proto.sandbox import SandboxRelease, SandboxReleased
+from bastion.proto.session import SessionInfo, SessionRef
 from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
-from bastion.shared.bus import Client
+from bastion.sandbox.tasks.log import TaskLog, read_page
+from bastion.sandbox.tasks.store import TaskClaim, TaskStore
+from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError
+from bastion.shared.redaction import Redactor
 from bastion.shared.settings import BusSettings
 from bastion.vault.service import vault_service
 from tests.helpers.bus import ServiceRunner
+from tests.helpers.cancels import call_with_id, cancel
 from tests.helpers.owners import owned
 from tests.helpers.session import call, open_session
 from tests.helpers.vault import add, key_file, vault_settings
@@ -283,3 +292,169 @@ async def test_a_stop_that_does_not_end_the_task_in_time_says_it_may_run_and_goe
             await anyio.sleep(0.1)
     assert stopped["status"] == "stopping" and "may still run" in stopped["note"], stopped
     assert ended["status"] == "cancelled" and ended["stopped_by"] == "model"
+
+
+async def claim_of(store: TaskStore, sid: str, call_id: str, settled: bool) -> TaskClaim | None:
+    """The call's claim on its start once it is there (`settled` False), or once its start
+    is over (`settled`: gone, refused or started); polled, bounded."""
+    for _ in range(600):
+        found = await store.claimed("default", sid, call_id)
+        if settled and (found is None or found.started or found.refused is not None):
+            return found
+        if not settled and found is not None:
+            return found
+        await anyio.sleep(0.05)
+    raise AssertionError(f"the start of call {call_id} never {'ended' if settled else 'began'}")
+
+
+async def test_a_bg_run_cancelled_while_it_waits_for_a_sandbox_never_starts_its_task(
+    client: Client, plane_with: Any, workspace: Path
+) -> None:
+    """The tenant's one sandbox is held by a task, so a `bg_run` waits for it; the agent
+    cancels that call: it is answered cancelled, and its start ends there: once the sandbox
+    is free, no task of it starts (one would run in a session that may be closed by then,
+    where nothing stops it)."""
+    async with plane_with(sandbox={"max_sandboxes_per_tenant": 1, "tenant_wait_s": 120}):
+        store = await TaskStore.open(client, subjects.SANDBOX_TASKS_BUCKET)
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        holder = await tool(client, sid, "bg_run", command="sleep 361")
+        answers: list[Any] = []
+
+        async def waiting() -> None:
+            answers.append(await call_with_id(client, sid, "wait-1", "bg_run", command="sleep 362"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiting)
+            await claim_of(store, sid, "wait-1", settled=False)
+            await cancel(client, sid, "wait-1", "mcp:attacker")
+        ended = await claim_of(store, sid, "wait-1", settled=True)
+        await tool(client, sid, "bg_stop", id=holder["id"])
+        ran = await call(client, sid, "shell", command="echo ran")  # the sandbox is free
+        listed = await tool(client, sid, "bg_list")
+    assert isinstance(answers[0], ErrorReply) and answers[0].code == "cancelled", answers
+    assert ended is None or not ended.started, ended
+    assert isinstance(ran, ToolOutput) and "ran" in ran.text, ran
+    assert [t["command"] for t in listed["tasks"]] == ["sleep 361"]
+    assert processes_with("sleep 362") == []
+
+
+async def test_a_bg_run_waiting_for_a_sandbox_when_its_session_closes_never_starts(
+    client: Client, plane_with: Any, workspace: Path, sandbox_state_dir: Path
+) -> None:
+    """A `bg_run` of session B waits for the tenant's one sandbox, held by session A's
+    task, and B's sandbox is released (its session closing: its token revoked, its client
+    gone; a cancel of the call that never reached the sandbox): the start ends there, and
+    once A's task is stopped, no task starts in closed B, and nothing of B is left under
+    the state dir."""
+    async with plane_with(sandbox={"max_sandboxes_per_tenant": 1, "tenant_wait_s": 120}):
+        store = await TaskStore.open(client, subjects.SANDBOX_TASKS_BUCKET)
+        a = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        b = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        holder = await tool(client, a.session_id, "bg_run", command="sleep 363")
+        answers: list[Any] = []
+
+        async def waiting() -> None:
+            answers.append(
+                await call_with_id(client, b.session_id, "wait-2", "bg_run", command="sleep 364")
+            )
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiting)
+            await claim_of(store, b.session_id, "wait-2", settled=False)
+            await request(
+                client,
+                subjects.SANDBOX_RELEASE,
+                SandboxRelease(session_id=b.session_id, tenant="default"),
+                SandboxReleased,
+                timeout_s=30,
+            )
+        await request(
+            client,
+            subjects.SESSION_CLOSE,
+            SessionRef(session_id=b.session_id),
+            SessionInfo,
+            timeout_s=30,
+        )
+        await tool(client, a.session_id, "bg_stop", id=holder["id"])
+        ended = await claim_of(store, b.session_id, "wait-2", settled=True)
+        ran = await call(client, a.session_id, "shell", command="echo ran")
+        records = await store.of_session("default", b.session_id)
+    assert isinstance(answers[0], ErrorReply), answers
+    assert ended is None or not ended.started, ended
+    assert isinstance(ran, ToolOutput) and "ran" in ran.text, ran
+    assert [r.status for r in records if r.status in ("running", "stopping")] == []
+    assert processes_with("sleep 364") == []
+    assert not (sandbox_state_dir / "tasks" / b.session_id).exists()
+
+
+LATE = "Kx7pW2mQ9vR4tY6nB3"
+
+
+async def test_a_value_stored_after_its_task_started_is_never_written_raw(
+    client: Client, plane_with: Any, workspace: Path, sandbox_state_dir: Path
+) -> None:
+    """A task starts when its tenant has no values; one is stored, then the task prints
+    it: the log on disk holds it cut, and no page of `bg_output`, from whatever offset,
+    shows any of it."""
+    (workspace / "s.txt").write_text(LATE)
+    owned(workspace)
+    async with plane_with(sandbox={"redaction_refresh_s": 0}):
+        session = await open_session(client, workspace=str(workspace), shell=True, autonomy="L3")
+        sid = session.session_id
+        started = await tool(
+            client,
+            sid,
+            "bg_run",
+            command="until [ -e go ]; do sleep 0.05; done; echo before; cat s.txt; echo; echo end",
+        )
+        await add(client, "LATE", LATE.encode())
+        (workspace / "go").write_text("")
+        while True:
+            got = await tool(client, sid, "bg_output", id=started["id"])
+            if got["eof"]:
+                break
+            await anyio.sleep(0.05)
+        size = got["next_offset"]
+        pages = [
+            (await tool(client, sid, "bg_output", id=started["id"], offset=o, limit=6))["text"]
+            for o in range(size)
+        ]
+    on_disk = [p.read_text() for p in (sandbox_state_dir / "tasks").rglob("*.log")]
+    assert on_disk == ["before\n[secret LATE]\nend\n"], on_disk
+    windows = {LATE[i : i + 4] for i in range(len(LATE) - 3)}
+    assert not [page for page in pages if any(w in page for w in windows)], pages
+
+
+def test_a_page_never_starts_inside_a_value_the_log_holds_raw(tmp_path: Path) -> None:
+    """The log holds a value raw (written before it was known): a page read from any offset
+    inside it shows its marker, never its rest, whatever the page's size; so reading from
+    each offset recovers none of it."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 1 << 20, None)
+    log.feed(f"ab {LATE} cd {LATE[::-1]} ef".encode())
+    log.close()
+    redactor = Redactor([("LATE", LATE)])
+    windows = {LATE[i : i + 4] for i in range(len(LATE) - 3)}
+    windows |= {w[::-1] for w in windows}
+    for limit in (1, 4, 9, 64):
+        for offset in range(path.stat().st_size):
+            text, read, _ = read_page(path, offset, limit, redactor)
+            assert read > 0
+            assert not any(w in text for w in windows), (limit, offset, text)
+    text, _, _ = read_page(path, 5, 64, redactor)
+    assert text.startswith("[secret LATE] cd "), text
+
+
+def test_a_value_split_across_a_change_of_the_logs_cuts_is_cut_whole(tmp_path: Path) -> None:
+    """A task prints the first half of a value its log's cuts do not know yet (held back,
+    as it could begin a known one); the value is stored, the log's cuts change, and the
+    task prints the rest: what was held is carried over and cut with the new cuts, so the
+    halves never reach the disk."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 1 << 20, Redactor([("OLD", "Old-value-known-before-7781")]))
+    log.feed(f"x {LATE[:8]}".encode())
+    log.recut(Redactor([("OLD", "Old-value-known-before-7781"), ("LATE", LATE)]))
+    log.feed(f"{LATE[8:]} y".encode())
+    log.close()
+    assert path.read_text() == "x [secret LATE] y"

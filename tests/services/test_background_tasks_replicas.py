@@ -41,7 +41,7 @@ from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.tasks.holders import Holders
-from bastion.sandbox.tasks.runner import STOP_TAKES_S, TaskLimits, Tasks
+from bastion.sandbox.tasks.runner import KEPT_ENDED, STOP_TAKES_S, TaskLimits, Tasks
 from bastion.sandbox.tasks.store import TaskStore, new_task_id
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import BastionError, NotFound
@@ -301,3 +301,23 @@ async def test_a_restart_on_a_shared_state_dir_marks_lost_only_the_tasks_no_repl
     assert marked == 1
     assert tasks[orphan.id].status == "lost" and tasks[orphan.id].error == "replica_gone"
     assert tasks[running.id].status == "running"  # the sibling answers for it: not lost
+
+
+async def test_a_session_close_removes_the_log_of_an_ended_task_another_replica_forgot(
+    run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path, workspace: Path
+) -> None:
+    """A task ran (and ended) on B; then A ran `KEPT_ENDED` more, past what the session
+    keeps: A must not forget B's record while B still holds its log (A cannot remove it),
+    or the session's close, which reaches the replicas its records name, leaves that log on
+    B's disk."""
+    async with replicas(run_service, bus_settings, tmp_path) as (a, b):
+        first = await start(b, workspace, "echo on-b")
+        await output_until(b, first.id, "on-b")
+        for _ in range(KEPT_ENDED):
+            started = await start(a, workspace, "true")
+            with anyio.fail_after(30):
+                while (await listed(a))[started.id].status == "running":  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+        await ask(a, "release", SandboxRelease(session_id=SESSION))
+    assert not (tmp_path / "state-b" / "tasks" / SESSION).exists()
+    assert not (tmp_path / "state-a" / "tasks" / SESSION).exists()

@@ -33,6 +33,14 @@ class HeldCuts:
         self.dropped = 0
         """Characters dropped at gaps so far (held text, and text just after a gap)."""
 
+    def recut(self, redactor: Redactor | None) -> None:
+        """Cut with `redactor` from now on (one that knows values the last did not): what
+        is held is kept, and cut with it as the stream goes on. None keeps the last one."""
+        if not redactor or redactor is self._redactor:
+            return
+        self._redactor = redactor
+        self.hold = max(0, redactor.longest - 1)
+
     @property
     def holding(self) -> int:
         """How many characters are held back now."""

@@ -483,7 +483,15 @@ class Sandboxes:
     async def task_start(self, request: TaskStart, _context: RequestContext) -> TaskStarted:
         """`bg_run`: start a command in the background in the session's warm sandbox, with a
         command's limits and environment but a wall clock of its own; once per call id (a
-        sending again is answered with the task the first one started)."""
+        sending again is answered with the task the first one started). A cancel of its
+        call ends the start (and every sending of it waiting on it) while its process has
+        not started, having started nothing: its call id is free again."""
+        given = request.exec
+        with self.running.scope(given.session_id, given.call_id) as running:
+            return await self._task_start(request)
+        raise running.error("this bg_run's start")
+
+    async def _task_start(self, request: TaskStart) -> TaskStarted:
         given = request.exec
         try:
             tasks = self._tasks()
@@ -509,6 +517,9 @@ class Sandboxes:
                 timeout_ms=tasks.timeout_ms(request.timeout_ms),
                 cutter=await self.secrets.cutter(
                     given.tenant, given.session_id, spec.secret_environment
+                ),
+                cuts=functools.partial(
+                    self.secrets.cutter, given.tenant, given.session_id, spec.secret_environment
                 ),
                 starter=lambda output: backend.start_task(leased, given.command, output, cwd),
             )

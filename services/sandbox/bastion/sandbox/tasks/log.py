@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from bastion.shared.redaction import Redactor, out_of_stretches
+from bastion.shared.redaction import Redactor, cut_spans, out_of_stretches
 from bastion.shared.streamcuts import HeldCuts
 
 __all__ = ["RAW_TAIL_BYTES", "TAIL_BYTES", "TaskLog", "read_log", "read_page"]
@@ -69,6 +69,12 @@ class TaskLog:
     def at_close(self) -> int:
         """How many characters `close` cuts: the held text and the raw tail."""
         return self.holds + len(self._raw)
+
+    def recut(self, redactor: Redactor | None) -> None:
+        """Cut what comes from now on, and what is held, with `redactor` (the session's
+        values as they are now: one stored or leased since the task started is never
+        written raw)."""
+        self._cuts.recut(redactor)
 
     def feed(self, chunk: bytes) -> None:
         """Take a chunk of output; what is decided goes to the log, values cut; past the
@@ -167,18 +173,48 @@ def read_page(
     The log was cut of the values known when it was written; `redactor` may know more (a
     value leased or stored since). So the page never ends inside one of its forms: it ends
     before the form, or, when the form starts the page, after it (a page then holds more
-    than `limit` bytes), so the next page does not start with the rest of a value."""
-    extra = 4 * HeldCuts(redactor).hold  # characters of at most 4 bytes
+    than `limit` bytes), so the next page does not start with the rest of a value. Nor
+    does it start inside one: what comes before `offset` (as much as a form spans) is read
+    with it, and a form that runs across the page's start is shown as its marker, never
+    its rest (the page then covers at least up to the form's end)."""
+    hold = HeldCuts(redactor).hold
+    extra = 4 * hold  # characters of at most 4 bytes
     data, size = read_log(path, offset, limit + extra)
     page = _whole_characters(data, limit)
+    if redactor is None or not redactor:
+        return page.decode(errors="replace"), len(page), size
+    back = min(offset, size, extra)
+    before, _ = read_log(path, offset - back, back) if back else (b"", size)
+    prefix = before[:back].decode(errors="replace")
     text = data.decode(errors="replace")
-    if redactor is None or not redactor or len(page) == len(data) or text.encode() != data:
+    if len(page) == len(data) or text.encode() != data:
         shown = page.decode(errors="replace")
-        return redactor.redact(shown) if redactor else shown, len(page), size
-    spans = redactor.spans(text)
-    cut = len(page.decode())
-    cut = out_of_stretches(spans, cut) or out_of_stretches(spans, cut, forward=True)
-    return redactor.redact(text[:cut]), len(text[:cut].encode()), size
+        return _cut_from(prefix + shown, len(prefix), redactor), len(page), size
+    whole = prefix + text
+    spans = redactor.spans(whole)
+    start = out_of_stretches(spans, len(prefix), forward=True)
+    end = max(start, len(prefix) + len(page.decode()))
+    back_to = out_of_stretches(spans, end)
+    end = back_to if back_to > start else out_of_stretches(spans, end, forward=True)
+    covered = whole[len(prefix) : end]
+    return _cut_spans_from(whole[:end], spans, len(prefix)), len(covered.encode()), size
+
+
+def _cut_from(text: str, start: int, redactor: Redactor) -> str:
+    """`text` from `start` on, values cut: a form that runs across `start` is shown as its
+    marker."""
+    return _cut_spans_from(text, redactor.spans(text), start)
+
+
+def _cut_spans_from(text: str, spans: list[tuple[int, int, str]], start: int) -> str:
+    """`text` from `start` on with the (start, end, name) stretches cut, one that runs
+    across `start` cut from there."""
+    inside = [
+        (max(begin, start) - start, min(end, len(text)) - start, name)
+        for begin, end, name in spans
+        if end > start and begin < len(text)
+    ]
+    return cut_spans(text[start:], inside)
 
 
 def _length(lead: int) -> int:

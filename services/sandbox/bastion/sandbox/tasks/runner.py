@@ -1,7 +1,9 @@
 """Running background tasks: start one in the session's warm sandbox, follow it to its end
 (its log, its wall clock), stop it, read its output, list a session's, and end them when
 their session closes or the service stops; at start, mark `lost` those an earlier run of
-this service left unfinished. A request for a task another replica runs is forwarded to it
+this service left unfinished. A start whose requester gives up (its call cancelled) or whose
+session closes before its process is started ends there, having started nothing; a task is
+never started in a closed session. A request for a task another replica runs is forwarded to it
 (`Holders`); one whose replica is gone marks the task `lost` (docs/sandbox.md, "Background
 tasks")."""
 
@@ -14,12 +16,14 @@ import os
 import secrets
 import shutil
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 import nats.errors
@@ -46,6 +50,7 @@ from bastion.sandbox.tasks.store import TaskClaim, TaskStore, new_task_id
 from bastion.shared.cutturns import Cutter
 from bastion.shared.errors import (
     BastionError,
+    Cancelled,
     NoResponders,
     NotFound,
     RemoteError,
@@ -80,6 +85,12 @@ Starter = Callable[[int], Awaitable[SandboxTask]]
 """Starts the task's command, both its streams written to the descriptor it is given."""
 Ended = Callable[[TaskRecord], Awaitable[None]]
 """Told of a task that ended on its own (succeeded, failed, its time ran out)."""
+Cuts = Callable[[], Awaitable[Cutter]]
+"""The session's cuts as they are now (values stored or leased since included)."""
+
+MAX_CLOSED: Final = 4096
+"""How many closed sessions this replica remembers, to refuse their starts at once (past
+that, the tasks bucket's mark of the close refuses them once they have a slot)."""
 
 
 _NOTE: Final = (
@@ -122,8 +133,36 @@ class _Running:
     """Set once its final record is written."""
     stopping: bool = False
     """A stop of it is under way (one at a time, whoever asked)."""
-    holds: int = 0
-    """The most characters of its output its log holds back at a time."""
+    log: TaskLog | None = None
+
+    @property
+    def holds(self) -> int:
+        """The most characters of its output its log holds back at a time (as its cuts
+        are now)."""
+        return self.log.holds if self.log is not None else 0
+
+
+@dataclass
+class _Starting:
+    """A start under way, until its task is running (or it failed): a close of its session
+    ends it while it waits for a sandbox slot, and waits for it otherwise."""
+
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    waiting: bool = True
+    """It waits for a slot (a close cancels it); past that it is waited for."""
+
+
+def _closed_error(session_id: str) -> Cancelled:
+    return Cancelled(
+        f"session {session_id} was closed before this bg_run's task started: nothing ran, "
+        "and nothing runs in that session any more; open a new session to run it"
+    )
+
+
+def _not_started(error: str) -> Callable[[TaskRecord], TaskRecord]:
+    """The change of a record whose task was never started."""
+    return lambda r: msgspec.structs.replace(r, status="failed", error=error, ended_at=time.time())
 
 
 def _view(record: TaskRecord) -> TaskView:
@@ -203,6 +242,9 @@ class Tasks:
         self.limits = limits
         self._on_ended = ended
         self._running: dict[str, _Running] = {}
+        self._starting: dict[str, list[_Starting]] = {}
+        self._closed: OrderedDict[str, None] = OrderedDict()
+        """Sessions closed here (the latest `MAX_CLOSED`): their starts are refused."""
         self._group: TaskGroup | None = None
 
     @contextlib.asynccontextmanager
@@ -239,20 +281,28 @@ class Tasks:
         cutter: Cutter,
         starter: Starter,
         call_id: str = "",
+        cuts: Cuts | None = None,
     ) -> TaskStarted:
         """Hold one of the tenant's sandbox slots, count, record and start a task, and
-        follow it to its end. A start is made once per `call_id` (when given): sent again,
-        it is answered with the task its first sending started (waiting for that start to
-        finish), and one whose first sending failed is made anew.
+        follow it to its end, its log cut with `cutter`, then with what `cuts` gives as
+        the output comes (values stored or leased since it started). A start is made once
+        per `call_id` (when given): sent again, it is answered with the task its first
+        sending started (waiting for that start to finish), and one whose first sending
+        failed is made anew. A start whose caller is cancelled before its process started
+        ends having started nothing (one cancelled just as its process started stops it
+        again), and so does one whose session closes meanwhile.
 
         Raises:
             TenantBusy: the tenant's sandboxes (commands and tasks) stayed at their cap.
             Unavailable: the session or the tenant has as many live tasks as it may, or
                 the service is stopping.
             SandboxFailed: the command could not be started (its record says `failed`).
+            Cancelled: the session was closed.
         """
         if self._group is None:
             raise Unavailable("the sandbox service is stopping: start the task again shortly")
+        if session_id in self._closed:
+            raise _closed_error(session_id)
         record = TaskRecord(
             id=new_task_id(),
             session_id=session_id,
@@ -274,7 +324,7 @@ class Tasks:
         try:
             await self._forget_oldest(tenant, session_id)
             started: TaskStarted = await self._group.start(
-                self._run, record, cutter, starter, call_id
+                self._run, record, cutter, starter, call_id, cuts
             )
         except BastionError as error:
             if call_id:
@@ -355,52 +405,116 @@ class Tasks:
         cutter: Cutter,
         starter: Starter,
         call_id: str,
+        cuts: Cuts | None,
         *,
         task_status: TaskStatus[TaskStarted],
     ) -> None:
         """Take a sandbox slot, count, record and start the task, answer it started, and
-        follow it to its end; the slot is given back once its processes are gone."""
-        async with self._slot(record.tenant):
-            log = TaskLog(self.log_path(record), self.limits.max_output_bytes, cutter.redactor)
-            try:
-                await self._store.admit(
-                    record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
-                )
-            except BaseException:
-                log.close()
-                log.path.unlink(missing_ok=True)
-                raise
-            read_end, write_end = os.pipe()
-            try:
-                handle = await starter(write_end)
-            except BaseException:
-                os.close(read_end)
-                log.close()
-                with anyio.CancelScope(shield=True):
-                    await self._store.change(
+        follow it to its end; the slot is given back once its processes are gone. Until
+        its process is started, a close of its session ends the start (`release_here`)."""
+        starting = _Starting()
+        session_id = record.session_id
+        self._starting.setdefault(session_id, []).append(starting)
+        try:
+            with starting.scope:
+                async with self._slot(record.tenant):
+                    starting.waiting = False
+                    await self._begin(
                         record,
-                        lambda r: msgspec.structs.replace(
-                            r, status="failed", error="not_started", ended_at=time.time()
-                        ),
+                        cutter=cutter,
+                        starter=starter,
+                        call_id=call_id,
+                        cuts=cuts,
+                        starting=starting,
+                        task_status=task_status,
                     )
-                raise
-            finally:
-                os.close(write_end)
-            running = _Running(record, handle, holds=log.holds)
-            self._running[record.id] = running
-            if call_id:
-                with anyio.CancelScope(shield=True):  # the task runs: follow it whatever
-                    await self._claim_started(record, call_id)
-            task_status.started(
-                TaskStarted(
-                    id=record.id,
-                    label=record.label,
-                    status="running",
-                    timeout_ms=record.timeout_ms,
-                    note=_NOTE,
-                )
+            if starting.scope.cancelled_caught:
+                raise _closed_error(session_id)
+        finally:
+            self._started(session_id, starting)
+
+    def _started(self, session_id: str, starting: _Starting) -> None:
+        """The start is over: its task runs (and is followed), or it failed."""
+        starting.done.set()
+        under_way = self._starting.get(session_id, [])
+        if starting in under_way:
+            under_way.remove(starting)
+        if not under_way:
+            self._starting.pop(session_id, None)
+
+    async def _begin(
+        self,
+        record: TaskRecord,
+        *,
+        cutter: Cutter,
+        starter: Starter,
+        call_id: str,
+        cuts: Cuts | None,
+        starting: _Starting,
+        task_status: TaskStatus[TaskStarted],
+    ) -> None:
+        """With the slot held: count and record the task (refused if its session closed
+        meanwhile, on whichever replica), start its process (shielded: a started process
+        is never left unfollowed), and follow it; stopped at once, and the start refused,
+        if its caller gave up or its session closed while it was started."""
+        session_id = record.session_id
+        if session_id in self._closed:
+            raise _closed_error(session_id)
+        await self._store.admit(
+            record, per_session=self.limits.per_session, per_tenant=self.limits.per_tenant
+        )
+        try:  # the close's mark is read once the record is there for a close to find
+            if session_id in self._closed or await self._store.closed(record.tenant, session_id):
+                raise _closed_error(session_id)
+            log = TaskLog(self.log_path(record), self.limits.max_output_bytes, cutter.redactor)
+        except BaseException as error:
+            with anyio.CancelScope(shield=True):
+                gone = "session_closed" if isinstance(error, Cancelled) else "not_started"
+                await self._store.change(record, _not_started(gone))
+            raise
+        read_end, write_end = os.pipe()
+        try:
+            with anyio.CancelScope(shield=True):  # bounded; a cancel is looked at after it
+                handle = await starter(write_end)
+        except BaseException:
+            os.close(read_end)
+            log.close()
+            with anyio.CancelScope(shield=True):
+                await self._store.change(record, _not_started("not_started"))
+            raise
+        finally:
+            os.close(write_end)
+        running = _Running(record, handle, log=log)
+        self._running[record.id] = running
+        self._started(session_id, starting)
+        given_up: BaseException | None = None
+        if session_id not in self._closed:
+            try:
+                await anyio.lowlevel.checkpoint()
+            except anyio.get_cancelled_exc_class() as cancel:
+                given_up = cancel
+        if given_up is not None or session_id in self._closed:
+            # its caller gave up, or its session closed, while its process was started: it
+            # is stopped now, its slot held until its processes are gone
+            self._begin_stop(running, "model" if given_up is not None else "session_closed")
+            with anyio.CancelScope(shield=True):
+                await self._follow(running, log, read_end, cutter, cuts)
+            if given_up is not None:
+                raise given_up
+            raise _closed_error(session_id)
+        if call_id:
+            with anyio.CancelScope(shield=True):  # the task runs: follow it whatever
+                await self._claim_started(record, call_id)
+        task_status.started(
+            TaskStarted(
+                id=record.id,
+                label=record.label,
+                status="running",
+                timeout_ms=record.timeout_ms,
+                note=_NOTE,
             )
-            await self._follow(running, log, read_end, cutter)
+        )
+        await self._follow(running, log, read_end, cutter, cuts)
 
     async def _claim_started(self, record: TaskRecord, call_id: str) -> None:
         """Say on the call's claim that its task started; a failure is logged, never
@@ -413,12 +527,14 @@ class Tasks:
                 extra={"session": record.session_id, "error_type": type(error).__name__},
             )
 
-    async def _follow(self, running: _Running, log: TaskLog, read_end: int, cutter: Cutter) -> None:
+    async def _follow(
+        self, running: _Running, log: TaskLog, read_end: int, cutter: Cutter, cuts: Cuts | None
+    ) -> None:
         """Log the task's output, stop it when its time runs out, and record its end."""
         status: int | None = None
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(_drain, read_end, log, cutter)
+                group.start_soon(_drain, read_end, log, cutter, cuts)
                 async with anyio.create_task_group() as clocked:
                     clocked.start_soon(self._clock, running)
                     status = await running.handle.wait()
@@ -540,11 +656,15 @@ class Tasks:
         return _view(await self._store.get(request.tenant, request.session_id, record.id))
 
     async def release(self, tenant: str, session_id: str) -> None:
-        """The session closed: each of its live tasks ends `cancelled` (origin
-        `session_closed`), its processes gone, here and on every replica that ran one (a
-        gone replica's are marked `lost`), and each of them removes the logs it keeps of the
-        session's tasks, which no session may read any more (their records go with the
-        bucket's age limit)."""
+        """The session closed: it is marked closed (no replica starts a task of it any
+        more: a start waiting for a slot here ends, one elsewhere is refused once it has
+        its slot), each of its live tasks ends `cancelled` (origin `session_closed`), its
+        processes gone, here and on every replica that ran one (a gone replica's are
+        marked `lost`), and each of them removes the logs it keeps of the session's tasks,
+        which no session may read any more (their records go with the bucket's age
+        limit)."""
+        self._close(session_id)
+        await self._store.close(tenant, session_id)
         records = await self._store.of_session(tenant, session_id)
         live = [r for r in records if r.status in LIVE_STATUSES]
         async with anyio.create_task_group() as group:
@@ -555,11 +675,16 @@ class Tasks:
                     group.start_soon(self._release_at, self._holders, replica, session_id, held)
 
     async def _forget_oldest(self, tenant: str, session_id: str) -> None:
-        """Keep the session's last `KEPT_ENDED` ended tasks: forget the older ones' records,
-        and their logs where this replica holds them."""
+        """Keep the session's last `KEPT_ENDED` ended tasks: forget the older ones' records
+        and logs, those whose log this replica can remove (its own, one on its state dir, a
+        gone replica's). Another live replica's are left to it: its record is what brings
+        the session's close there to remove its log."""
         records = await self._store.of_session(tenant, session_id)  # newest first
         ended = [r for r in records if r.status not in LIVE_STATUSES]
         for record in ended[KEPT_ENDED - 1 :]:
+            here = self._elsewhere(record) is None or record.owner == self._owner
+            if not here and record.status != "lost":
+                continue
             self.log_path(record).unlink(missing_ok=True)
             await self._store.forget(record)
 
@@ -573,9 +698,24 @@ class Tasks:
             for record in held:
                 await self._store.change(record, _gone)
 
+    def _close(self, session_id: str) -> None:
+        """Remember the session closed here, and end its starts waiting for a slot."""
+        self._closed[session_id] = None
+        self._closed.move_to_end(session_id)
+        while len(self._closed) > MAX_CLOSED:
+            self._closed.popitem(last=False)
+        for starting in self._starting.get(session_id, []):
+            if starting.waiting:
+                starting.scope.cancel()
+
     async def release_here(self, session_id: str) -> None:
-        """The session closed: each of its live tasks this replica runs ends `cancelled`,
-        and the logs it keeps of the session's tasks are removed."""
+        """The session closed: its starts under way here end (one waiting for a slot at
+        once, one starting its process once it is started, stopped), each of its live
+        tasks this replica runs ends `cancelled`, and the logs it keeps of the session's
+        tasks are removed."""
+        self._close(session_id)
+        for starting in list(self._starting.get(session_id, [])):
+            await starting.done.wait()
         mine = [r for r in self._running.values() if r.record.session_id == session_id]
         await self._stop_all(mine, "session_closed")
         await anyio.to_thread.run_sync(
@@ -676,11 +816,12 @@ class Tasks:
         return True
 
 
-async def _drain(fd: int, log: TaskLog, cutter: Cutter) -> None:
-    """Feed `log` from the pipe `fd` until every writer has closed it: a large chunk to cut
-    in a worker thread, in the tenant's turn (past the head nothing is cut until the end),
-    and whole (a chunk read is never lost to a cancel); past the head, one read each
-    `PAST_HEAD_PAUSE_S`."""
+async def _drain(fd: int, log: TaskLog, cutter: Cutter, cuts: Cuts | None) -> None:
+    """Feed `log` from the pipe `fd` until every writer has closed it: each chunk cut with
+    the session's cuts as they are when it comes (`cuts`: a value stored or leased since
+    the task started is never written raw), a large chunk in a worker thread, in the
+    tenant's turn (past the head nothing is cut until the end), and whole (a chunk read is
+    never lost to a cancel); past the head, one read each `PAST_HEAD_PAUSE_S`."""
     os.set_blocking(fd, False)
     while True:
         await anyio.wait_readable(fd)
@@ -688,9 +829,29 @@ async def _drain(fd: int, log: TaskLog, cutter: Cutter) -> None:
             chunk = os.read(fd, 65536)
         except BlockingIOError:
             continue
-        if not chunk:
-            return
         with anyio.CancelScope(shield=True):
+            fresh = await _now(cuts, cutter)
+            if fresh.redactor is not None and fresh.redactor is not cutter.redactor:
+                cutter = fresh
+                log.recut(cutter.redactor)
+            if not chunk:
+                return
             await cutter.run(log.to_cut(len(chunk)), functools.partial(log.feed, chunk))
         if log.cut:
             await anyio.sleep(PAST_HEAD_PAUSE_S)
+
+
+async def _now(cuts: Cuts | None, cutter: Cutter) -> Cutter:
+    """The session's cuts now, or `cutter` when they cannot be had (the vault's values
+    already known are kept by the lookup itself)."""
+    if cuts is None:
+        return cutter
+    try:
+        return await cuts()
+    except (BastionError, nats.errors.Error) as error:
+        logger.warning(
+            "a task's output was cut with the values known before: the session's cuts could "
+            "not be had",
+            extra={"error_type": type(error).__name__},
+        )
+        return cutter

@@ -2,7 +2,8 @@
 compare-and-set (a terminal state is never left, and a stop racing the task's exit ends in
 exactly one state), each tenant's live tasks, counted across every sandbox replica, and
 each `bg_run` call's claim on the task it starts, so a start asked again with its call id
-is answered with that task instead of starting another."""
+is answered with that task instead of starting another, and each closed session's mark, so
+no replica starts a task in a session closed meanwhile."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from bastion.shared.bus import Client
 from bastion.shared.errors import NotFound, Unavailable
 from bastion.shared.kv import AlreadyStored, TypedBucket
 
-__all__ = ["LiveTasks", "TaskClaim", "TaskStore", "new_task_id"]
+__all__ = ["ClosedSession", "LiveTasks", "TaskClaim", "TaskStore", "new_task_id"]
 
 _CROCKFORD: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -47,6 +48,13 @@ class TaskClaim(msgspec.Struct, frozen=True, kw_only=True):
     refused: ErrorReply | None = None
 
 
+class ClosedSession(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's close, marked for every sandbox replica: a start of one of its tasks
+    waiting for a slot (on any replica) is refused once it has one."""
+
+    at: float
+
+
 def _hex(text: str) -> str:
     return text.encode().hex()
 
@@ -63,6 +71,7 @@ class TaskStore:
         self._records = records
         self._live = records.holding(LiveTasks)
         self._claims = records.holding(TaskClaim)
+        self._closed = records.holding(ClosedSession)
 
     @classmethod
     async def open(cls, client: Client, bucket: str) -> TaskStore:
@@ -153,6 +162,15 @@ class TaskStore:
                 None if claim is None else TaskClaim(task_id=claim.task_id, refused=refusal)
             ),
         )
+
+    async def close(self, tenant: str, session_id: str) -> None:
+        """Mark the session closed: no task of it starts any more, on any replica (kept
+        as long as records)."""
+        await self._closed.put(f"closed.{_hex(tenant)}.{session_id}", ClosedSession(at=time.time()))
+
+    async def closed(self, tenant: str, session_id: str) -> bool:
+        """Whether the session was marked closed."""
+        return await self._closed.find(f"closed.{_hex(tenant)}.{session_id}") is not None
 
     async def unclaim(self, tenant: str, session_id: str, call_id: str) -> None:
         """The call's start failed, having started nothing: a sending of it again starts it."""
