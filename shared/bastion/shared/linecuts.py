@@ -74,13 +74,16 @@ def _cut_whole(redactor: Redactor, lines: Sequence[str], before: str, after: str
     """Whole consecutive lines cut as the text they make with `before` (ending in a line
     break) before them and `after` (starting with one) after: not shown, only looked at."""
     text = before + "\n".join(lines) + after
+    spans = redactor.spans(text)
+    if not spans:  # most text holds no value: nothing to place line by line
+        return list(lines)
     starts: list[int] = []
     at = len(before)
     for line in lines:
         starts.append(at)
         at += len(line) + 1
     local: dict[int, list[tuple[int, int, str]]] = {}
-    for start, end, name in _merged(redactor.spans(text)):
+    for start, end, name in _merged(spans):
         index = max(0, bisect.bisect_right(starts, start) - 1)
         while index < len(lines) and starts[index] < end:
             first, last = starts[index], starts[index] + len(lines[index])
