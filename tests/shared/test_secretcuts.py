@@ -39,7 +39,8 @@ async def test_a_large_cutter_is_built_while_the_event_loop_goes_on() -> None:
         redactor = await cuts.redactor("big", "s1")
         built.set()
     assert redactor is not None and redactor.size > 1_000_000
-    assert turns == 200, f"the loop turned {turns} times while the cutter was built"
+    # built on the loop, it would turn no time at all: the ticker would start after it
+    assert turns >= 10, f"the loop turned {turns} times while the cutter was built"
 
 
 async def test_the_kept_cutters_are_bounded_by_what_they_are_built_of(
