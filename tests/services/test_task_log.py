@@ -165,3 +165,26 @@ def test_pages_never_end_inside_a_value_the_reader_knows_and_the_writer_did_not(
             offset += read
         assert "".join(pages) == "ab [secret TOKEN] cd [secret TOKEN]", (limit, pages)
         assert not any(VALUE[:4] in page or VALUE[-4:] in page for page in pages)
+
+
+def test_a_value_stored_late_across_the_heads_end_is_cut_across_the_marker(
+    tmp_path: Path,
+) -> None:
+    """From an attack: a value printed across the head's end before it was stored was
+    written half in the head, half in the tail, the marker of what is left out between
+    them, so no read found it and two pages gave it back whole. Cut at the end with the
+    values known then: its head part is masked in place, its tail part dropped."""
+    path = tmp_path / "t.log"
+    log = TaskLog(path, 100, None)
+    log.feed(b"x" * 90 + VALUE.encode() + b"y" * 50)
+    log.recut(Redactor([("LATE", VALUE)]))  # stored while the task ran
+    log.feed(b"z" * 10)
+    log.close()
+    kept = path.read_bytes()
+    head, _, rest = kept.partition(b"\n[bastion: the output went past 100 bytes")
+    tail = rest.partition(b"]\n")[2]
+    assert len(head) == 100 and head.startswith(b"x" * 90)
+    joined = (head + tail).decode()
+    assert VALUE not in joined and not any(VALUE[:n] in joined for n in range(6, len(VALUE)))
+    assert not any(VALUE[-n:] in joined for n in range(6, len(VALUE)))
+    assert tail.endswith(b"y" * 50 + b"z" * 10)

@@ -42,6 +42,12 @@ class TaskLog:
         self.path = path
         self._head_bytes = head_bytes
         self._cuts = HeldCuts(redactor)
+        self._redactor = redactor if redactor else None
+        """The values cut as they are now (`recut`)."""
+        self._head_end = 0
+        """Bytes of the head in the file: where the marker of what is left out starts."""
+        self._tail_goes_on = True
+        """The tail is what came right after the head: nothing between them left out."""
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._tail = bytearray()
         self._raw = bytearray()
@@ -75,6 +81,8 @@ class TaskLog:
         values as they are now: one stored or leased since the task started is never
         written raw)."""
         self._cuts.recut(redactor)
+        if redactor:
+            self._redactor = redactor
 
     def feed(self, chunk: bytes) -> None:
         """Take a chunk of output; what is decided goes to the log, values cut; past the
@@ -100,11 +108,15 @@ class TaskLog:
         rest = (self._cuts.take(text) + self._cuts.end()).encode()
         if self.cut:
             self._tail += rest
-            del self._tail[:-TAIL_BYTES]
+            self._trim_tail()
+            if self._tail_goes_on and not self._gap:  # cut across the marker
+                self._cut_across_head_end()
             if self._tail:
                 self._write(bytes(self._tail))
         else:
             self._keep(rest)
+            if self.cut and self._tail_goes_on:
+                self._cut_across_head_end()
             if self.cut and self._tail:
                 self._write(bytes(self._tail))
         os.close(self._fd)
@@ -119,6 +131,7 @@ class TaskLog:
             return
         if not self.cut:
             self._write(data[:room])
+            self._head_end = self.size
             data = data[room:]
             self.cut = True
             self._write(
@@ -127,7 +140,36 @@ class TaskLog:
                 "ends]\n".encode()
             )
         self._tail += data
-        del self._tail[:-TAIL_BYTES]
+        self._trim_tail()
+
+    def _trim_tail(self) -> None:
+        if len(self._tail) > TAIL_BYTES:
+            del self._tail[:-TAIL_BYTES]
+            self._tail_goes_on = False
+
+    def _cut_across_head_end(self) -> None:
+        """The head's end and the tail's start are one stretch of output, the marker of
+        what is left out written between them: a value found across them with the values
+        known now (one stored after the head was written, which no read could find across
+        the marker) has its part in the head masked in place, `*` for each byte, and its
+        part in the tail dropped."""
+        redactor = self._redactor
+        if redactor is None or not self._tail:
+            return
+        reach = 4 * redactor.longest  # bytes of at most `longest` characters
+        start = max(0, self._head_end - reach)
+        with self.path.open("rb") as log:
+            log.seek(start)
+            head = log.read(self._head_end - start).decode(errors="surrogateescape")
+        tail = bytes(self._tail[:reach]).decode(errors="surrogateescape")
+        across = [(s, e) for s, e, _ in redactor.spans(head + tail) if s < len(head) < e]
+        if not across:
+            return
+        first = min(s for s, _ in across)
+        last = max(e for _, e in across) - len(head)
+        masked = len(head[first:].encode(errors="surrogateescape"))
+        os.pwrite(self._fd, b"*" * masked, self._head_end - masked)
+        del self._tail[: len(tail[:last].encode(errors="surrogateescape"))]
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
