@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bastion.shared.redaction import Redactor, cut_spans
+from bastion.shared.redaction import Redactor, cut_spans, merged
 from bastion.shared.streamcuts import HeldCuts
 
 __all__ = ["Line", "around", "cut_around_gaps", "cut_lines", "shown_start"]
@@ -58,18 +58,6 @@ def _cut_start(redactor: Redactor, text: str, before: str) -> str:
     return _cut_whole(redactor, [text[:kept]], _ended(before), text[kept:])[0]
 
 
-def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """The stretches, overlapping ones as one (named after the first), in order."""
-    merged: list[tuple[int, int, str]] = []
-    for start, end, name in sorted(spans, key=lambda span: (span[0], -span[1])):
-        if merged and start < merged[-1][1]:
-            last = merged[-1]
-            merged[-1] = (last[0], max(last[1], end), last[2])
-        else:
-            merged.append((start, end, name))
-    return merged
-
-
 def _cut_whole(redactor: Redactor, lines: Sequence[str], before: str, after: str) -> list[str]:
     """Whole consecutive lines cut as the text they make with `before` (ending in a line
     break) before them and `after` (starting with one) after: not shown, only looked at."""
@@ -83,7 +71,7 @@ def _cut_whole(redactor: Redactor, lines: Sequence[str], before: str, after: str
         starts.append(at)
         at += len(line) + 1
     local: dict[int, list[tuple[int, int, str]]] = {}
-    for start, end, name in _merged(spans):
+    for start, end, name in merged(spans):
         index = max(0, bisect.bisect_right(starts, start) - 1)
         while index < len(lines) and starts[index] < end:
             first, last = starts[index], starts[index] + len(lines[index])

@@ -48,6 +48,7 @@ __all__ = [
     "folded",
     "forms",
     "fragment_forms",
+    "merged",
     "out_of_stretches",
     "whole_forms",
 ]
@@ -165,43 +166,39 @@ class _Dropped:
         return index + bisect.bisect_right(self._breaks, index)
 
 
+def merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """The (start, end, name) stretches in order, those that overlap as one, named after the
+    first: one sort and one pass, however many overlap (a value like `aaaaaaaa` in a run of
+    `a` is found at every character)."""
+    out: list[tuple[int, int, str]] = []
+    for start, end, name in sorted(spans, key=lambda span: (span[0], -span[1])):
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end), out[-1][2])
+        else:
+            out.append((start, end, name))
+    return out
+
+
 def cut_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
     """`text` with each (start, end, name) stretch replaced by `[secret NAME]`; stretches
     that overlap are one cut, named after the first."""
-    if not spans:
-        return text
-    spans = sorted(spans, key=lambda span: (span[0], -span[1]))
     out: list[str] = []
     at = 0
-    cut_start, cut_end, cut_name = spans[0]
-    for start, end, name in spans[1:]:
-        if start < cut_end:  # overlapping stretches are one cut
-            cut_end = max(cut_end, end)
-            continue
-        out += [text[at:cut_start], f"[secret {cut_name}]"]
-        at = cut_end
-        cut_start, cut_end, cut_name = start, end, name
-    out += [text[at:cut_start], f"[secret {cut_name}]", text[cut_end:]]
+    for start, end, name in merged(spans):
+        out += [text[at:start], f"[secret {name}]"]
+        at = end
+    out.append(text[at:])
     return "".join(out)
 
 
 def out_of_stretches(spans: list[tuple[int, int, str]], cut: int, *, forward: bool = False) -> int:
     """`cut` moved out of the (start, end, name) stretches it falls inside, stretches that
-    overlap counting as one: back to where they start, or (`forward`) on to where they end.
-    One sort and one pass, however many stretches overlap (a value like `aaaaaaaa` in a run
-    of `a` is found at every character)."""
-    merged_start, merged_end = 0, 0
-    for start, end, _ in sorted(spans):
-        if start < merged_end:  # overlaps the stretch so far: one with it
-            merged_end = max(merged_end, end)
-            continue
-        if merged_start < cut < merged_end:
-            break
+    overlap counting as one: back to where they start, or (`forward`) on to where they end."""
+    for start, end, _ in merged(spans):
+        if start < cut < end:
+            return end if forward else start
         if start >= cut:
-            return cut
-        merged_start, merged_end = start, end
-    if merged_start < cut < merged_end:
-        return merged_end if forward else merged_start
+            break
     return cut
 
 
