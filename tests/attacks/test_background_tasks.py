@@ -3,7 +3,6 @@ session or `bg_stop`, reach the sandbox's init, or rewrite its own log."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -20,26 +19,8 @@ from bastion.sandbox.tasks.runner import KEPT_ENDED
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from tests.helpers.bus import Plane
-from tests.helpers.session import call, open_session
-
-
-async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
-    result = await call(client, session_id, name, **given)
-    assert isinstance(result, ToolOutput), result
-    return json.loads(result.text)
-
-
-def processes_with(word: str) -> list[int]:
-    """Pids of this machine whose command line holds `word`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if word.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+from tests.helpers.session import call, open_session, tool
+from tests.helpers.sleepers import processes_with
 
 
 async def ended(client: Client, session_id: str, task_id: str) -> dict[str, Any]:

@@ -41,28 +41,9 @@ from bastion.vault.service import vault_service
 from tests.helpers.bus import ServiceRunner
 from tests.helpers.cancels import call_with_id, cancel
 from tests.helpers.owners import owned
-from tests.helpers.session import call, open_session
+from tests.helpers.session import call, open_session, tool
+from tests.helpers.sleepers import processes_with
 from tests.helpers.vault import add, key_file, vault_settings
-
-
-async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
-    """A call's answer, decoded from the JSON the model is shown."""
-    result = await call(client, session_id, name, **given)
-    assert isinstance(result, ToolOutput), result
-    return json.loads(result.text)
-
-
-def processes_with(word: str) -> list[int]:
-    """Pids of this machine whose command line holds `word`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if word.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 @pytest.fixture

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import msgspec
 
@@ -10,14 +12,14 @@ from bastion.orchestrator.service import orchestrator_service
 from bastion.orchestrator.settings import OrchestratorSettings
 from bastion.proto import subjects
 from bastion.proto.session import OpenSession, SessionInfo, SessionRef
-from bastion.proto.tools import CallResult, ToolCall
+from bastion.proto.tools import CallResult, ToolCall, ToolOutput
 from bastion.shared.bus import Client, request
 from bastion.shared.errors import RemoteError
 from bastion.shared.service import Service
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
 
-__all__ = ["call", "open_session", "orchestrator", "session_of"]
+__all__ = ["call", "open_session", "orchestrator", "session_of", "tool"]
 
 
 def orchestrator(
@@ -55,3 +57,10 @@ async def session_of(client: Client, session_id: str) -> SessionInfo:
         client, subjects.SESSION_GET, SessionRef(session_id=session_id), SessionInfo, timeout_s=10
     )
     return info
+
+
+async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
+    """A call's answer, decoded from the JSON the model is shown."""
+    result = await call(client, session_id, name, **given)
+    assert isinstance(result, ToolOutput), result
+    return json.loads(result.text)

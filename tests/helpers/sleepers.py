@@ -1,11 +1,12 @@
-"""Finding the `sleep` processes one test started, among every process on the machine."""
+"""Finding the processes one test started (`sleep`, or any by a word of its command line),
+among every process on the machine."""
 
 from __future__ import annotations
 
 import secrets
 from pathlib import Path
 
-__all__ = ["sleeping", "unique_duration"]
+__all__ = ["processes_with", "sleeping", "unique_duration"]
 
 
 def unique_duration() -> str:
@@ -25,4 +26,17 @@ def sleeping(duration: str) -> list[int]:
                 found.append(int(entry.name))
         except OSError:
             continue
+    return found
+
+
+def processes_with(word: str) -> list[int]:
+    """Pids of this machine whose command line holds `word`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if word.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
     return found

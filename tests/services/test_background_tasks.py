@@ -23,7 +23,7 @@ from bastion.proto import subjects
 from bastion.proto.errors import ErrorReply
 from bastion.proto.sandbox import ExecRequest, SandboxRelease, SandboxReleased
 from bastion.proto.tasks import TaskList, TaskListing, TaskRecord, TaskStart, TaskStarted
-from bastion.proto.tools import CallParked, ToolOutput
+from bastion.proto.tools import CallParked
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.tasks.runner import _ended
@@ -34,16 +34,10 @@ from bastion.shared.settings import BusSettings
 from tests.helpers.bus import Plane, ServiceRunner
 from tests.helpers.front_door import DoorOf, mcp_client, new_token, text_of
 from tests.helpers.mcp_upstream import free_port
-from tests.helpers.session import call, open_session
+from tests.helpers.session import call, open_session, tool
+from tests.helpers.sleepers import processes_with
 
 TENANT = "default"
-
-
-async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
-    """A call's answer, decoded from the JSON the model is shown."""
-    result = await call(client, session_id, name, **given)
-    assert isinstance(result, ToolOutput), result
-    return json.loads(result.text)
 
 
 async def until_ended(client: Client, session_id: str, task_id: str) -> dict[str, Any]:
@@ -68,19 +62,6 @@ async def whole_output(client: Client, session_id: str, task_id: str, limit: int
             return text
         if not got["text"]:
             await anyio.sleep(0.05)
-
-
-def processes_with(word: str) -> list[int]:
-    """Pids of this machine whose command line holds `word`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if word.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 async def test_output_is_read_by_offsets_without_repeats_and_eof_only_once_it_ended(

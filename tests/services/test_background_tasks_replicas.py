@@ -5,7 +5,6 @@ is `lost` with a sentence saying so."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -37,7 +36,6 @@ from bastion.proto.tasks import (
     TaskView,
 )
 from bastion.proto.toolinput import BgOutputInput, BgStopInput
-from bastion.proto.tools import ToolOutput
 from bastion.sandbox.service import sandbox_service
 from bastion.sandbox.settings import SandboxSettings
 from bastion.sandbox.tasks.holders import Holders
@@ -49,7 +47,8 @@ from bastion.shared.sandboxing.warm import marker
 from bastion.shared.service import RequestContext, Service
 from bastion.shared.settings import BusSettings
 from tests.helpers.bus import ServiceRunner
-from tests.helpers.session import call, open_session
+from tests.helpers.session import open_session, tool
+from tests.helpers.sleepers import processes_with
 
 SESSION = "00000000000000b1"
 
@@ -92,19 +91,6 @@ async def output_until(replica: Service, task_id: str, word: str) -> str:
     return text
 
 
-def processes_with(word: str) -> list[int]:
-    """Pids of this machine whose command line holds `word`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if word.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 @asynccontextmanager
 async def replicas(
     run_service: ServiceRunner, bus_settings: BusSettings, tmp_path: Path
@@ -135,13 +121,6 @@ async def test_output_and_stop_sent_to_the_other_replica_read_and_stop_the_task(
     assert after.eof and after.status == "cancelled"
     assert after.text.startswith("from-replica-a\n")  # then the shell's "Terminated"
     assert left == []
-
-
-async def tool(client: Client, session_id: str, name: str, **given: Any) -> Any:
-    """A call's answer, decoded from the JSON the model is shown."""
-    result = await call(client, session_id, name, **given)
-    assert isinstance(result, ToolOutput), result
-    return json.loads(result.text)
 
 
 def reads(replica: Service) -> int:
